@@ -1,0 +1,4 @@
+"""Pure types, names, limits, rules and errors.
+
+No I/O, and no import of any other agentpost layer.
+"""

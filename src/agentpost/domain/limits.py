@@ -1,0 +1,81 @@
+"""Size and shape rules for what an agent sends, checked before anything is stored."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+
+MAX_RECIPIENTS = 100
+MAX_LIMIT = 500
+"""The largest page any listing returns."""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_subject_chars: int = 200
+    max_body_bytes: int = 32768
+    max_data_bytes: int = 65536
+    max_wait_s: float = 300
+    max_unacked: int = 1000
+    send_rate_per_minute: int = 60
+
+
+def too_large(what: str, size: int, limit: int, unit: str) -> AgentpostError:
+    return AgentpostError(
+        ErrorCode.TOO_LARGE,
+        f"{what} is {size} {unit}, over the limit of {limit} {unit}",
+        details={"limit": limit, "size": size},
+    )
+
+
+def check_subject(subject: str, limits: Limits) -> str:
+    if len(subject) > limits.max_subject_chars:
+        raise too_large("subject", len(subject), limits.max_subject_chars, "characters")
+    if "\n" in subject or "\r" in subject:
+        raise invalid("subject must be one line")
+    return subject
+
+
+def check_body(body: str, limits: Limits) -> str:
+    size = len(body.encode("utf-8"))
+    if size > limits.max_body_bytes:
+        raise too_large("body", size, limits.max_body_bytes, "bytes")
+    return body
+
+
+def encode_data(data: Any, limits: Limits) -> str | None:
+    """The JSON text stored for `data`, or None when there is none."""
+    if data is None:
+        return None
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise invalid(f"data must be JSON: {exc}") from None
+    size = len(text.encode("utf-8"))
+    if size > limits.max_data_bytes:
+        raise too_large("data", size, limits.max_data_bytes, "bytes")
+    return text
+
+
+def check_limit(limit: int, *, name: str = "limit") -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise invalid(f"{name} must be an integer from 1 to {MAX_LIMIT}")
+    return limit
+
+
+def check_timeout(timeout_s: float, limits: Limits) -> float:
+    """Clamp a wait to the configured ceiling; a wait is never an error once it is non-negative."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s < 0:
+        raise invalid("timeout_s must be a number of seconds, 0 or more")
+    return float(min(timeout_s, limits.max_wait_s))
+
+
+def check_ttl(ttl_s: float | None) -> float | None:
+    if ttl_s is None:
+        return None
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or ttl_s <= 0:
+        raise invalid("ttl_s must be a positive number of seconds")
+    return float(ttl_s)

@@ -1,0 +1,44 @@
+"""Names of agents and channels: one grammar, a few reserved words, and slugs from free text."""
+
+from __future__ import annotations
+
+import re
+
+from agentpost.domain.errors import invalid
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+_NAME = re.compile(NAME_PATTERN)
+
+OWNER = "owner"
+SYSTEM = "system"
+POST_OFFICE = "agentpost"
+RESERVED = frozenset({OWNER, SYSTEM, POST_OFFICE})
+
+GENERAL = "general"
+"""The channel every enabled agent belongs to."""
+
+
+def is_valid_name(name: str) -> bool:
+    return bool(_NAME.match(name))
+
+
+def check_name(name: str, what: str = "agent name") -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise invalid(
+            f"{what} {name!r} must match {NAME_PATTERN} (lower case, digits, '.', '_', '-')",
+            name=name,
+        )
+    return name
+
+
+def check_channel(channel: str) -> str:
+    """Accept `#name` or `name`; return the bare name."""
+    bare = channel[1:] if isinstance(channel, str) and channel.startswith("#") else channel
+    return check_name(bare, "channel")
+
+
+def slugify(text: str, *, max_len: int = 64) -> str:
+    """A readable name from free text (a folder, a branch): lower case, runs of others to '-'."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
+    slug = re.sub(r"-{2,}", "-", slug)[:max_len].rstrip("-._")
+    return slug or "agent"

@@ -1,0 +1,384 @@
+"""The one seam between agentpost and the MCP server SDK (`mcp` 2.3).
+
+Everything else in the project talks to `MailboxServer`, so an SDK upgrade touches this file
+only. It is built on the low-level `mcp.server.Server`, not on `MCPServer`, because `MCPServer`
+hides the pieces a post office needs: it has no public way to serve 2025-era `resources/subscribe`,
+it rewrites tool exceptions into "Error executing tool NAME" text (so the stable error code would
+not lead the message), and it declares no experimental capabilities. Tool schemas still come
+from the SDK's own `Tool.from_function`, exactly as `@mcp.tool()` builds them.
+
+Push, in the two protocol revisions one server answers:
+
+- 2025-11-25 (initialize handshake): a client sends `resources/subscribe`; later
+  `notify_resource_updated` sends `notifications/resources/updated` on that client's connection
+  channel (stdio pipe, or the GET SSE stream on Streamable HTTP, where a push made before the
+  client opened that stream is lost: no event store is configured). Connections are remembered
+  by a middleware and forgotten through each connection's exit stack when it closes.
+- 2026-07-28 (no handshake): a client holds a `subscriptions/listen` request open; the SDK's
+  `ListenHandler` forwards `ResourceUpdated` events published on an in-process
+  `InMemorySubscriptionBus`. Several replicas would need a `SubscriptionBus` over a shared
+  pub/sub instead.
+
+Both work from any task on the server's event loop, with no request in flight.
+
+What we found in the SDK (2.3.0) while writing this:
+
+- The per-client `Connection` (which owns the standalone outbound channel, the exit stack and
+  the raw `notify`) has no public accessor from a handler: `ServerRequestContext.session` is a
+  per-request `ServerSession` wrapping it as `_connection`. `_connection_of` reads that one
+  private attribute and fails loudly if it ever disappears.
+- Experimental capabilities (Claude Code's `claude/channel`) are only a parameter of
+  `Server.get_capabilities`; a small subclass fills them in so stdio and HTTP both advertise them.
+- A raw custom notification (`notifications/claude/channel` with `{content, meta}`) goes out
+  through the public `Connection.notify` (a raw, best-effort send on the standalone stream) to
+  2025-era connections. 2026-era connections are not sent custom notifications: that revision only
+  permits server messages on streams the client opened (a listen stream or a request's own
+  stream). The SDK client drops unknown notifications unless a `ClientExtension` binds the
+  method with a `NotificationBinding`; our end-to-end test does exactly that.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import anyio
+import mcp.types as types
+from mcp.server import NotificationOptions, Server
+from mcp.server.connection import Connection
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver.tools import Tool as _FunctionTool
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.shared.exceptions import MCPError
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+from starlette.applications import Starlette
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+
+__all__ = ["MailboxServer", "ToolOutput"]
+
+logger = logging.getLogger(__name__)
+
+_JSON_MIME: Final = "application/json"
+# A client that stopped reading must not stall a push to everyone else.
+_PUSH_TIMEOUT_S: Final = 5.0
+
+_Ctx = ServerRequestContext[dict[str, Any], Any]
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """A tool's answer in both shapes MCP carries: prose for the model, JSON for programs."""
+
+    text: str
+    structured: dict[str, Any]
+
+
+def _connection_of(ctx: _Ctx) -> Connection:
+    # No public accessor in 2.3.0; see the module docstring.
+    connection = getattr(ctx.session, "_connection", None)
+    if not isinstance(connection, Connection):
+        raise RuntimeError("mcp SDK changed: ServerSession no longer carries its Connection")
+    return connection
+
+
+def _error_result(err: AgentpostError) -> types.CallToolResult:
+    body = err.to_dict()
+    if err.retry_after_s is not None:
+        body["retry_after_s"] = err.retry_after_s
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"{err.code.value}: {err.message}")],
+        structured_content={"error": body},
+        is_error=True,
+    )
+
+
+def _invalid_arguments(exc: ValidationError) -> AgentpostError:
+    # Field paths and reasons only: the rejected values are the caller's data.
+    problems = [
+        (".".join(str(part) for part in e["loc"]) or "arguments", e["msg"]) for e in exc.errors()
+    ]
+    message = "; ".join(f"{field}: {msg}" for field, msg in problems)
+    return AgentpostError(
+        ErrorCode.INVALID_ARGUMENT,
+        message,
+        details={"fields": [{"field": field, "problem": msg} for field, msg in problems]},
+    )
+
+
+def _rpc_code(err: AgentpostError) -> int:
+    if err.code in (ErrorCode.NOT_FOUND, ErrorCode.INVALID_ARGUMENT):
+        return types.INVALID_PARAMS
+    return types.INTERNAL_ERROR
+
+
+def _resource_name(uri: str) -> str:
+    return uri.split("://", 1)[-1].strip("/") or uri
+
+
+class _LowLevelServer(Server[dict[str, Any]]):
+    """Advertises experimental capabilities on every path (initialize and server/discover)."""
+
+    experimental_capabilities: dict[str, dict[str, Any]] | None = None
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        return super().get_capabilities(
+            notification_options,
+            experimental_capabilities or self.experimental_capabilities,
+            extensions,
+            protocol_version=protocol_version,
+        )
+
+
+class _LegacyPeers:
+    """2025-era connections that can take server-initiated messages, each with its subscribed URIs.
+
+    Keyed by the SDK `Connection` (one per client connection on that revision), so a repeated
+    subscribe is idempotent and unsubscribe finds the entry a different request created.
+    """
+
+    def __init__(self) -> None:
+        self._uris: dict[Connection, set[str]] = {}
+
+    def track(self, connection: Connection) -> set[str]:
+        uris = self._uris.get(connection)
+        if uris is None:
+            uris = self._uris[connection] = set()
+            connection.exit_stack.callback(self._uris.pop, connection, None)
+        return uris
+
+    def all(self) -> list[Connection]:
+        return list(self._uris)
+
+    def subscribed_to(self, uri: str) -> list[Connection]:
+        return [connection for connection, uris in self._uris.items() if uri in uris]
+
+
+async def _push_all(
+    connections: Sequence[Connection], method: str, params: Mapping[str, Any]
+) -> None:
+    async def push(connection: Connection) -> None:
+        with anyio.move_on_after(_PUSH_TIMEOUT_S) as scope:
+            await connection.notify(method, params)  # best-effort: never raises
+        if scope.cancelled_caught:
+            logger.warning(
+                "dropped %s: a client did not take it within %ss", method, _PUSH_TIMEOUT_S
+            )
+
+    async with anyio.create_task_group() as tg:
+        for connection in connections:
+            tg.start_soon(push, connection)
+
+
+class MailboxServer:
+    """An MCP server offering async tools and JSON resources, and pushing resource changes.
+
+    One instance serves any number of connections, over stdio or Streamable HTTP, in both
+    protocol revisions at once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        instructions: str,
+        read_resource: Callable[[str], Awaitable[str]],
+        resource_uris: Sequence[str] = ("agentpost://inbox",),
+        *,
+        experimental_capabilities: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self._read = read_resource
+        self._resource_uris = tuple(resource_uris)
+        self._tools: dict[str, _FunctionTool] = {}
+        self._peers = _LegacyPeers()
+        self._bus = InMemorySubscriptionBus()
+        self._server = _LowLevelServer(
+            name,
+            version=version,
+            instructions=instructions,
+            get_tool_input_schema=self._input_schema,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            on_list_resources=self._list_resources,
+            on_read_resource=self._read_resource,
+            on_subscribe_resource=self._subscribe,
+            on_unsubscribe_resource=self._unsubscribe,
+            on_subscriptions_listen=ListenHandler(self._bus),
+        )
+        if experimental_capabilities:
+            self._server.experimental_capabilities = {
+                key: dict(value) for key, value in experimental_capabilities.items()
+            }
+        self._server.middleware.append(self._remember_connection)
+
+    # -- registration -------------------------------------------------------------------------
+
+    def add_tool(
+        self,
+        fn: Callable[..., Awaitable[ToolOutput]],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+    ) -> None:
+        """Register `fn`; its signature becomes the input schema, its docstring the default text.
+
+        Refused at registration rather than at call time: sync functions (they would run on a
+        worker thread, outside the store's transaction rules), SDK `Context` parameters (that
+        would leak the SDK into callers) and duplicate names.
+        """
+        tool = _FunctionTool.from_function(
+            fn, name=name, description=description, structured_output=False
+        )
+        if not tool.is_async:
+            raise TypeError(f"tool {tool.name!r} must be an async function")
+        if tool.context_kwarg is not None or tool.resolved_params:
+            raise TypeError(f"tool {tool.name!r} takes SDK-injected parameters; pass plain ones")
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    # -- push ---------------------------------------------------------------------------------
+
+    async def notify_resource_updated(self, uri: str) -> None:
+        """Tell every client subscribed to `uri` that it changed, in both protocol revisions.
+
+        Safe to call from a background task with no request in flight; a client that has gone
+        away or stopped reading is skipped rather than awaited.
+        """
+        await self._bus.publish(ResourceUpdated(uri=uri))
+        await _push_all(
+            self._peers.subscribed_to(uri), "notifications/resources/updated", {"uri": uri}
+        )
+
+    async def send_custom_notification(self, method: str, params: Mapping[str, Any]) -> int:
+        """Send an off-spec notification (e.g. `notifications/claude/channel`) to 2025-era clients.
+
+        Returns how many connections it was offered to. Clients that do not know the method drop
+        it; 2026-era clients are never sent one (see the module docstring).
+        """
+        connections = self._peers.all()
+        await _push_all(connections, method, params)
+        return len(connections)
+
+    # -- transports ---------------------------------------------------------------------------
+
+    async def run_stdio(self) -> None:
+        """Serve one client over stdin/stdout; returns once stdin closes."""
+        async with stdio_server() as (read_stream, write_stream):
+            await self._server.run(
+                read_stream, write_stream, self._server.create_initialization_options()
+            )
+
+    def streamable_http_app(
+        self, *, path: str = "/mcp", stateless: bool = False, json_response: bool = False
+    ) -> Starlette:
+        """A Starlette app serving Streamable HTTP at `path`.
+
+        When mounted inside another app, that app must run this one's lifespan (it owns the
+        session manager). The SDK turns on DNS-rebinding protection for localhost hosts.
+        """
+        return self._server.streamable_http_app(
+            streamable_http_path=path, stateless_http=stateless, json_response=json_response
+        )
+
+    # -- SDK handlers -------------------------------------------------------------------------
+
+    async def _remember_connection(self, ctx: _Ctx, call_next: CallNext) -> HandlerResult:
+        connection = _connection_of(ctx)
+        if (
+            connection.protocol_version not in MODERN_PROTOCOL_VERSIONS
+            and connection.has_standalone_channel
+        ):
+            self._peers.track(connection)
+        return await call_next(ctx)
+
+    def _input_schema(self, name: str) -> dict[str, Any] | None:
+        tool = self._tools.get(name)
+        return None if tool is None else tool.parameters
+
+    async def _list_tools(
+        self, ctx: _Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(name=t.name, description=t.description, input_schema=t.parameters)
+                for t in self._tools.values()
+            ]
+        )
+
+    async def _call_tool(
+        self, ctx: _Ctx, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        tool = self._tools.get(params.name)
+        if tool is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        try:
+            arguments = tool.fn_metadata.validate_arguments(params.arguments or {})
+        except ValidationError as exc:
+            return _error_result(_invalid_arguments(exc))
+        try:
+            output = await tool.fn_metadata.call_fn(tool.fn, True, arguments)
+            if not isinstance(output, ToolOutput):
+                raise TypeError(f"returned {type(output).__name__}, not ToolOutput")
+        except AgentpostError as err:
+            return _error_result(err)
+        except MCPError:
+            raise
+        except Exception:
+            # A bug, not a refusal: the text stays on the server.
+            logger.exception("tool %r raised an unexpected exception", tool.name)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=f"Error executing tool {tool.name}")],
+                is_error=True,
+            )
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=output.text)],
+            structured_content=output.structured,
+        )
+
+    async def _list_resources(
+        self, ctx: _Ctx, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(uri=uri, name=_resource_name(uri), mime_type=_JSON_MIME)
+                for uri in self._resource_uris
+            ]
+        )
+
+    async def _read_resource(
+        self, ctx: _Ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        try:
+            text = await self._read(params.uri)
+        except AgentpostError as err:
+            raise MCPError(
+                _rpc_code(err), f"{err.code.value}: {err.message}", err.to_dict()
+            ) from err
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=params.uri, text=text, mime_type=_JSON_MIME)]
+        )
+
+    async def _subscribe(
+        self, ctx: _Ctx, params: types.SubscribeRequestParams
+    ) -> types.EmptyResult:
+        # Any URI is accepted: one nobody publishes simply never fires (as on the listen path).
+        self._peers.track(_connection_of(ctx)).add(params.uri)
+        return types.EmptyResult()
+
+    async def _unsubscribe(
+        self, ctx: _Ctx, params: types.UnsubscribeRequestParams
+    ) -> types.EmptyResult:
+        self._peers.track(_connection_of(ctx)).discard(params.uri)
+        return types.EmptyResult()

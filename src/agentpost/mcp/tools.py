@@ -1,0 +1,219 @@
+"""The mailbox tools: each translates its arguments to one service call and back, nothing more."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agentpost.domain.models import Caller, Message
+from agentpost.mcp.adapter import MailboxServer, ToolOutput
+from agentpost.mcp.presenting import answer, messages_json
+from agentpost.services import PostOffice
+
+JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
+
+
+@dataclass
+class Desk:
+    """This connection's identity; `register` may move it to another name."""
+
+    caller: Caller
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> None:
+    mailbox, presence, rooms = office.mailbox, office.presence, office.channels
+
+    async def reply(
+        structured: dict[str, Any], summary: str, messages: list[Message] | None = None
+    ) -> ToolOutput:
+        return answer(structured, summary, await mailbox.notices(desk.caller), messages or [])
+
+    tools: list[Callable[..., Awaitable[ToolOutput]]] = []
+
+    def tool(fn: Callable[..., Awaitable[ToolOutput]]) -> Callable[..., Awaitable[ToolOutput]]:
+        tools.append(fn)
+        return fn
+
+    @tool
+    async def register(
+        name: str | None = None, description: str | None = None, objective: str | None = None
+    ) -> ToolOutput:
+        """Optional: take an agent name, and say what you are and what you are working on.
+
+        Sessions are registered automatically; call this only to choose a name (refused while
+        another live session holds it) or to set your description and objective.
+        """
+        if name is not None and name != desk.caller.agent:
+            desk.caller = await presence.rename_session(desk.caller, name)
+        await presence.update_profile(desk.caller, description=description, objective=objective)
+        return await whoami()
+
+    @tool
+    async def whoami() -> ToolOutput:
+        """Your agent name, session, project, branch and unread count."""
+        session = await presence.session(desk.caller.session_id or "")
+        out = {
+            "agent": desk.caller.agent,
+            "session_id": session.id,
+            "project": session.project,
+            "branch": session.branch,
+            "worktree": session.worktree,
+            "objective": session.objective,
+            "status": session.status.value,
+        }
+        return await reply(out, f"You are {desk.caller.agent} (project {session.project}).")
+
+    @tool
+    async def who(project: str | None = None, include_offline: bool = False) -> ToolOutput:
+        """Who is at work: each agent's project, branch, worktree, objective, status, presence."""
+        found = await presence.who(project, include_offline)
+        lines = [
+            f"- {p.name}{'' if p.online else ' (offline)'}: {p.project or '-'}@{p.branch or '-'}"
+            f" [{p.status.value}] {p.objective}"
+            for p in found
+        ]
+        summary = "\n".join([_count(len(found), "agent"), *lines])
+        return await reply({"agents": [p.to_dict() for p in found]}, summary)
+
+    @tool
+    async def set_status(
+        status: Literal["active", "idle", "blocked", "done"] | None = None,
+        objective: str | None = None,
+    ) -> ToolOutput:
+        """Tell the others your status (active, idle, blocked, done) and current objective."""
+        await presence.update_profile(desk.caller, status=status, objective=objective)
+        return await whoami()
+
+    @tool
+    async def send(
+        to: str | list[str],
+        body: str,
+        subject: str | None = None,
+        data: JSON = None,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+        priority: Literal["normal", "urgent"] = "normal",
+        ttl_s: float | None = None,
+        must_read: bool = False,
+    ) -> ToolOutput:
+        """Send a message to an agent, a list of agents, or a '#channel' ('#general' = everyone).
+
+        `data` carries structured JSON; `reply_to` a message id (the reply joins its thread);
+        `ttl_s` lets unread mail expire; `must_read` mail never expires unread.
+        """
+        sent = await mailbox.send(
+            desk.caller,
+            to,
+            body,
+            subject=subject,
+            data=data,
+            thread_id=thread_id,
+            reply_to=reply_to,
+            priority=priority,
+            ttl_s=ttl_s,
+            must_read=must_read,
+        )
+        where = f"#{sent.channel}" if sent.channel else ", ".join(sent.to)
+        return await reply(sent.to_dict(), f"Sent {sent.id} to {where} (thread {sent.thread_id}).")
+
+    @tool
+    async def inbox(
+        unread_only: bool = True,
+        limit: int = 20,
+        thread_id: str | None = None,
+        urgent_only: bool = False,
+        peek: bool = False,
+    ) -> ToolOutput:
+        """Read your mail, oldest first; it is marked read unless `peek`. `ack` what you handled."""
+        found = await mailbox.inbox(
+            desk.caller,
+            unread_only=unread_only,
+            limit=limit,
+            thread_id=thread_id,
+            urgent_only=urgent_only,
+            peek=peek,
+        )
+        summary = _count(len(found.messages), "message") if found.messages else "No new mail."
+        return await reply({"messages": messages_json(found.messages)}, summary, found.messages)
+
+    @tool
+    async def ack(ids: list[str]) -> ToolOutput:
+        """Acknowledge messages you handled (by id); the sender's receipt shows it."""
+        done = await mailbox.ack(desk.caller, ids)
+        summary = f"Acknowledged {len(done.acked)}; not found: {len(done.not_found)}."
+        return await reply(done.to_dict(), summary)
+
+    @tool
+    async def wait(timeout_s: float = 60, thread_id: str | None = None) -> ToolOutput:
+        """Block until unread mail arrives (then return it, marked read) or `timeout_s` passes."""
+        found = await mailbox.wait(desk.caller, timeout_s=timeout_s, thread_id=thread_id)
+        summary = (
+            "No mail before the timeout."
+            if found.timed_out
+            else _count(len(found.messages), "message")
+        )
+        structured = {"messages": messages_json(found.messages), "timed_out": found.timed_out}
+        return await reply(structured, summary, found.messages)
+
+    @tool
+    async def thread(thread_id: str, limit: int = 50) -> ToolOutput:
+        """Every message of a thread that you may see, oldest first."""
+        found = await mailbox.thread(desk.caller, thread_id, limit)
+        summary = f"Thread {thread_id}: {_count(len(found), 'message')}"
+        return await reply(
+            {"thread_id": thread_id, "messages": messages_json(found)}, summary, found
+        )
+
+    @tool
+    async def sent(limit: int = 20) -> ToolOutput:
+        """Your sent messages, newest first, with each recipient's state and times."""
+        found = await mailbox.sent(desk.caller, limit)
+        lines = [
+            f"- {s.message.id} to {', '.join(s.message.to)}: "
+            + (", ".join(f"{r.to}={r.state.value}" for r in s.receipts) or "no recipients")
+            for s in found
+        ]
+        summary = "\n".join([_count(len(found), "sent message"), *lines])
+        return await reply({"messages": [s.to_dict() for s in found]}, summary)
+
+    @tool
+    async def search(query: str, limit: int = 20) -> ToolOutput:
+        """Full-text search over the messages you may see, newest first."""
+        found = await mailbox.search(desk.caller, query, limit)
+        summary = f"{_count(len(found), 'match')} for {query!r}"
+        return await reply({"messages": messages_json(found)}, summary, found)
+
+    @tool
+    async def channels() -> ToolOutput:
+        """The channels: #general, project channels and joined ones, with member counts."""
+        found = await rooms.overview(desk.caller)
+        lines = [f"- #{c.name} ({c.members} members){' joined' if c.joined else ''}" for c in found]
+        summary = "\n".join([_count(len(found), "channel"), *lines])
+        return await reply({"channels": [c.to_dict() for c in found]}, summary)
+
+    @tool
+    async def join(channel: str) -> ToolOutput:
+        """Join a channel (creating it if new): you get its broadcasts and may read its history."""
+        info = await rooms.join(desk.caller, channel)
+        return await reply(info.to_dict(), f"Joined #{info.name}.")
+
+    @tool
+    async def leave(channel: str) -> ToolOutput:
+        """Leave a channel you joined."""
+        done = await rooms.leave(desk.caller, channel)
+        return await reply(done, f"Left {done['left']}.")
+
+    @tool
+    async def read_channel(channel: str, limit: int = 20, before: str | None = None) -> ToolOutput:
+        """A channel's history, oldest first: the newest `limit` messages (before a message id)."""
+        found = await rooms.history(desk.caller, channel, limit, before)
+        summary = f"{channel}: {_count(len(found), 'message')}"
+        return await reply({"channel": channel, "messages": messages_json(found)}, summary, found)
+
+    for fn in tools:
+        server.add_tool(fn)

@@ -1,0 +1,434 @@
+"""Messaging: send, read, acknowledge, wait, threads, receipts, search.
+
+Every operation is one transaction. The sender is always the caller; nothing in the arguments
+can name another sender. Refusals are raised before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from sqlalchemy import Connection
+
+from agentpost.config import Settings
+from agentpost.domain import limits as rules
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
+from agentpost.domain.ids import message_id as new_message_id
+from agentpost.domain.models import (
+    AckResult,
+    Caller,
+    Kind,
+    Message,
+    Priority,
+    SendResult,
+    SentMessage,
+)
+from agentpost.domain.names import POST_OFFICE, SYSTEM, check_channel, check_name
+from agentpost.services.channels import member_channels, members
+from agentpost.store import agents as agent_rows
+from agentpost.store import mail, rates
+from agentpost.store.database import Store
+
+MAX_THREAD_ID = 64
+PREVIEW_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Inbox:
+    messages: list[Message]
+    unread: int
+    timed_out: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Notices:
+    """What rides along on every answer: the unread count and urgent mail not yet announced."""
+
+    unread: int
+    urgent: list[Message]
+
+
+def _priority(value: str) -> Priority:
+    try:
+        return Priority(value)
+    except ValueError:
+        raise invalid("priority must be 'normal' or 'urgent'", priority=value) from None
+
+
+def _targets(to: str | Sequence[str]) -> tuple[list[str], str | None]:
+    """(names, None) for direct mail, ([], channel) for a broadcast."""
+    if isinstance(to, str):
+        if to.startswith("#"):
+            return [], check_channel(to)
+        return [check_name(to, "recipient")], None
+    if not isinstance(to, Sequence) or not to:
+        raise invalid("to must be a name, a list of names or '#channel'")
+    names = []
+    for name in to:
+        if not isinstance(name, str):
+            raise invalid("to must be a name, a list of names or '#channel'")
+        if name.startswith("#"):
+            raise invalid("a channel is sent to alone: to='#channel'")
+        names.append(check_name(name, "recipient"))
+    names = list(dict.fromkeys(names))
+    if len(names) > rules.MAX_RECIPIENTS:
+        raise invalid(f"at most {rules.MAX_RECIPIENTS} recipients per message")
+    return names, None
+
+
+def _thread_id(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_THREAD_ID:
+        raise invalid(f"thread_id must be a non-empty string of at most {MAX_THREAD_ID} chars")
+    return value
+
+
+class Mailbox:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+
+    @property
+    def limits(self) -> rules.Limits:
+        return self.settings.limits
+
+    # -- send --------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        caller: Caller,
+        to: str | Sequence[str],
+        body: str,
+        *,
+        subject: str | None = None,
+        data: Any = None,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+        priority: str = "normal",
+        ttl_s: float | None = None,
+        must_read: bool = False,
+        kind: Kind = Kind.MESSAGE,
+    ) -> SendResult:
+        if not isinstance(body, str) or not body.strip():
+            raise invalid("body must be non-empty text")
+        rules.check_body(body, self.limits)
+        subject = rules.check_subject(subject or "", self.limits)
+        data_json = rules.encode_data(data, self.limits)
+        level = _priority(priority)
+        ttl = rules.check_ttl(ttl_s)
+        if ttl is None:
+            ttl = self.settings.default_ttl_s
+        names, channel = _targets(to)
+        thread = _thread_id(thread_id)
+        roster = self.settings.agents
+
+        def tx(conn: Connection) -> SendResult:
+            now = self.store.clock()
+            self._check_sender(conn, caller)
+            self._count_send(conn, caller, now)
+            thread_of = thread
+            if reply_to is not None:
+                parent = mail.message_row(conn, reply_to)
+                visible = parent is not None and self._may_see(conn, caller.agent, parent)
+                if parent is None or not visible:
+                    raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
+                if thread_of is not None and thread_of != parent.thread_id:
+                    raise invalid("a reply stays in its parent's thread; omit thread_id")
+                thread_of = parent.thread_id
+            skipped: list[str] = []
+            if channel is None:
+                recipients = self._direct_recipients(conn, names, roster)
+                display = recipients
+            else:
+                recipients = self._channel_recipients(conn, caller.agent, channel)
+                display = [f"#{channel}"]
+            counts = mail.unacked_counts(conn, recipients) if recipients else {}
+            full = [n for n in recipients if counts.get(n, 0) >= self.limits.max_unacked]
+            if full and channel is None:
+                raise AgentpostError(
+                    ErrorCode.INBOX_FULL,
+                    f"the inbox of {', '.join(full)} holds {self.limits.max_unacked} "
+                    "unacknowledged messages; it takes new mail once they ack",
+                    details={"full": full},
+                    retry_after_s=60,
+                )
+            if full:
+                skipped = full
+                recipients = [n for n in recipients if n not in full]
+            mid = new_message_id(now)
+            expires_at = now + ttl if ttl else None
+            seq = mail.insert_message(
+                conn,
+                id=mid,
+                sender=caller.agent,
+                recipients=json.dumps(display),
+                channel=channel,
+                kind=kind.value,
+                subject=subject,
+                body=body,
+                data=data_json,
+                thread_id=thread_of or mid,
+                reply_to=reply_to,
+                priority=level.value,
+                must_read=must_read,
+                created_at=now,
+                expires_at=expires_at,
+                trust=caller.trust.value,
+            )
+            if recipients:
+                mail.insert_deliveries(
+                    conn,
+                    seq,
+                    recipients,
+                    urgent=level is Priority.URGENT,
+                    expires_at=None if must_read else expires_at,
+                )
+            return SendResult(mid, thread_of or mid, recipients, channel, skipped)
+
+        return await self.store.write(tx)
+
+    def _check_sender(self, conn: Connection, caller: Caller) -> None:
+        row = agent_rows.get_agent(conn, caller.agent)
+        if row is None:
+            raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
+        if row.disabled_at is not None:
+            raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
+
+    def _count_send(self, conn: Connection, caller: Caller, now: float) -> None:
+        limit = self.limits.send_rate_per_minute
+        count, reset_s = rates.hit(conn, self.store.dialect, f"send:{caller.agent}", now, 60)
+        if count > limit:
+            raise AgentpostError(
+                ErrorCode.RATE_LIMITED,
+                f"{caller.agent} may send {limit} messages a minute",
+                details={"limit": limit},
+                retry_after_s=max(1.0, round(reset_s, 1)),
+            )
+
+    def _direct_recipients(
+        self, conn: Connection, names: list[str], roster: list[str] | None
+    ) -> list[str]:
+        known = agent_rows.existing_names(conn, names)
+        for name in names:
+            if name not in known:
+                if roster is not None and name in roster:
+                    agent_rows.create_agent(conn, name, now=self.store.clock())
+                    continue
+                raise AgentpostError(
+                    ErrorCode.UNKNOWN_RECIPIENT,
+                    f"no agent named {name!r}; `who` with include_offline lists them",
+                    details={"recipient": name},
+                )
+            if not known[name]:
+                raise AgentpostError(ErrorCode.GONE, f"agent {name!r} is disabled")
+            if roster is not None and name not in roster:
+                raise AgentpostError(
+                    ErrorCode.UNKNOWN_RECIPIENT,
+                    f"{name!r} is not on the roster",
+                    details={"recipient": name},
+                )
+        return names
+
+    def _channel_recipients(self, conn: Connection, sender: str, channel: str) -> list[str]:
+        if channel not in member_channels(conn, sender):
+            everyone = members(conn, channel)
+            if not everyone:
+                raise not_found(f"no channel #{channel}", channel=f"#{channel}")
+            raise forbidden(f"join #{channel} before you post to it", channel=f"#{channel}")
+        return [n for n in members(conn, channel) if n != sender and n not in (SYSTEM, POST_OFFICE)]
+
+    def _may_see(self, conn: Connection, reader: str, row: Any) -> bool:
+        if row.sender == reader:
+            return True
+        if row.channel is not None and row.channel in member_channels(conn, reader):
+            return True
+        return mail.delivery_state(conn, reader, row.seq) is not None
+
+    # -- read ----------------------------------------------------------------------------------
+
+    async def inbox(
+        self,
+        caller: Caller,
+        *,
+        unread_only: bool = True,
+        limit: int = 20,
+        thread_id: str | None = None,
+        urgent_only: bool = False,
+        peek: bool = False,
+    ) -> Inbox:
+        rules.check_limit(limit)
+        thread = _thread_id(thread_id)
+
+        def fetch(conn: Connection) -> Inbox:
+            now = self.store.clock()
+            if not peek:
+                mail.expire_due(conn, now, caller.agent)
+            found = mail.inbox_rows(
+                conn,
+                caller.agent,
+                now=now,
+                unread_only=unread_only,
+                limit=limit,
+                thread_id=thread,
+                urgent_only=urgent_only,
+            )
+            states = {r.seq: r.delivery_state for r in found}
+            if not peek:
+                fresh = [r.seq for r in found if r.delivery_state == "queued"]
+                mail.mark_read(conn, caller.agent, fresh, now)
+                states.update(dict.fromkeys(fresh, "read"))
+            out = [mail.message_from_row(r, states[r.seq]) for r in found]
+            return Inbox(out, mail.unread_count(conn, caller.agent, now))
+
+        if peek:
+            return await self.store.read(fetch)
+        return await self.store.write(fetch)
+
+    async def wait(
+        self, caller: Caller, *, timeout_s: float = 60, thread_id: str | None = None
+    ) -> Inbox:
+        """Block until unread mail is there (then read it, as `inbox` does) or the time is up."""
+        timeout = rules.check_timeout(timeout_s, self.limits)
+        thread = _thread_id(thread_id)
+        deadline = self.store.clock() + timeout
+        while True:
+            version = self.store.version
+            waiting = await self.inbox(caller, thread_id=thread, peek=True, limit=1)
+            if waiting.messages:
+                found = await self.inbox(caller, thread_id=thread)
+                if found.messages:
+                    return found
+                continue
+            remaining = deadline - self.store.clock()
+            if remaining <= 0:
+                return Inbox([], waiting.unread, timed_out=True)
+            await self.store.wait_changed(version, remaining)
+
+    async def ack(self, caller: Caller, ids: Sequence[str]) -> AckResult:
+        if isinstance(ids, str):
+            ids = [ids]
+        if not isinstance(ids, Sequence) or not all(isinstance(i, str) for i in ids):
+            raise invalid("ids must be a list of message ids")
+        if len(ids) > rules.MAX_LIMIT:
+            raise invalid(f"at most {rules.MAX_LIMIT} ids per ack")
+        wanted = list(dict.fromkeys(ids))
+
+        def tx(conn: Connection) -> AckResult:
+            acked = mail.ack(conn, caller.agent, wanted, self.store.clock())
+            return AckResult(acked, [i for i in wanted if i not in acked])
+
+        return await self.store.write(tx)
+
+    async def thread(self, caller: Caller, thread_id: str, limit: int = 50) -> list[Message]:
+        thread = _thread_id(thread_id)
+        rules.check_limit(limit)
+
+        def tx(conn: Connection) -> list[Message]:
+            channels = member_channels(conn, caller.agent)
+            found = mail.thread_rows(conn, caller.agent, channels, thread or "", limit)
+            return [mail.message_from_row(r, r.delivery_state) for r in found]
+
+        found = await self.store.read(tx)
+        if not found:
+            raise not_found(f"no thread {thread_id!r} with messages you can see")
+        return found
+
+    async def get(self, caller: Caller, message_id: str) -> Message:
+        def tx(conn: Connection) -> Message | None:
+            row = mail.message_row(conn, message_id)
+            if row is None or not self._may_see(conn, caller.agent, row):
+                return None
+            return mail.message_from_row(row, mail.delivery_state(conn, caller.agent, row.seq))
+
+        found = await self.store.read(tx)
+        if found is None:
+            raise not_found(f"no message {message_id!r} that you can see")
+        return found
+
+    async def sent(self, caller: Caller, limit: int = 20) -> list[SentMessage]:
+        rules.check_limit(limit)
+
+        def tx(conn: Connection) -> list[SentMessage]:
+            found = mail.sent_rows(conn, caller.agent, limit)
+            receipts = mail.receipts(conn, [r.seq for r in found], self.store.clock())
+            return [SentMessage(mail.message_from_row(r), receipts[r.seq]) for r in found]
+
+        return await self.store.read(tx)
+
+    async def search(self, caller: Caller, query: str, limit: int = 20) -> list[Message]:
+        rules.check_limit(limit)
+        words = query.split() if isinstance(query, str) else []
+        if not words:
+            raise invalid("query must contain at least one word")
+        if len(query) > 500:
+            raise invalid("query is over 500 characters")
+
+        def tx(conn: Connection) -> list[Message]:
+            channels = member_channels(conn, caller.agent)
+            found = mail.search_rows(conn, self.store.dialect, caller.agent, channels, words, limit)
+            return [mail.message_from_row(r, r.delivery_state) for r in found]
+
+        return await self.store.read(tx)
+
+    # -- piggyback ---------------------------------------------------------------------------
+
+    async def notices(self, caller: Caller) -> Notices:
+        """Unread count, and urgent mail this session has not been told of (each told once)."""
+
+        def look(conn: Connection) -> tuple[int, list[Any]]:
+            now = self.store.clock()
+            cursor = 0
+            if caller.session_id is not None:
+                session = agent_rows.get_session(conn, caller.session_id)
+                cursor = int(session.urgent_cursor) if session is not None else 0
+            urgent = mail.urgent_since(conn, caller.agent, cursor, now) if caller.session_id else []
+            return mail.unread_count(conn, caller.agent, now), urgent
+
+        unread, urgent = await self.store.read(look)
+        if urgent and caller.session_id is not None:
+            newest = max(r.seq for r in urgent)
+            session_id = caller.session_id
+
+            def advance(conn: Connection) -> None:
+                session = agent_rows.get_session(conn, session_id)
+                if session is not None and session.urgent_cursor < newest:
+                    agent_rows.update_session(conn, session_id, urgent_cursor=newest)
+
+            await self.store.write(advance)
+        return Notices(unread, [mail.message_from_row(r, r.delivery_state) for r in urgent])
+
+    async def arrivals(self, caller: Callable[[], Caller]) -> AsyncIterator[int]:
+        """Yield each time new mail has been delivered to the caller (never marks it read).
+
+        Woken by the store's change signal, so a waiting session costs nothing while idle.
+        `caller` is asked afresh each round: a session may change its name.
+        """
+        newest = await self.store.read(lambda c: mail.newest_delivery_seq(c, caller().agent))
+        while True:
+            version = self.store.version
+            latest = await self.store.read(lambda c: mail.newest_delivery_seq(c, caller().agent))
+            if latest > newest:
+                newest = latest
+                yield latest
+            await self.store.wait_changed(version, None)
+
+    async def follow(self, *, backlog: int = 0) -> AsyncIterator[Message]:
+        """Every new message in the post office, as it is stored: the owner's live view.
+
+        Starts with the last `backlog` messages; never marks anything read.
+        """
+        cursor = await self.store.read(mail.newest_seq)
+        cursor = max(0, cursor - backlog)
+        while True:
+            version = self.store.version
+            found = await self.store.read(partial(mail.messages_after, after_seq=cursor, limit=200))
+            for row in found:
+                cursor = row.seq
+                yield mail.message_from_row(row)
+            if len(found) < 200:
+                await self.store.wait_changed(version, None)

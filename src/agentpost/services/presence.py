@@ -1,0 +1,270 @@
+"""Agents, sessions and presence: who is at work, where, on what.
+
+A session is one live connection of an agent. Local sessions carry their pid: one whose process
+is gone is offline at once, whatever its last heartbeat said.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from sqlalchemy import Connection, Row
+
+from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
+from agentpost.domain.ids import session_id as new_session_id
+from agentpost.domain.models import Caller, Presence, SessionInfo, Status
+from agentpost.domain.names import OWNER, POST_OFFICE, SYSTEM, check_name
+from agentpost.services.local_identity import LocalContext, pid_alive, this_host
+from agentpost.store import agents as rows
+from agentpost.store import mail
+from agentpost.store.database import Store
+
+MAX_SUFFIX = 99
+
+
+def _check_text(value: str | None, what: str, limit: int = 2000) -> str | None:
+    if value is not None and len(value) > limit:
+        raise AgentpostError(ErrorCode.TOO_LARGE, f"{what} is over {limit} characters")
+    return value
+
+
+def check_status(status: str | None) -> Status | None:
+    if status is None:
+        return None
+    try:
+        return Status(status)
+    except ValueError:
+        raise invalid(
+            f"status must be one of {', '.join(s.value for s in Status)}", status=status
+        ) from None
+
+
+class PresenceService:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+
+    # -- identities -------------------------------------------------------------------------
+
+    def _check_identity(self, name: str) -> None:
+        check_name(name)
+        if name in (SYSTEM, POST_OFFICE):
+            raise forbidden(f"{name!r} is reserved for the post office")
+        roster = self.settings.agents
+        if roster is not None and name not in roster and name != OWNER:
+            raise forbidden(
+                f"{name!r} is not on the roster (config `agents`)", roster=sorted(roster)
+            )
+
+    def ensure_agent_tx(self, conn: Connection, name: str, project: str | None = None) -> None:
+        row = rows.get_agent(conn, name)
+        if row is None:
+            rows.create_agent(conn, name, now=self.store.clock(), project=project)
+        elif row.disabled_at is not None:
+            raise AgentpostError(ErrorCode.GONE, f"agent {name!r} is disabled")
+
+    async def ensure_agent(self, name: str) -> Caller:
+        """The identity the CLI acts as: created on first use, checked against the roster."""
+        self._check_identity(name)
+        await self.store.write(lambda conn: self.ensure_agent_tx(conn, name))
+        return Caller(agent=name)
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    async def _end_dead_local_sessions(self, agent: str | None = None) -> None:
+        """End live-looking sessions of this host whose process is gone."""
+        now = self.store.clock()
+        host = this_host()
+        live = await self.store.read(
+            lambda conn: rows.live_sessions(conn, now, self.settings.offline_after_s, agent=agent)
+        )
+        dead = [s.id for s in live if s.host == host and s.pid and not pid_alive(s.pid)]
+        if dead:
+            await self.store.write(lambda conn: rows.end_sessions(conn, dead, self.store.clock()))
+
+    async def open_local_session(
+        self, context: LocalContext, *, name: str | None = None, objective: str = ""
+    ) -> SessionInfo:
+        """Register this process as a session: the given name, or one derived from git."""
+        derived = name is None
+        base = context.derived_name if name is None else name
+        self._check_identity(base)
+        await self._end_dead_local_sessions()
+
+        def tx(conn: Connection) -> SessionInfo:
+            now = self.store.clock()
+            chosen = base
+            if derived:
+                chosen = self._free_derived_name(conn, base, now)
+            self.ensure_agent_tx(conn, chosen, context.project)
+            rows.update_agent(conn, chosen, project=context.project)
+            session = SessionInfo(
+                id=new_session_id(now),
+                agent=chosen,
+                transport="stdio",
+                host=context.host,
+                pid=context.pid,
+                project=context.project,
+                worktree=context.worktree,
+                branch=context.branch,
+                objective=objective,
+                status=Status.ACTIVE,
+                started_at=now,
+                heartbeat_at=now,
+                ended_at=None,
+            )
+            rows.open_session(conn, session, derived_name=derived)
+            # Urgent previews start from here: older urgent mail is already in the inbox.
+            rows.update_session(
+                conn, session.id, urgent_cursor=mail.newest_delivery_seq(conn, chosen)
+            )
+            return session
+
+        return await self.store.write(tx)
+
+    def _free_derived_name(self, conn: Connection, base: str, now: float) -> str:
+        live = {s.agent for s in rows.live_sessions(conn, now, self.settings.offline_after_s)}
+        for n in range(1, MAX_SUFFIX + 1):
+            candidate = base if n == 1 else f"{base[:60]}-{n}"
+            if candidate in live:
+                continue
+            existing = rows.get_agent(conn, candidate)
+            if existing is None or existing.disabled_at is None:
+                self._check_identity(candidate)
+                return candidate
+        raise AgentpostError(
+            ErrorCode.CONFLICT, f"every name from {base!r} to -{MAX_SUFFIX} is live"
+        )
+
+    async def rename_session(self, caller: Caller, name: str) -> Caller:
+        """Move the caller's session to another agent name (refused while someone holds it)."""
+        self._check_identity(name)
+        if caller.session_id is None:
+            raise invalid("only a session can take a name")
+        await self._end_dead_local_sessions(name)
+
+        def tx(conn: Connection) -> None:
+            now = self.store.clock()
+            if name != caller.agent:
+                holders = rows.live_sessions(conn, now, self.settings.offline_after_s, agent=name)
+                if holders:
+                    raise AgentpostError(
+                        ErrorCode.CONFLICT, f"{name!r} is held by another live session"
+                    )
+            session = rows.get_session(conn, caller.session_id or "")
+            project = session.project if session is not None else None
+            self.ensure_agent_tx(conn, name, project)
+            rows.update_agent(conn, name, project=project)
+            rows.update_session(
+                conn,
+                caller.session_id or "",
+                agent=name,
+                derived_name=False,
+                urgent_cursor=mail.newest_delivery_seq(conn, name),
+            )
+
+        await self.store.write(tx)
+        return Caller(agent=name, session_id=caller.session_id, trust=caller.trust)
+
+    async def update_profile(
+        self,
+        caller: Caller,
+        *,
+        description: str | None = None,
+        objective: str | None = None,
+        status: str | None = None,
+    ) -> None:
+        _check_text(description, "description")
+        _check_text(objective, "objective")
+        checked = check_status(status)
+
+        def tx(conn: Connection) -> None:
+            if description is not None:
+                rows.update_agent(conn, caller.agent, description=description)
+            values: dict[str, Any] = {"heartbeat_at": self.store.clock()}
+            if objective is not None:
+                values["objective"] = objective
+            if checked is not None:
+                values["status"] = checked.value
+            if caller.session_id is not None:
+                rows.update_session(conn, caller.session_id, **values)
+
+        await self.store.write(tx)
+
+    async def heartbeat(self, session_id: str) -> None:
+        await self.store.write(
+            lambda conn: rows.update_session(conn, session_id, heartbeat_at=self.store.clock())
+        )
+
+    async def end_session(self, session_id: str) -> None:
+        await self.store.write(
+            lambda conn: rows.end_sessions(conn, [session_id], self.store.clock())
+        )
+
+    # -- reading presence -----------------------------------------------------------------------
+
+    async def session(self, session_id: str) -> SessionInfo:
+        row = await self.store.read(lambda conn: rows.get_session(conn, session_id))
+        if row is None:
+            raise not_found(f"no session {session_id!r}")
+        return _session_info(row)
+
+    async def who(
+        self, project: str | None = None, include_offline: bool = False
+    ) -> list[Presence]:
+        await self._end_dead_local_sessions()
+        now = self.store.clock()
+
+        def tx(conn: Connection) -> tuple[list[Row[Any]], Counter[str]]:
+            live = rows.live_sessions(conn, now, self.settings.offline_after_s)
+            return rows.presence_rows(conn, project), Counter(s.agent for s in live)
+
+        found, online = await self.store.read(tx)
+        out = []
+        for row in found:
+            if row.name in (SYSTEM, POST_OFFICE):
+                continue
+            is_online = row.name in online
+            if not (is_online or include_offline):
+                continue
+            out.append(
+                Presence(
+                    name=row.name,
+                    description=row.description,
+                    project=row.project or row.agent_project,
+                    branch=row.branch,
+                    worktree=row.worktree,
+                    objective=row.objective or "",
+                    status=rows.status_of(row.status),
+                    online=is_online,
+                    last_seen_s=None
+                    if row.heartbeat_at is None
+                    else round(max(0.0, now - row.heartbeat_at), 1),
+                    sessions=online[row.name],
+                )
+            )
+        return out
+
+    async def agent_names(self) -> list[str]:
+        names = await self.store.read(rows.enabled_agent_names)
+        return [n for n in names if n not in (SYSTEM, POST_OFFICE)]
+
+
+def _session_info(row: Row[Any]) -> SessionInfo:
+    return SessionInfo(
+        id=row.id,
+        agent=row.agent,
+        transport=row.transport,
+        host=row.host,
+        pid=row.pid,
+        project=row.project,
+        worktree=row.worktree,
+        branch=row.branch,
+        objective=row.objective,
+        status=rows.status_of(row.status),
+        started_at=row.started_at,
+        heartbeat_at=row.heartbeat_at,
+        ended_at=row.ended_at,
+    )

@@ -1,0 +1,168 @@
+"""Queries on agents and their sessions (presence)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, func, insert, or_, select, update
+
+from agentpost.domain.models import SessionInfo, Status
+from agentpost.store.schema import agents, sessions
+
+
+def get_agent(conn: Connection, name: str) -> Row[Any] | None:
+    return conn.execute(select(agents).where(agents.c.name == name)).first()
+
+
+def existing_names(conn: Connection, names: Sequence[str]) -> dict[str, bool]:
+    """name -> enabled, for those of `names` that exist."""
+    rows = conn.execute(
+        select(agents.c.name, agents.c.disabled_at).where(agents.c.name.in_(list(names)))
+    )
+    return {row.name: row.disabled_at is None for row in rows}
+
+
+def create_agent(
+    conn: Connection,
+    name: str,
+    *,
+    now: float,
+    project: str | None = None,
+    description: str = "",
+    trust: str = "verified",
+) -> None:
+    conn.execute(
+        insert(agents).values(
+            name=name,
+            project=project,
+            description=description,
+            capabilities=json.dumps([]),
+            trust=trust,
+            created_at=now,
+        )
+    )
+
+
+def update_agent(conn: Connection, name: str, **values: Any) -> None:
+    if values:
+        conn.execute(update(agents).where(agents.c.name == name).values(**values))
+
+
+def enabled_agent_names(conn: Connection) -> list[str]:
+    rows = conn.execute(
+        select(agents.c.name).where(agents.c.disabled_at.is_(None)).order_by(agents.c.name)
+    )
+    return [row.name for row in rows]
+
+
+def project_agent_names(conn: Connection, project: str) -> list[str]:
+    rows = conn.execute(
+        select(agents.c.name).where(agents.c.project == project, agents.c.disabled_at.is_(None))
+    )
+    return [row.name for row in rows]
+
+
+def projects(conn: Connection) -> list[str]:
+    rows = conn.execute(
+        select(agents.c.project)
+        .where(agents.c.project.is_not(None), agents.c.disabled_at.is_(None))
+        .distinct()
+    )
+    return sorted(row.project for row in rows)
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+def live_condition(now: float, offline_after_s: float) -> Any:
+    return and_(sessions.c.ended_at.is_(None), sessions.c.heartbeat_at > now - offline_after_s)
+
+
+def open_session(conn: Connection, session: SessionInfo, *, derived_name: bool) -> None:
+    conn.execute(
+        insert(sessions).values(
+            id=session.id,
+            agent=session.agent,
+            transport=session.transport,
+            host=session.host,
+            pid=session.pid,
+            project=session.project,
+            worktree=session.worktree,
+            branch=session.branch,
+            objective=session.objective,
+            status=session.status.value,
+            derived_name=derived_name,
+            started_at=session.started_at,
+            heartbeat_at=session.heartbeat_at,
+        )
+    )
+
+
+def live_sessions(
+    conn: Connection, now: float, offline_after_s: float, *, agent: str | None = None
+) -> list[Row[Any]]:
+    query = select(sessions).where(live_condition(now, offline_after_s))
+    if agent is not None:
+        query = query.where(sessions.c.agent == agent)
+    return list(conn.execute(query))
+
+
+def get_session(conn: Connection, session_id: str) -> Row[Any] | None:
+    return conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+
+
+def update_session(conn: Connection, session_id: str, **values: Any) -> None:
+    conn.execute(update(sessions).where(sessions.c.id == session_id).values(**values))
+
+
+def end_sessions(conn: Connection, session_ids: Sequence[str], now: float) -> None:
+    if session_ids:
+        conn.execute(
+            update(sessions)
+            .where(sessions.c.id.in_(list(session_ids)), sessions.c.ended_at.is_(None))
+            .values(ended_at=now)
+        )
+
+
+def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
+    """Each enabled agent with its freshest session (if any), newest first."""
+    latest = (
+        select(sessions.c.agent, func.max(sessions.c.heartbeat_at).label("heartbeat_at"))
+        .group_by(sessions.c.agent)
+        .subquery()
+    )
+    query = (
+        select(
+            agents.c.name,
+            agents.c.description,
+            agents.c.project.label("agent_project"),
+            sessions.c.id.label("session_id"),
+            sessions.c.project,
+            sessions.c.branch,
+            sessions.c.worktree,
+            sessions.c.objective,
+            sessions.c.status,
+            sessions.c.heartbeat_at,
+            sessions.c.ended_at,
+        )
+        .select_from(agents)
+        .outerjoin(latest, latest.c.agent == agents.c.name)
+        .outerjoin(
+            sessions,
+            and_(
+                sessions.c.agent == agents.c.name,
+                sessions.c.heartbeat_at == latest.c.heartbeat_at,
+            ),
+        )
+        .where(agents.c.disabled_at.is_(None))
+        .order_by(agents.c.name)
+    )
+    if project is not None:
+        query = query.where(or_(agents.c.project == project, sessions.c.project == project))
+    return list(conn.execute(query))
+
+
+def status_of(value: str | None) -> Status:
+    return Status(value) if value else Status.IDLE

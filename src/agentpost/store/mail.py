@@ -1,0 +1,327 @@
+"""Queries on messages and deliveries: the log, each recipient's inbox, receipts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, exists, func, insert, or_, select, update
+
+from agentpost.domain.models import (
+    DeliveryState,
+    Kind,
+    Message,
+    Priority,
+    Receipt,
+    Trust,
+)
+from agentpost.store.schema import deliveries, messages
+
+OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
+
+
+def message_from_row(row: Row[Any], state: str | None = None) -> Message:
+    return Message(
+        id=row.id,
+        sender=row.sender,
+        to=json.loads(row.recipients),
+        channel=row.channel,
+        kind=Kind(row.kind),
+        subject=row.subject,
+        body=row.body,
+        data=None if row.data is None else json.loads(row.data),
+        thread_id=row.thread_id,
+        reply_to=row.reply_to,
+        priority=Priority(row.priority),
+        must_read=bool(row.must_read),
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        trust=Trust(row.trust),
+        state=DeliveryState(state) if state else None,
+        seq=row.seq,
+    )
+
+
+def insert_message(conn: Connection, **values: Any) -> int:
+    result = conn.execute(insert(messages).values(**values).returning(messages.c.seq))
+    return int(result.scalar_one())
+
+
+def insert_deliveries(
+    conn: Connection,
+    seq: int,
+    recipients: Sequence[str],
+    *,
+    urgent: bool,
+    expires_at: float | None,
+) -> None:
+    conn.execute(
+        insert(deliveries),
+        [
+            {
+                "recipient": name,
+                "message_seq": seq,
+                "state": DeliveryState.QUEUED.value,
+                "urgent": urgent,
+                "expires_at": expires_at,
+            }
+            for name in recipients
+        ],
+    )
+
+
+def unacked_counts(conn: Connection, names: Sequence[str]) -> dict[str, int]:
+    rows = conn.execute(
+        select(deliveries.c.recipient, func.count())
+        .where(deliveries.c.recipient.in_(list(names)), deliveries.c.state.in_(OPEN_STATES))
+        .group_by(deliveries.c.recipient)
+    )
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def _due(now: float) -> Any:
+    return and_(
+        deliveries.c.state == DeliveryState.QUEUED.value,
+        deliveries.c.expires_at.is_not(None),
+        deliveries.c.expires_at <= now,
+    )
+
+
+def expire_due(conn: Connection, now: float, recipient: str | None = None) -> int:
+    """Turn unread mail past its TTL into tombstones (must_read mail has no expiry)."""
+    condition = _due(now)
+    if recipient is not None:
+        condition = and_(deliveries.c.recipient == recipient, condition)
+    result = conn.execute(
+        update(deliveries)
+        .where(condition)
+        .values(state=DeliveryState.EXPIRED.value, expired_at=now)
+    )
+    return int(result.rowcount)
+
+
+def _not_due(now: float) -> Any:
+    return or_(deliveries.c.expires_at.is_(None), deliveries.c.expires_at > now)
+
+
+def unread_count(conn: Connection, recipient: str, now: float) -> int:
+    return int(
+        conn.execute(
+            select(func.count()).where(
+                deliveries.c.recipient == recipient,
+                deliveries.c.state == DeliveryState.QUEUED.value,
+                _not_due(now),
+            )
+        ).scalar_one()
+    )
+
+
+def inbox_rows(
+    conn: Connection,
+    recipient: str,
+    *,
+    now: float,
+    unread_only: bool,
+    limit: int,
+    thread_id: str | None = None,
+    urgent_only: bool = False,
+    after_seq: int | None = None,
+) -> list[Row[Any]]:
+    """Oldest first: an inbox is worked through in the order mail arrived."""
+    states = [DeliveryState.QUEUED.value] if unread_only else [*OPEN_STATES, "acked"]
+    query = (
+        select(messages, deliveries.c.state.label("delivery_state"))
+        .join(deliveries, deliveries.c.message_seq == messages.c.seq)
+        .where(
+            deliveries.c.recipient == recipient,
+            deliveries.c.state.in_(states),
+            _not_due(now),
+        )
+        .order_by(deliveries.c.message_seq)
+        .limit(limit)
+    )
+    if thread_id is not None:
+        query = query.where(messages.c.thread_id == thread_id)
+    if urgent_only:
+        query = query.where(deliveries.c.urgent.is_(True))
+    if after_seq is not None:
+        query = query.where(deliveries.c.message_seq > after_seq)
+    return list(conn.execute(query))
+
+
+def mark_read(conn: Connection, recipient: str, seqs: Sequence[int], now: float) -> None:
+    if seqs:
+        conn.execute(
+            update(deliveries)
+            .where(
+                deliveries.c.recipient == recipient,
+                deliveries.c.message_seq.in_(list(seqs)),
+                deliveries.c.state == DeliveryState.QUEUED.value,
+            )
+            .values(state=DeliveryState.READ.value, read_at=now)
+        )
+
+
+def ack(conn: Connection, recipient: str, ids: Sequence[str], now: float) -> list[str]:
+    """Acknowledge the caller's own deliveries; returns the ids that are (now) acked."""
+    rows = conn.execute(
+        select(messages.c.id, messages.c.seq, deliveries.c.state)
+        .join(deliveries, deliveries.c.message_seq == messages.c.seq)
+        .where(deliveries.c.recipient == recipient, messages.c.id.in_(list(ids)))
+    ).all()
+    ackable = {row.id: row for row in rows if row.state != DeliveryState.EXPIRED.value}
+    to_update = [row.seq for row in ackable.values() if row.state in OPEN_STATES]
+    if to_update:
+        conn.execute(
+            update(deliveries)
+            .where(deliveries.c.recipient == recipient, deliveries.c.message_seq.in_(to_update))
+            .values(
+                state=DeliveryState.ACKED.value,
+                acked_at=now,
+                read_at=func.coalesce(deliveries.c.read_at, now),
+            )
+        )
+    return [i for i in ids if i in ackable]
+
+
+def urgent_since(conn: Connection, recipient: str, cursor: int, now: float) -> list[Row[Any]]:
+    return list(
+        conn.execute(
+            select(messages, deliveries.c.state.label("delivery_state"))
+            .join(deliveries, deliveries.c.message_seq == messages.c.seq)
+            .where(
+                deliveries.c.recipient == recipient,
+                deliveries.c.urgent.is_(True),
+                deliveries.c.state == DeliveryState.QUEUED.value,
+                deliveries.c.message_seq > cursor,
+                _not_due(now),
+            )
+            .order_by(deliveries.c.message_seq)
+            .limit(20)
+        )
+    )
+
+
+def newest_delivery_seq(conn: Connection, recipient: str) -> int:
+    value = conn.execute(
+        select(func.max(deliveries.c.message_seq)).where(deliveries.c.recipient == recipient)
+    ).scalar()
+    return int(value or 0)
+
+
+def message_row(conn: Connection, message_id: str) -> Row[Any] | None:
+    return conn.execute(select(messages).where(messages.c.id == message_id)).first()
+
+
+def delivery_state(conn: Connection, recipient: str, seq: int) -> str | None:
+    return conn.execute(
+        select(deliveries.c.state).where(
+            deliveries.c.recipient == recipient, deliveries.c.message_seq == seq
+        )
+    ).scalar()
+
+
+def visible_to(reader: str, channels: Iterable[str]) -> Any:
+    """What `reader` may see: what they sent, what was delivered to them, their channels."""
+    delivered = exists().where(
+        deliveries.c.message_seq == messages.c.seq, deliveries.c.recipient == reader
+    )
+    return or_(messages.c.sender == reader, delivered, messages.c.channel.in_(list(channels)))
+
+
+def _with_reader_state(reader: str) -> Any:
+    return (
+        select(deliveries.c.state)
+        .where(deliveries.c.message_seq == messages.c.seq, deliveries.c.recipient == reader)
+        .scalar_subquery()
+        .label("delivery_state")
+    )
+
+
+def thread_rows(
+    conn: Connection, reader: str, channels: Iterable[str], thread_id: str, limit: int
+) -> list[Row[Any]]:
+    return list(
+        conn.execute(
+            select(messages, _with_reader_state(reader))
+            .where(messages.c.thread_id == thread_id, visible_to(reader, channels))
+            .order_by(messages.c.seq)
+            .limit(limit)
+        )
+    )
+
+
+def channel_rows(
+    conn: Connection, reader: str, channel: str, limit: int, before_seq: int | None
+) -> list[Row[Any]]:
+    """The newest `limit` messages of a channel (before a cursor), returned oldest first."""
+    query = (
+        select(messages, _with_reader_state(reader))
+        .where(messages.c.channel == channel)
+        .order_by(messages.c.seq.desc())
+        .limit(limit)
+    )
+    if before_seq is not None:
+        query = query.where(messages.c.seq < before_seq)
+    return list(reversed(list(conn.execute(query))))
+
+
+def sent_rows(conn: Connection, sender: str, limit: int) -> list[Row[Any]]:
+    return list(
+        conn.execute(
+            select(messages)
+            .where(messages.c.sender == sender)
+            .order_by(messages.c.seq.desc())
+            .limit(limit)
+        )
+    )
+
+
+def receipts(conn: Connection, seqs: Sequence[int], now: float) -> dict[int, list[Receipt]]:
+    """Each message's recipients with their state; unread mail past its TTL reads `expired`."""
+    out: dict[int, list[Receipt]] = {seq: [] for seq in seqs}
+    rows = conn.execute(
+        select(deliveries)
+        .where(deliveries.c.message_seq.in_(list(seqs)))
+        .order_by(deliveries.c.message_seq, deliveries.c.recipient)
+    )
+    for row in rows:
+        state = DeliveryState(row.state)
+        expired_at = row.expired_at
+        if state is DeliveryState.QUEUED and row.expires_at is not None and row.expires_at <= now:
+            state, expired_at = DeliveryState.EXPIRED, row.expires_at
+        out[row.message_seq].append(
+            Receipt(row.recipient, state, row.read_at, row.acked_at, expired_at)
+        )
+    return out
+
+
+def search_rows(
+    conn: Connection,
+    dialect: Any,
+    reader: str,
+    channels: Iterable[str],
+    words: list[str],
+    limit: int,
+) -> list[Row[Any]]:
+    query = (
+        select(messages, _with_reader_state(reader))
+        .where(visible_to(reader, channels))
+        .order_by(messages.c.seq.desc())
+        .limit(limit)
+    )
+    return list(conn.execute(dialect.search(query, messages, words)))
+
+
+def messages_after(conn: Connection, after_seq: int, limit: int) -> list[Row[Any]]:
+    """The whole log after a cursor, oldest first: what the owner's `tail` follows."""
+    return list(
+        conn.execute(
+            select(messages).where(messages.c.seq > after_seq).order_by(messages.c.seq).limit(limit)
+        )
+    )
+
+
+def newest_seq(conn: Connection) -> int:
+    return int(conn.execute(select(func.max(messages.c.seq))).scalar() or 0)

@@ -1,0 +1,91 @@
+"""Bring the schema to the head revision on start, once, even when many processes start at once.
+
+The check reads `alembic_version` with plain SQL; Alembic is imported only when the schema is
+behind, so a current database starts without paying for it. Processes serialise on a lock (a
+file lock beside a SQLite file, an advisory lock on PostgreSQL) and check again inside it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import OperationalError, ProgrammingError
+
+from agentpost.store import sqlite
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+SCHEMA_HEAD = "0001"
+"""The newest revision in migrations/versions (a test keeps the two equal)."""
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_PG_LOCK_KEY = 0x61676E74706F7374  # "agntpost"
+
+
+def current_revision(conn: Connection) -> str | None:
+    try:
+        return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except (OperationalError, ProgrammingError):
+        return None
+
+
+def upgrade(conn: Connection) -> None:
+    """Apply every pending revision on `conn`, inside the caller's transaction."""
+    from alembic import command
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = conn
+    command.upgrade(config, "head")
+
+
+def migrate_sqlite(path: Path) -> bool:
+    """Upgrade the file if it is behind; True when this process did it."""
+    if _sqlite_revision(path) == SCHEMA_HEAD:
+        return False
+    with open(path.with_name(path.name + ".migrate-lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        engine = sqlite.make_engine(path, immediate=True, pooled=False)
+        try:
+            with engine.connect() as conn, conn.begin():
+                if current_revision(conn) == SCHEMA_HEAD:
+                    return False
+                upgrade(conn)
+                return True
+        finally:
+            engine.dispose()
+
+
+def _sqlite_revision(path: Path) -> str | None:
+    engine = sqlite.make_engine(path, immediate=False, pooled=False)
+    try:
+        with engine.connect() as conn, conn.begin():
+            return current_revision(conn)
+    finally:
+        engine.dispose()
+
+
+async def migrate_postgres(engine: AsyncEngine) -> bool:
+    async with engine.connect() as conn:
+        if await conn.run_sync(current_revision) == SCHEMA_HEAD:
+            return False
+    async with engine.begin() as conn:
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
+        if await conn.run_sync(_revision_in_savepoint) == SCHEMA_HEAD:
+            return False
+        await conn.run_sync(upgrade)
+        return True
+
+
+def _revision_in_savepoint(conn: Connection) -> str | None:
+    # A failed SELECT aborts a PostgreSQL transaction; a savepoint keeps the lock's transaction.
+    with conn.begin_nested() as savepoint:
+        revision = current_revision(conn)
+        if revision is None:
+            savepoint.rollback()
+        return revision

@@ -1,0 +1,68 @@
+"""Everything PostgreSQL-specific: the asyncpg engine, upserts and text search.
+
+Transactions run the same synchronous query functions as on SQLite, through SQLAlchemy's
+`run_sync` bridge over asyncpg, so there is one set of queries for both databases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, func
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.sql import Insert, Select
+from sqlalchemy.sql.schema import Table
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+
+T = TypeVar("T")
+
+
+def async_url(url: str) -> str:
+    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url.removeprefix(prefix)
+    raise ValueError(f"not a PostgreSQL URL: {url}")
+
+
+class PostgresRunner:
+    def __init__(self, url: str, on_commit: Callable[[], None]) -> None:
+        self.engine: AsyncEngine = create_async_engine(async_url(url), pool_size=10)
+        self._on_commit = on_commit
+
+    async def write(self, fn: Callable[[Connection], T]) -> T:
+        try:
+            async with self.engine.begin() as conn:
+                result = await conn.run_sync(fn)
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise AgentpostError(ErrorCode.UNAVAILABLE, "database connection lost") from exc
+            raise
+        self._on_commit()
+        return result
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(fn)
+
+    async def aclose(self) -> None:
+        await self.engine.dispose()
+
+
+def insert_ignore(table: Table) -> Insert:
+    return pg_insert(table).on_conflict_do_nothing()
+
+
+def upsert(table: Table, keys: list[str], values: dict[str, Any], update: dict[str, Any]) -> Insert:
+    stmt = pg_insert(table).values(**values)
+    return stmt.on_conflict_do_update(index_elements=keys, set_=update)
+
+
+def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:
+    """Unindexed `to_tsvector` matching: correct now; the index arrives with scale-out."""
+    document = func.to_tsvector("simple", table.c.subject + " " + table.c.body)
+    query = func.plainto_tsquery("simple", " ".join(words))
+    return select.where(document.op("@@")(query))

@@ -1,0 +1,44 @@
+"""Fixed-window counters kept in the store, so a limit holds across restarts and processes."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from sqlalchemy import Connection, case, select
+
+from agentpost.store.schema import rate_windows
+
+
+def hit(
+    conn: Connection, dialect: ModuleType, key: str, now: float, window_s: float, cost: int = 1
+) -> tuple[int, float]:
+    """Count `cost` hits against `key`; returns (count in the window, seconds until it resets)."""
+    start = now - (now % window_s)
+    table = rate_windows
+    conn.execute(
+        dialect.upsert(
+            table,
+            ["key"],
+            {"key": key, "window_start": start, "count": cost},
+            {
+                "count": case(
+                    (table.c.window_start == start, table.c.count + cost),
+                    else_=cost,
+                ),
+                "window_start": start,
+            },
+        )
+    )
+    count = conn.execute(select(table.c.count).where(table.c.key == key)).scalar_one()
+    return int(count), start + window_s - now
+
+
+def peek(conn: Connection, key: str, now: float, window_s: float) -> int:
+    start = now - (now % window_s)
+    row = conn.execute(
+        select(rate_windows.c.window_start, rate_windows.c.count).where(rate_windows.c.key == key)
+    ).first()
+    if row is None:
+        return 0
+    window_start, count = row
+    return int(count) if window_start == start else 0

@@ -1,0 +1,226 @@
+"""Everything SQLite-specific: the file, its pragmas, the one writer, full-text search.
+
+Writes go through a single writer thread per process, as Datasette does: each transaction opens
+with `BEGIN IMMEDIATE`, so two processes never deadlock upgrading a read lock, and concurrent
+writes of this process are committed together (one lock, one WAL append) with a savepoint each,
+so one refused write never undoes its neighbours. Reads use their own pooled connections and
+never wait for the writer. "database is locked" is handled here only: a busy timeout waits, and
+what still fails reaches callers as `unavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio.to_thread
+from sqlalchemy import Connection, Engine, Integer, column, create_engine, event, text
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
+from sqlalchemy.sql import Insert, Select
+from sqlalchemy.sql.schema import Table
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+
+T = TypeVar("T")
+
+BUSY_TIMEOUT_MS = 30_000
+MAX_BATCH = 64
+
+
+def database_path(url: str) -> Path:
+    return Path(url.removeprefix("sqlite:///")).expanduser()
+
+
+def prepare_file(path: Path) -> None:
+    """Create the folder (0700) and the file (0600) before SQLite does, so both stay private."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        os.close(fd)
+    os.chmod(path, 0o600)
+
+
+def make_engine(path: Path, *, immediate: bool, pooled: bool = True) -> Engine:
+    engine = create_engine(
+        f"sqlite:///{path}",
+        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+        poolclass=None if pooled else NullPool,
+    )
+    begin_sql = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we say BEGIN ourselves
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(begin_sql)
+
+    return engine
+
+
+@dataclass
+class _Job:
+    fn: Callable[[Connection], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+
+def _settle(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
+    def apply() -> None:
+        if job.future.done():
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+
+    job.loop.call_soon_threadsafe(apply)
+
+
+def _locked(exc: OperationalError) -> AgentpostError:
+    return AgentpostError(ErrorCode.UNAVAILABLE, f"the database is busy, try again ({exc.orig})")
+
+
+class SqliteRunner:
+    """Runs transactions: writes on the writer thread, reads on a worker thread."""
+
+    def __init__(self, path: Path, on_commit: Callable[[], None]) -> None:
+        self.path = path
+        self._on_commit = on_commit
+        self._write_engine = make_engine(path, immediate=True)
+        self._read_engine = make_engine(path, immediate=False)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._writer, name="agentpost-writer", daemon=True)
+        self._thread.start()
+
+    async def write(self, fn: Callable[[Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._jobs.put(_Job(fn, loop, future))
+        return await future
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        return await anyio.to_thread.run_sync(self._read_sync, fn)
+
+    def _read_sync(self, fn: Callable[[Connection], T]) -> T:
+        try:
+            with self._read_engine.connect() as conn, conn.begin():
+                return fn(conn)
+        except OperationalError as exc:
+            raise _locked(exc) from exc
+
+    def _writer(self) -> None:
+        with self._write_engine.connect() as conn:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    return
+                batch = [job]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        more = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        self._jobs.put(None)
+                        break
+                    batch.append(more)
+                self._run_batch(conn, batch)
+
+    def _run_batch(self, conn: Connection, batch: list[_Job]) -> None:
+        outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+        try:
+            with conn.begin():
+                if len(batch) == 1:
+                    job = batch[0]
+                    outcomes.append((job, job.fn(conn), None))
+                else:
+                    for job in batch:
+                        savepoint = conn.begin_nested()
+                        try:
+                            result = job.fn(conn)
+                        except Exception as exc:
+                            savepoint.rollback()
+                            outcomes.append((job, None, exc))
+                        else:
+                            savepoint.commit()
+                            outcomes.append((job, result, None))
+        except OperationalError as exc:
+            error = _locked(exc)
+            for job in batch:
+                _settle(job, error=error)
+            return
+        except Exception as exc:  # a lone job failed: its transaction was rolled back
+            for job in batch:
+                _settle(job, error=exc)
+            return
+        if any(err is None for _, _, err in outcomes):
+            self._on_commit()
+        for job, result, err in outcomes:
+            _settle(job, result, err)
+
+    def close(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=10)
+        self._write_engine.dispose()
+        self._read_engine.dispose()
+
+
+# -- what SQL differs ---------------------------------------------------------------------------
+
+
+def insert_ignore(table: Table) -> Insert:
+    return sqlite_insert(table).on_conflict_do_nothing()
+
+
+def upsert(table: Table, keys: list[str], values: dict[str, Any], update: dict[str, Any]) -> Insert:
+    stmt = sqlite_insert(table).values(**values)
+    return stmt.on_conflict_do_update(index_elements=keys, set_=update)
+
+
+FTS_DDL = [
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5("
+    "subject, body, content='messages', content_rowid='seq', tokenize='unicode61')",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_ai AFTER INSERT ON messages BEGIN "
+    "INSERT INTO messages_fts(rowid, subject, body) VALUES (new.seq, new.subject, new.body); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_ad AFTER DELETE ON messages BEGIN "
+    "INSERT INTO messages_fts(messages_fts, rowid, subject, body) "
+    "VALUES ('delete', old.seq, old.subject, old.body); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_au AFTER UPDATE OF subject, body ON messages BEGIN "
+    "INSERT INTO messages_fts(messages_fts, rowid, subject, body) "
+    "VALUES ('delete', old.seq, old.subject, old.body); "
+    "INSERT INTO messages_fts(rowid, subject, body) VALUES (new.seq, new.subject, new.body); END",
+]
+FTS_DROP = [
+    "DROP TRIGGER IF EXISTS messages_fts_au",
+    "DROP TRIGGER IF EXISTS messages_fts_ad",
+    "DROP TRIGGER IF EXISTS messages_fts_ai",
+    "DROP TABLE IF EXISTS messages_fts",
+]
+
+
+def fts_query(words: list[str]) -> str:
+    """Each word as a quoted FTS5 string: user text is matched, never parsed as syntax."""
+    return " ".join('"' + word.replace('"', '""') + '"' for word in words)
+
+
+def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:
+    matching = text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :fts").bindparams(
+        fts=fts_query(words)
+    )
+    return select.where(table.c.seq.in_(matching.columns(column("rowid", Integer))))

@@ -1,0 +1,229 @@
+"""ChangeSignal: commits made elsewhere wake local waiters; nothing else does.
+
+Waits are bounded by `anyio.fail_after`, never by sleeping: a broken signal fails fast instead
+of hanging, and a working one is never slowed down by a guessed delay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from agentpost.store.signal import ChangeSignal
+
+HAS_INOTIFY = sys.platform == "linux"
+# With inotify on, a poll this slow cannot be what wakes a test, so inotify must have.
+NO_POLL_S = 3600.0
+WRITER = (
+    "import sqlite3, sys\n"
+    "conn = sqlite3.connect(sys.argv[1])\n"
+    "conn.execute('INSERT INTO t (v) VALUES (1)')\n"
+    "conn.commit()\n"
+    "conn.close()\n"
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "post.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)")
+    conn.commit()
+    conn.close()
+    return path
+
+
+def commit_here(db: Path) -> None:
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("INSERT INTO t (v) VALUES (2)")
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def wal_size(db: Path) -> int:
+    return Path(f"{db}-wal").stat().st_size
+
+
+async def commit_in_other_process(db: Path) -> None:
+    await anyio.run_process([sys.executable, "-c", WRITER, str(db)])
+
+
+async def wait_while(sig: ChangeSignal, trigger: Callable[[], Awaitable[None]]) -> tuple[int, int]:
+    """Blocks a waiter first, then fires `trigger`, so the wake-up itself is what is tested."""
+    since = sig.version
+    got: list[int] = []
+    ready = anyio.Event()
+
+    async def waiter() -> None:
+        ready.set()
+        got.append(await sig.wait_changed(since, None))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await ready.wait()  # the waiter runs into wait_changed before yielding back here
+        await trigger()
+    return since, got[0]
+
+
+@pytest.mark.anyio
+async def test_commit_from_another_process_wakes_waiter(db: Path) -> None:
+    async with ChangeSignal(db, fallback_poll_s=NO_POLL_S if HAS_INOTIFY else None) as sig:
+        assert sig.using_inotify is HAS_INOTIFY
+        with anyio.fail_after(10):
+            since, got = await wait_while(sig, lambda: commit_in_other_process(db))
+        assert got > since
+        assert sig.version == got
+
+
+@pytest.mark.anyio
+async def test_commit_from_another_connection_in_process_wakes_waiter(db: Path) -> None:
+    async def trigger() -> None:
+        commit_here(db)
+
+    async with ChangeSignal(db, fallback_poll_s=NO_POLL_S if HAS_INOTIFY else None) as sig:
+        with anyio.fail_after(5):
+            since, got = await wait_while(sig, trigger)
+        assert got == since + 1
+
+
+@pytest.mark.anyio
+async def test_notify_local_wakes_at_once(db: Path) -> None:
+    async def trigger() -> None:
+        sig.notify_local()
+        assert sig.version == since + 1  # synchronous: no loop iteration needed
+
+    async with ChangeSignal(db, fallback_poll_s=NO_POLL_S) as sig:
+        since = sig.version
+        with anyio.fail_after(1):
+            _, got = await wait_while(sig, trigger)
+        assert got == since + 1
+        with anyio.fail_after(1):  # already past `since`: returns without waiting
+            assert await sig.wait_changed(since, None) == since + 1
+
+
+@pytest.mark.anyio
+async def test_notify_local_from_a_worker_thread(db: Path) -> None:
+    async def trigger() -> None:
+        await anyio.to_thread.run_sync(sig.notify_local)
+
+    async with ChangeSignal(db, fallback_poll_s=NO_POLL_S) as sig:
+        with anyio.fail_after(2):
+            since, got = await wait_while(sig, trigger)
+        assert got == since + 1
+
+
+@pytest.mark.anyio
+async def test_wait_times_out_when_nothing_happens(db: Path) -> None:
+    async with ChangeSignal(db) as sig:
+        since = sig.version
+        started = time.monotonic()
+        with anyio.fail_after(5):
+            got = await sig.wait_changed(since, 0.2)
+        assert got == since == sig.version
+        assert time.monotonic() - started >= 0.15
+
+
+@pytest.mark.anyio
+async def test_reads_by_another_connection_do_not_count(db: Path) -> None:
+    async with ChangeSignal(db, fallback_poll_s=0.05) as sig:
+        since = sig.version
+        reader = sqlite3.connect(db)
+        try:
+            assert reader.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        finally:
+            reader.close()
+        with anyio.fail_after(5):
+            # Long enough for inotify, the settle re-checks and several polls to have looked.
+            assert await sig.wait_changed(since, 0.5) == since
+            commit_here(db)
+            # Exactly one more: the read above was not counted, the commit counted once.
+            assert await sig.wait_changed(since, None) == since + 1
+            assert await sig.wait_changed(since + 1, 0.5) == since + 1
+
+
+@pytest.mark.anyio
+async def test_poll_alone_sees_another_process(db: Path) -> None:
+    async with ChangeSignal(db, use_inotify=False) as sig:
+        assert not sig.using_inotify
+        with anyio.fail_after(10):
+            since, got = await wait_while(sig, lambda: commit_in_other_process(db))
+        assert got > since
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc/self/fd")
+@pytest.mark.anyio
+async def test_aclose_releases_reader_and_fds(db: Path) -> None:
+    def open_fds() -> set[int]:
+        return {int(name) for name in os.listdir("/proc/self/fd")}
+
+    loop = asyncio.get_running_loop()
+    before = open_fds()
+    sig = ChangeSignal(db)
+    await sig.start()
+    await sig.start()  # idempotent: no second connection or watch
+    opened = open_fds() - before
+    assert opened  # the connection, and the inotify fd on Linux
+    await sig.aclose()
+    await sig.aclose()
+    assert len(open_fds()) == len(before)
+    assert not any(loop.remove_reader(fd) for fd in opened)  # nothing left registered
+    with pytest.raises(RuntimeError):
+        await sig.start()
+
+
+@pytest.mark.anyio
+async def test_aclose_releases_blocked_waiters(db: Path) -> None:
+    sig = ChangeSignal(db)
+    await sig.start()
+    with anyio.fail_after(2):
+        since, got = await wait_while(sig, sig.aclose)
+    assert got == since
+
+
+@pytest.mark.anyio
+async def test_missing_database_is_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.db"
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        await ChangeSignal(missing).start()
+    assert not missing.exists()
+
+
+@pytest.mark.anyio
+async def test_wait_before_start_is_an_error(db: Path) -> None:
+    with pytest.raises(RuntimeError, match="start"):
+        await ChangeSignal(db).wait_changed(0, 0.01)
+
+
+@pytest.mark.anyio
+async def test_signal_does_not_pin_the_wal(db: Path) -> None:
+    """An open read snapshot would stop checkpoints and let the WAL grow without bound."""
+    async with ChangeSignal(db) as sig:
+        since = sig.version
+        for _ in range(20):
+            commit_here(db)
+        with anyio.fail_after(5):
+            await sig.wait_changed(since, None)
+        conn = sqlite3.connect(db)
+        try:
+            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            conn.close()
+        assert busy == 0
+        assert wal_size(db) == 0
