@@ -6,21 +6,25 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, func, insert, or_, select, update
 
 from agentpost.domain.models import SessionInfo, Status
 from agentpost.store.schema import agents, sessions
 
 
+_GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
+_AGENTS_ENABLED = select(agents.c.name, agents.c.disabled_at).where(
+    agents.c.name.in_(bindparam("names", expanding=True))
+)
+
+
 def get_agent(conn: Connection, name: str) -> Row[Any] | None:
-    return conn.execute(select(agents).where(agents.c.name == name)).first()
+    return conn.execute(_GET_AGENT, {"name": name}).first()
 
 
 def existing_names(conn: Connection, names: Sequence[str]) -> dict[str, bool]:
     """name -> enabled, for those of `names` that exist."""
-    rows = conn.execute(
-        select(agents.c.name, agents.c.disabled_at).where(agents.c.name.in_(list(names)))
-    )
+    rows = conn.execute(_AGENTS_ENABLED, {"names": list(names)})
     return {row.name: row.disabled_at is None for row in rows}
 
 
@@ -109,8 +113,11 @@ def live_sessions(
     return list(conn.execute(query))
 
 
+_GET_SESSION = select(sessions).where(sessions.c.id == bindparam("session_id"))
+
+
 def get_session(conn: Connection, session_id: str) -> Row[Any] | None:
-    return conn.execute(select(sessions).where(sessions.c.id == session_id)).first()
+    return conn.execute(_GET_SESSION, {"session_id": session_id}).first()
 
 
 def update_session(conn: Connection, session_id: str, **values: Any) -> None:

@@ -1,12 +1,29 @@
-"""Queries on messages and deliveries: the log, each recipient's inbox, receipts."""
+"""Queries on messages and deliveries: the log, each recipient's inbox, receipts.
+
+The statements on the hot paths (send, inbox, unread counts) are built once, with bound
+parameters: SQLAlchemy then reuses their cache keys and compiled forms, and a send costs the
+database work, not Python's statement building.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, exists, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from agentpost.domain.models import (
     DeliveryState,
@@ -43,9 +60,12 @@ def message_from_row(row: Row[Any], state: str | None = None) -> Message:
     )
 
 
+_INSERT_MESSAGE = insert(messages).returning(messages.c.seq)
+_INSERT_DELIVERIES = insert(deliveries)
+
+
 def insert_message(conn: Connection, **values: Any) -> int:
-    result = conn.execute(insert(messages).values(**values).returning(messages.c.seq))
-    return int(result.scalar_one())
+    return int(conn.execute(_INSERT_MESSAGE, values).scalar_one())
 
 
 def insert_deliveries(
@@ -57,7 +77,7 @@ def insert_deliveries(
     expires_at: float | None,
 ) -> None:
     conn.execute(
-        insert(deliveries),
+        _INSERT_DELIVERIES,
         [
             {
                 "recipient": name,
@@ -71,50 +91,71 @@ def insert_deliveries(
     )
 
 
-def unacked_counts(conn: Connection, names: Sequence[str]) -> dict[str, int]:
-    rows = conn.execute(
-        select(deliveries.c.recipient, func.count())
-        .where(deliveries.c.recipient.in_(list(names)), deliveries.c.state.in_(OPEN_STATES))
-        .group_by(deliveries.c.recipient)
+_UNACKED_COUNTS = (
+    select(deliveries.c.recipient, func.count())
+    .where(
+        deliveries.c.recipient.in_(bindparam("names", expanding=True)),
+        deliveries.c.state.in_(OPEN_STATES),
     )
+    .group_by(deliveries.c.recipient)
+)
+
+
+def unacked_counts(conn: Connection, names: Sequence[str]) -> dict[str, int]:
+    rows = conn.execute(_UNACKED_COUNTS, {"names": list(names)})
     return {row[0]: int(row[1]) for row in rows}
 
 
-def _due(now: float) -> Any:
-    return and_(
-        deliveries.c.state == DeliveryState.QUEUED.value,
-        deliveries.c.expires_at.is_not(None),
-        deliveries.c.expires_at <= now,
-    )
+_NOW = bindparam("now")
+_RECIPIENT = bindparam("for_recipient")
+_DUE = and_(
+    deliveries.c.state == DeliveryState.QUEUED.value,
+    deliveries.c.expires_at.is_not(None),
+    deliveries.c.expires_at <= _NOW,
+)
+_EXPIRED = {"state": DeliveryState.EXPIRED.value, "expired_at": _NOW}
+_EXPIRE_ALL = update(deliveries).where(_DUE).values(_EXPIRED)
+_EXPIRE_FOR = update(deliveries).where(deliveries.c.recipient == _RECIPIENT, _DUE).values(_EXPIRED)
 
 
 def expire_due(conn: Connection, now: float, recipient: str | None = None) -> int:
     """Turn unread mail past its TTL into tombstones (must_read mail has no expiry)."""
-    condition = _due(now)
-    if recipient is not None:
-        condition = and_(deliveries.c.recipient == recipient, condition)
-    result = conn.execute(
-        update(deliveries)
-        .where(condition)
-        .values(state=DeliveryState.EXPIRED.value, expired_at=now)
-    )
+    if recipient is None:
+        result = conn.execute(_EXPIRE_ALL, {"now": now})
+    else:
+        result = conn.execute(_EXPIRE_FOR, {"now": now, "for_recipient": recipient})
     return int(result.rowcount)
 
 
-def _not_due(now: float) -> Any:
-    return or_(deliveries.c.expires_at.is_(None), deliveries.c.expires_at > now)
+_NOT_DUE = or_(deliveries.c.expires_at.is_(None), deliveries.c.expires_at > _NOW)
+_UNREAD_COUNT = select(func.count()).where(
+    deliveries.c.recipient == _RECIPIENT,
+    deliveries.c.state == DeliveryState.QUEUED.value,
+    _NOT_DUE,
+)
 
 
 def unread_count(conn: Connection, recipient: str, now: float) -> int:
-    return int(
-        conn.execute(
-            select(func.count()).where(
-                deliveries.c.recipient == recipient,
-                deliveries.c.state == DeliveryState.QUEUED.value,
-                _not_due(now),
-            )
-        ).scalar_one()
+    return int(conn.execute(_UNREAD_COUNT, {"for_recipient": recipient, "now": now}).scalar_one())
+
+
+@cache
+def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: bool) -> Any:
+    states = [DeliveryState.QUEUED.value] if unread_only else [*OPEN_STATES, "acked"]
+    query = (
+        select(messages, deliveries.c.state.label("delivery_state"))
+        .join(deliveries, deliveries.c.message_seq == messages.c.seq)
+        .where(deliveries.c.recipient == _RECIPIENT, deliveries.c.state.in_(states), _NOT_DUE)
+        .order_by(deliveries.c.message_seq)
+        .limit(bindparam("limit"))
     )
+    if by_thread:
+        query = query.where(messages.c.thread_id == bindparam("thread_id"))
+    if urgent_only:
+        query = query.where(deliveries.c.urgent.is_(True))
+    if after:
+        query = query.where(deliveries.c.message_seq > bindparam("after_seq"))
+    return query
 
 
 def inbox_rows(
@@ -129,38 +170,29 @@ def inbox_rows(
     after_seq: int | None = None,
 ) -> list[Row[Any]]:
     """Oldest first: an inbox is worked through in the order mail arrived."""
-    states = [DeliveryState.QUEUED.value] if unread_only else [*OPEN_STATES, "acked"]
-    query = (
-        select(messages, deliveries.c.state.label("delivery_state"))
-        .join(deliveries, deliveries.c.message_seq == messages.c.seq)
-        .where(
-            deliveries.c.recipient == recipient,
-            deliveries.c.state.in_(states),
-            _not_due(now),
-        )
-        .order_by(deliveries.c.message_seq)
-        .limit(limit)
-    )
+    query = _inbox_query(unread_only, thread_id is not None, urgent_only, after_seq is not None)
+    params: dict[str, Any] = {"for_recipient": recipient, "now": now, "limit": limit}
     if thread_id is not None:
-        query = query.where(messages.c.thread_id == thread_id)
-    if urgent_only:
-        query = query.where(deliveries.c.urgent.is_(True))
+        params["thread_id"] = thread_id
     if after_seq is not None:
-        query = query.where(deliveries.c.message_seq > after_seq)
-    return list(conn.execute(query))
+        params["after_seq"] = after_seq
+    return list(conn.execute(query, params))
+
+
+_MARK_READ = (
+    update(deliveries)
+    .where(
+        deliveries.c.recipient == _RECIPIENT,
+        deliveries.c.message_seq.in_(bindparam("seqs", expanding=True)),
+        deliveries.c.state == DeliveryState.QUEUED.value,
+    )
+    .values(state=DeliveryState.READ.value, read_at=_NOW)
+)
 
 
 def mark_read(conn: Connection, recipient: str, seqs: Sequence[int], now: float) -> None:
     if seqs:
-        conn.execute(
-            update(deliveries)
-            .where(
-                deliveries.c.recipient == recipient,
-                deliveries.c.message_seq.in_(list(seqs)),
-                deliveries.c.state == DeliveryState.QUEUED.value,
-            )
-            .values(state=DeliveryState.READ.value, read_at=now)
-        )
+        conn.execute(_MARK_READ, {"for_recipient": recipient, "seqs": list(seqs), "now": now})
 
 
 def ack(conn: Connection, recipient: str, ids: Sequence[str], now: float) -> list[str]:
@@ -185,29 +217,33 @@ def ack(conn: Connection, recipient: str, ids: Sequence[str], now: float) -> lis
     return [i for i in ids if i in ackable]
 
 
-def urgent_since(conn: Connection, recipient: str, cursor: int, now: float) -> list[Row[Any]]:
-    return list(
-        conn.execute(
-            select(messages, deliveries.c.state.label("delivery_state"))
-            .join(deliveries, deliveries.c.message_seq == messages.c.seq)
-            .where(
-                deliveries.c.recipient == recipient,
-                deliveries.c.urgent.is_(True),
-                deliveries.c.state == DeliveryState.QUEUED.value,
-                deliveries.c.message_seq > cursor,
-                _not_due(now),
-            )
-            .order_by(deliveries.c.message_seq)
-            .limit(20)
-        )
+_URGENT_SINCE = (
+    select(messages, deliveries.c.state.label("delivery_state"))
+    .join(deliveries, deliveries.c.message_seq == messages.c.seq)
+    .where(
+        deliveries.c.recipient == _RECIPIENT,
+        deliveries.c.urgent.is_(True),
+        deliveries.c.state == DeliveryState.QUEUED.value,
+        deliveries.c.message_seq > bindparam("cursor"),
+        _NOT_DUE,
     )
+    .order_by(deliveries.c.message_seq)
+    .limit(20)
+)
+
+
+def urgent_since(conn: Connection, recipient: str, cursor: int, now: float) -> list[Row[Any]]:
+    params = {"for_recipient": recipient, "cursor": cursor, "now": now}
+    return list(conn.execute(_URGENT_SINCE, params))
+
+
+_NEWEST_DELIVERY = select(func.max(deliveries.c.message_seq)).where(
+    deliveries.c.recipient == _RECIPIENT
+)
 
 
 def newest_delivery_seq(conn: Connection, recipient: str) -> int:
-    value = conn.execute(
-        select(func.max(deliveries.c.message_seq)).where(deliveries.c.recipient == recipient)
-    ).scalar()
-    return int(value or 0)
+    return int(conn.execute(_NEWEST_DELIVERY, {"for_recipient": recipient}).scalar() or 0)
 
 
 def message_row(conn: Connection, message_id: str) -> Row[Any] | None:

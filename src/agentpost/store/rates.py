@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+from functools import cache
 from types import ModuleType
+from typing import Any
 
-from sqlalchemy import Connection, case, select
+from sqlalchemy import Connection, bindparam, case, select
 
 from agentpost.store.schema import rate_windows
+
+
+@cache
+def _hit_statement(dialect: ModuleType) -> Any:
+    table = rate_windows
+    start, cost = bindparam("start"), bindparam("cost")
+    return dialect.upsert(
+        table,
+        ["key"],
+        {"key": bindparam("key"), "window_start": start, "count": cost},
+        {
+            "count": case((table.c.window_start == start, table.c.count + cost), else_=cost),
+            "window_start": start,
+        },
+    ).returning(table.c.count)
 
 
 def hit(
@@ -14,22 +31,8 @@ def hit(
 ) -> tuple[int, float]:
     """Count `cost` hits against `key`; returns (count in the window, seconds until it resets)."""
     start = now - (now % window_s)
-    table = rate_windows
-    conn.execute(
-        dialect.upsert(
-            table,
-            ["key"],
-            {"key": key, "window_start": start, "count": cost},
-            {
-                "count": case(
-                    (table.c.window_start == start, table.c.count + cost),
-                    else_=cost,
-                ),
-                "window_start": start,
-            },
-        )
-    )
-    count = conn.execute(select(table.c.count).where(table.c.key == key)).scalar_one()
+    params = {"key": key, "start": start, "cost": cost}
+    count = conn.execute(_hit_statement(dialect), params).scalar_one()
     return int(count), start + window_s - now
 
 

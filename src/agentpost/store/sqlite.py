@@ -3,8 +3,9 @@
 Writes go through a single writer thread per process, as Datasette does: each transaction opens
 with `BEGIN IMMEDIATE`, so two processes never deadlock upgrading a read lock, and concurrent
 writes of this process are committed together (one lock, one WAL append) with a savepoint each,
-so one refused write never undoes its neighbours. Reads use their own pooled connections and
-never wait for the writer. "database is locked" is handled here only: a busy timeout waits, and
+so one refused write never undoes its neighbours. Reads run on a few reader threads that each
+keep one connection open, and never wait for the writer. Long-lived threads with their own
+connections cost one hand-off per transaction, a fraction of a pool checkout on a fresh thread. "database is locked" is handled here only: a busy timeout waits, and
 what still fails reaches callers as `unavailable`.
 """
 
@@ -19,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio.to_thread
 from sqlalchemy import Connection, Engine, Integer, column, create_engine, event, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
@@ -33,6 +33,7 @@ T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 30_000
 MAX_BATCH = 64
+READERS = 2
 
 
 def database_path(url: str) -> Path:
@@ -105,8 +106,15 @@ class SqliteRunner:
         self._write_engine = make_engine(path, immediate=True)
         self._read_engine = make_engine(path, immediate=False)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._writer, name="agentpost-writer", daemon=True)
-        self._thread.start()
+        self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._writer, name="agentpost-writer")]
+        self._threads += [
+            threading.Thread(target=self._reader, name=f"agentpost-reader-{n}")
+            for n in range(READERS)
+        ]
+        for thread in self._threads:
+            thread.daemon = True
+            thread.start()
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -115,14 +123,23 @@ class SqliteRunner:
         return await future
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
-        return await anyio.to_thread.run_sync(self._read_sync, fn)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._reads.put(_Job(fn, loop, future))
+        return await future
 
-    def _read_sync(self, fn: Callable[[Connection], T]) -> T:
-        try:
-            with self._read_engine.connect() as conn, conn.begin():
-                return fn(conn)
-        except OperationalError as exc:
-            raise _locked(exc) from exc
+    def _reader(self) -> None:
+        with self._read_engine.connect() as conn:
+            while (job := self._reads.get()) is not None:
+                try:
+                    with conn.begin():
+                        result = job.fn(conn)
+                except OperationalError as exc:
+                    _settle(job, error=_locked(exc))
+                except Exception as exc:  # the caller's error, raised where it awaits
+                    _settle(job, error=exc)
+                else:
+                    _settle(job, result)
 
     def _writer(self) -> None:
         with self._write_engine.connect() as conn:
@@ -176,7 +193,10 @@ class SqliteRunner:
 
     def close(self) -> None:
         self._jobs.put(None)
-        self._thread.join(timeout=10)
+        for _ in range(READERS):
+            self._reads.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
         self._write_engine.dispose()
         self._read_engine.dispose()
 
