@@ -11,7 +11,6 @@ from sqlalchemy import Connection, Row, and_, bindparam, func, insert, or_, sele
 from agentpost.domain.models import SessionInfo, Status
 from agentpost.store.schema import agents, sessions
 
-
 _GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
 _AGENTS_ENABLED = select(agents.c.name, agents.c.disabled_at).where(
     agents.c.name.in_(bindparam("names", expanding=True))

@@ -13,6 +13,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     Connection,
     Row,
     and_,
@@ -106,8 +107,8 @@ def unacked_counts(conn: Connection, names: Sequence[str]) -> dict[str, int]:
     return {row[0]: int(row[1]) for row in rows}
 
 
-_NOW = bindparam("now")
-_RECIPIENT = bindparam("for_recipient")
+_NOW: BindParameter[float] = bindparam("now")
+_RECIPIENT: BindParameter[str] = bindparam("for_recipient")
 _DUE = and_(
     deliveries.c.state == DeliveryState.QUEUED.value,
     deliveries.c.expires_at.is_not(None),

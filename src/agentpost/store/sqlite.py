@@ -5,8 +5,9 @@ with `BEGIN IMMEDIATE`, so two processes never deadlock upgrading a read lock, a
 writes of this process are committed together (one lock, one WAL append) with a savepoint each,
 so one refused write never undoes its neighbours. Reads run on a few reader threads that each
 keep one connection open, and never wait for the writer. Long-lived threads with their own
-connections cost one hand-off per transaction, a fraction of a pool checkout on a fresh thread. "database is locked" is handled here only: a busy timeout waits, and
-what still fails reaches callers as `unavailable`.
+connections cost one hand-off per transaction, a fraction of a pool checkout on a fresh thread.
+"database is locked" is handled here only: a busy timeout waits, and what still fails reaches
+callers as `unavailable`.
 """
 
 from __future__ import annotations
