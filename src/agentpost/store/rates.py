@@ -6,7 +6,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, case, select
+from sqlalchemy import BindParameter, Connection, bindparam, case, select
 
 from agentpost.store.schema import rate_windows
 
@@ -14,7 +14,8 @@ from agentpost.store.schema import rate_windows
 @cache
 def _hit_statement(dialect: ModuleType) -> Any:
     table = rate_windows
-    start, cost = bindparam("start"), bindparam("cost")
+    start: BindParameter[float] = bindparam("start")
+    cost: BindParameter[int] = bindparam("cost")
     return dialect.upsert(
         table,
         ["key"],
