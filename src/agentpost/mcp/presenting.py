@@ -7,6 +7,7 @@ message inside a fresh frame (domain.framing) so its words stay a colleague's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from agentpost.domain.framing import frame_messages
@@ -17,15 +18,18 @@ from agentpost.services import Notices
 PREVIEW_CHARS = 200
 
 
+def _shortened(message: Message) -> Message:
+    if len(message.body) <= PREVIEW_CHARS and message.data is None:
+        return message
+    return replace(message, body=message.body[:PREVIEW_CHARS] + "…", data=None)
+
+
 def preview(message: Message) -> dict[str, Any]:
-    body = (
-        message.body if len(message.body) <= PREVIEW_CHARS else message.body[:PREVIEW_CHARS] + "…"
-    )
     return {
         "id": message.id,
         "from": message.sender,
         "subject": message.subject,
-        "preview": body,
+        "preview": _shortened(message).body,
         "priority": message.priority.value,
         "thread_id": message.thread_id,
         "trust": message.trust.value,
@@ -46,7 +50,7 @@ def answer(
         out["urgent"] = [preview(m) for m in notices.urgent]
         lines.append(
             frame_messages(
-                notices.urgent,
+                [_shortened(m) for m in notices.urgent],
                 title=f"Urgent mail arrived ({len(notices.urgent)}); `inbox` reads it in full:",
             )
         )

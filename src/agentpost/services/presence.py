@@ -18,7 +18,6 @@ from agentpost.domain.models import Caller, Presence, SessionInfo, Status
 from agentpost.domain.names import OWNER, POST_OFFICE, SYSTEM, check_name
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
-from agentpost.store import mail
 from agentpost.store.database import Store
 
 MAX_SUFFIX = 99
@@ -115,11 +114,9 @@ class PresenceService:
                 heartbeat_at=now,
                 ended_at=None,
             )
+            # The urgent cursor starts at 0: unread urgent mail waiting for a restarted agent is
+            # previewed on its first call, like mail that arrives later.
             rows.open_session(conn, session, derived_name=derived)
-            # Urgent previews start from here: older urgent mail is already in the inbox.
-            rows.update_session(
-                conn, session.id, urgent_cursor=mail.newest_delivery_seq(conn, chosen)
-            )
             return session
 
         return await self.store.write(tx)
@@ -162,7 +159,7 @@ class PresenceService:
                 caller.session_id or "",
                 agent=name,
                 derived_name=False,
-                urgent_cursor=mail.newest_delivery_seq(conn, name),
+                urgent_cursor=0,
             )
 
         await self.store.write(tx)
