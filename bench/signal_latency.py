@@ -8,6 +8,8 @@ are shown. Then a process with only a blocked waiter idles for a while and its C
 voluntary context switches (≈ wake-ups) are read from getrusage.
 
     .venv/bin/python bench/signal_latency.py [--n 300] [--interval 0.005] [--synchronous NORMAL]
+
+`python -m bench signal` runs a shorter version as one of the benchmarks.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from agentpost.store.signal import ChangeSignal
 
@@ -131,8 +134,72 @@ async def idle_cpu(db: Path, seconds: float, use_inotify: bool) -> tuple[float, 
     return cpu * 100 / wall, after.ru_nvcsw - before.ru_nvcsw, wall
 
 
+async def measure(
+    directory: Path, n: int, interval: float, synchronous: str, idle: float
+) -> dict[str, Any]:
+    """Latency and idle cost, with inotify (the default) and with polling only."""
+    args = argparse.Namespace(n=n, interval=interval, synchronous=synchronous)
+    out: dict[str, Any] = {"latency": [], "idle": []}
+    for use_inotify in (True, False):
+        db = fresh_db(directory, f"lat-{use_inotify}.db")
+        out["latency"].append(await latency(db, args, use_inotify))
+    for use_inotify in (True, False):
+        db = fresh_db(directory, f"idle-{use_inotify}.db")
+        cpu, switches, wall = await idle_cpu(db, idle, use_inotify)
+        mode = "inotify + 1 s poll" if use_inotify else "50 ms poll only"
+        out["idle"].append({"mode": mode, "cpu_pct": cpu, "wakeups": switches, "wall": wall})
+    return out
+
+
+# -- as a benchmark of `python -m bench` ----------------------------------------------------------
+
+NAME = "signal"
+BENCH_N = 300
+BENCH_INTERVAL_S = 0.005
+BENCH_IDLE_S = 3.0
+WAKE_TARGET_MS = 5.0
+"""The issue asks for "within a few milliseconds" of a commit; read here as p50 <= 5 ms."""
+IDLE_TARGET_PCT = 1.0
+
+
+async def run() -> Any:
+    from bench.common import Report, log  # here, so the script also runs on its own
+
+    report = Report(NAME)
+    with tempfile.TemporaryDirectory(prefix="agentpost-bench-signal-") as tmp:
+        log(NAME, f"{BENCH_N} commits by another process, {BENCH_INTERVAL_S * 1000:g} ms apart")
+        found = await measure(Path(tmp), BENCH_N, BENCH_INTERVAL_S, "NORMAL", BENCH_IDLE_S)
+    for r in found["latency"]:
+        done = r["done"]
+        p50, p99 = pct(done, 50), pct(done, 99)
+        default = r["mode"].startswith("inotify")
+        report.add(
+            f"change signal: commit done -> waiter woke, other process ({r['mode']})",
+            f"p50 ≤ {WAKE_TARGET_MS:g} ms" if default else "(fallback)",
+            f"p50 {p50:.2f} ms, p99 {p99:.2f} ms ({r['seen']}/{BENCH_N} seen)",
+            (p50 <= WAKE_TARGET_MS and r["seen"] == BENCH_N) if default else None,
+        )
+    for idle in found["idle"]:
+        default = idle["mode"].startswith("inotify")
+        report.add(
+            f"change signal: idle waiter, {BENCH_IDLE_S:g} s ({idle['mode']})",
+            f"< {IDLE_TARGET_PCT:g}% of a core" if default else "(fallback)",
+            f"{idle['cpu_pct']:.3f}% ({idle['wakeups']} wake-ups)",
+            idle["cpu_pct"] < IDLE_TARGET_PCT if default else None,
+        )
+    report.notes.append(
+        "raw SQLite commits (bench/signal_latency.py; run it alone for the full table); "
+        "'a few milliseconds' is read as p50 ≤ 5 ms"
+    )
+    report.data = {
+        "latency": [{k: v for k, v in r.items() if k != "start"} for r in found["latency"]],
+        "idle": found["idle"],
+    }
+    return report
+
+
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--interval", type=float, default=0.005, help="seconds between commits")
     parser.add_argument("--synchronous", default="NORMAL", choices=["OFF", "NORMAL", "FULL"])
@@ -146,18 +213,15 @@ async def main() -> None:
             f"{args.n} commits, {args.interval * 1000:g} ms apart, "
             f"synchronous={args.synchronous}, db in {directory}"
         )
+        found = await measure(directory, args.n, args.interval, args.synchronous, args.idle)
         print()
         header = f"{'mode':<20} {'seen':>5} {'wakes':>5}  {'from commit start (ms)':^26}"
         header += f"  {'from commit done (ms)':^26}"
         print(header)
         print(f"{'':<20} {'':>5} {'':>5}  " + f"{'p50':>8} {'p99':>8} {'max':>8}  " * 2)
-        for use_inotify in (True, False):
-            r = await latency(fresh_db(directory, f"lat-{use_inotify}.db"), args, use_inotify)
-            start, done = r["start"], r["done"]
-            assert isinstance(start, list)
-            assert isinstance(done, list)
+        for r in found["latency"]:
             line = f"{r['mode']:<20} {r['seen']:>5} {r['wakeups']:>5}  "
-            for values in (start, done):
+            for values in (r["start"], r["done"]):
                 line += f"{pct(values, 50):>8.2f} {pct(values, 99):>8.2f} {max(values):>8.2f}  "
             print(line)
             print(f"{'':<20} changes noticed by: {r['sources']}")
@@ -165,11 +229,8 @@ async def main() -> None:
         print()
         print(f"idle for {args.idle:g} s with one blocked waiter")
         print(f"{'mode':<20} {'cpu % of a core':>16} {'wake-ups':>9}")
-        for use_inotify in (True, False):
-            db = fresh_db(directory, f"idle-{use_inotify}.db")
-            cpu, switches, _ = await idle_cpu(db, args.idle, use_inotify)
-            mode = "inotify + 1 s poll" if use_inotify else "50 ms poll only"
-            print(f"{mode:<20} {cpu:>16.3f} {switches:>9}")
+        for idle in found["idle"]:
+            print(f"{idle['mode']:<20} {idle['cpu_pct']:>16.3f} {idle['wakeups']:>9}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ the test's temporary folder, and identity variables from the developer's shell a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "agentpost-home"
     for name in (
         "AGENTPOST_AGENT",
@@ -31,4 +30,4 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AGENTPOST_HOME", str(home))
     monkeypatch.setenv("AGENTPOST_CONFIG", str(tmp_path / "no-config.toml"))
-    yield home
+    return home

@@ -18,6 +18,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from agentpost.domain.errors import AgentpostError
 from agentpost.domain.limits import Limits
 from agentpost.domain.names import check_name
 
@@ -74,7 +75,10 @@ class Settings(BaseSettings):
     @field_validator("agents")
     @classmethod
     def _roster_names(cls, names: list[str] | None) -> list[str] | None:
-        return None if names is None else [check_name(n) for n in names]
+        try:
+            return None if names is None else [check_name(n) for n in names]
+        except AgentpostError as exc:  # pydantic reports ValueErrors with the other fields'
+            raise ValueError(exc.message) from None
 
     @property
     def limits(self) -> Limits:

@@ -7,6 +7,7 @@ refusal prints `error: <code>: <message>` and exits with the code's status (see 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -86,7 +87,11 @@ def mcp() -> None:
     """Serve this agent session's mailbox over MCP on stdio (started by the MCP client)."""
     from agentpost.mcp.stdio import serve_stdio
 
-    anyio.run(serve_stdio, Settings())
+    try:
+        anyio.run(serve_stdio, Settings())
+    except AgentpostError as err:  # e.g. a name off the roster: say so on stderr, not the wire
+        print(f"error: {err.code.value}: {err.message}", file=sys.stderr)
+        raise typer.Exit(EXIT_CODES[err.code]) from None
 
 
 @app.command()

@@ -15,7 +15,7 @@ from rich.table import Table
 from agentpost.domain.models import Message, Presence, SentMessage
 
 console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def emit_json(value: Any) -> None:

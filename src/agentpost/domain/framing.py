@@ -8,6 +8,7 @@ colleague's (or a stranger's), never the user's instructions.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Iterable, Sequence
 
@@ -30,11 +31,13 @@ def new_nonce(texts: Iterable[str]) -> str:
             return nonce
 
 
+_BARE = re.compile(r"[\w.#:@,-]+", re.ASCII)
+
+
 def _attr(value: object) -> str:
+    """Bare when it is a plain token, else a JSON string (so quotes and `>` stay inert)."""
     text = str(value)
-    if text and all(c.isalnum() or c in "._-#:@" for c in text):
-        return text
-    return json.dumps(text, ensure_ascii=False)
+    return text if _BARE.fullmatch(text) else json.dumps(text, ensure_ascii=False)
 
 
 def _texts(message: Message) -> list[str]:

@@ -72,11 +72,25 @@ class Message:
     seq: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["from"] = out.pop("sender")
-        out.pop("seq")
-        out["channel"] = f"#{self.channel}" if self.channel else None
-        return out
+        # By hand: `asdict` deep-copies every field, and an inbox page renders hundreds.
+        return {
+            "id": self.id,
+            "from": self.sender,
+            "to": list(self.to),
+            "channel": f"#{self.channel}" if self.channel else None,
+            "kind": self.kind.value,
+            "subject": self.subject,
+            "body": self.body,
+            "data": self.data,
+            "thread_id": self.thread_id,
+            "reply_to": self.reply_to,
+            "priority": self.priority.value,
+            "must_read": self.must_read,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "trust": self.trust.value,
+            "state": None if self.state is None else self.state.value,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,11 @@ GENERAL = "general"
 
 
 def is_valid_name(name: str) -> bool:
-    return bool(_NAME.match(name))
+    return bool(_NAME.fullmatch(name))
 
 
 def check_name(name: str, what: str = "agent name") -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise invalid(
             f"{what} {name!r} must match {NAME_PATTERN} (lower case, digits, '.', '_', '-')",
             name=name,

@@ -40,9 +40,11 @@ What we found in the SDK (2.3.0) while writing this:
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import mcp.types as types
@@ -165,6 +167,52 @@ class _LegacyPeers:
         return [connection for connection, uris in self._uris.items() if uri in uris]
 
 
+class _StdinLines:
+    """stdin as lines of text, read on the event loop so that cancelling the read works.
+
+    The SDK's own stdin reader blocks a worker thread in `readline()`, which no cancellation
+    interrupts: on SIGTERM the server would stay up, its session online, until the client
+    closed stdin.
+    """
+
+    def __init__(self) -> None:
+        self._fd = os.dup(0)
+        os.set_blocking(self._fd, False)
+        self._buffer = b""
+        self._eof = False
+
+    @classmethod
+    def for_pipe(cls) -> _StdinLines | None:
+        """For a pipe or socket (what MCP clients give); None (the SDK's reader) otherwise,
+        since a file or /dev/null cannot be polled."""
+        try:
+            mode = os.fstat(0).st_mode
+        except OSError:
+            return None
+        return cls() if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else None
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        while b"\n" not in self._buffer and not self._eof:
+            await anyio.wait_readable(self._fd)
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            self._eof = not chunk
+            self._buffer += chunk
+        if not self._buffer:
+            raise StopAsyncIteration
+        line, newline, self._buffer = self._buffer.partition(b"\n")
+        return (line + newline).decode("utf-8", errors="replace")
+
+    def close(self) -> None:
+        os.set_blocking(self._fd, True)  # the pipe's description is shared with fd 0
+        os.close(self._fd)
+
+
 async def _push_all(
     connections: Sequence[Connection], method: str, params: Mapping[str, Any]
 ) -> None:
@@ -274,11 +322,20 @@ class MailboxServer:
     # -- transports ---------------------------------------------------------------------------
 
     async def run_stdio(self) -> None:
-        """Serve one client over stdin/stdout; returns once stdin closes."""
-        async with stdio_server() as (read_stream, write_stream):
-            await self._server.run(
-                read_stream, write_stream, self._server.create_initialization_options()
-            )
+        """Serve one client over stdin/stdout; returns once stdin closes, or when cancelled."""
+        stdin = _StdinLines.for_pipe()
+        try:
+            # The SDK only iterates its stdin; see _StdinLines for why it is not its own.
+            async with stdio_server(stdin=cast("anyio.AsyncFile[str] | None", stdin)) as (
+                read_stream,
+                write_stream,
+            ):
+                await self._server.run(
+                    read_stream, write_stream, self._server.create_initialization_options()
+                )
+        finally:
+            if stdin is not None:
+                stdin.close()
 
     def streamable_http_app(
         self, *, path: str = "/mcp", stateless: bool = False, json_response: bool = False

@@ -1,8 +1,9 @@
 """`agentpost mcp`: one agent session over stdio, on the local post office.
 
 The process registers its session, heartbeats in the background, pushes "your inbox changed"
-to a subscribed client the moment another process delivers mail, and ends its session as soon
-as the client closes stdin or the process is told to stop (SIGTERM).
+to a subscribed client the moment another process delivers mail, sweeps expired and old mail
+hourly, and ends its session as soon as the client closes stdin or the process is told to stop
+(SIGTERM).
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ async def _heartbeat(office: PostOffice, session_id: str) -> None:
         await office.presence.heartbeat(session_id)
 
 
+SWEEP_EVERY_S = 3600
+
+
+async def _sweep_periodically(office: PostOffice) -> None:
+    """TTL tombstones and retention: every local server helps, so no daemon is needed."""
+    while True:
+        await office.mailbox.sweep()
+        await anyio.sleep(SWEEP_EVERY_S)
+
+
 async def _push_arrivals(office: PostOffice, server: MailboxServer, desk: Desk) -> None:
     async for _ in office.mailbox.arrivals(lambda: desk.caller):
         await server.notify_resource_updated(INBOX_URI)
@@ -78,6 +89,7 @@ async def serve_stdio(settings: Settings) -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(_heartbeat, office, session.id)
             group.start_soon(_push_arrivals, office, server, desk)
+            group.start_soon(_sweep_periodically, office)
             group.start_soon(_stop_on_sigterm, group)
             await server.run_stdio()
             group.cancel_scope.cancel()

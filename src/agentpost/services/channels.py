@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
-
 from agentpost.domain.errors import forbidden, not_found
 from agentpost.domain.limits import check_limit
 from agentpost.domain.models import Caller, ChannelInfo, Message
@@ -11,7 +9,7 @@ from agentpost.domain.names import GENERAL, check_channel
 from agentpost.store import agents as agent_rows
 from agentpost.store import channels as channel_rows
 from agentpost.store import mail
-from agentpost.store.database import Store
+from agentpost.store.database import Connection, Store
 
 
 def member_channels(conn: Connection, agent: str) -> list[str]:

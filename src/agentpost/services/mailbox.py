@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from sqlalchemy import Connection
-
 from agentpost.config import Settings
 from agentpost.domain import limits as rules
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
@@ -31,7 +29,7 @@ from agentpost.domain.names import POST_OFFICE, SYSTEM, check_channel, check_nam
 from agentpost.services.channels import member_channels, members
 from agentpost.store import agents as agent_rows
 from agentpost.store import mail, rates
-from agentpost.store.database import Store
+from agentpost.store.database import Connection, Store
 
 MAX_THREAD_ID = 64
 PREVIEW_CHARS = 200
@@ -374,6 +372,30 @@ class Mailbox:
             return [mail.message_from_row(r, r.delivery_state) for r in found]
 
         return await self.store.read(tx)
+
+    # -- retention ---------------------------------------------------------------------------
+
+    async def sweep(self, *, batch: int = 500) -> int:
+        """Purge mail older than `retention_days` that every recipient acked (or let expire).
+
+        Unread past-TTL mail is turned into tombstones first, so it counts as expired. Each
+        batch is its own short transaction: a big sweep never holds the writer for long.
+        Returns how many messages were purged.
+        """
+        rules.check_limit(batch, name="batch")
+        keep_s = self.settings.retention_days * 86_400
+        total = 0
+        while True:
+
+            def tx(conn: Connection) -> int:
+                now = self.store.clock()
+                mail.expire_due(conn, now)
+                return mail.purge_handled(conn, now - keep_s, batch)
+
+            purged = await self.store.write(tx)
+            total += purged
+            if purged < batch:
+                return total
 
     # -- piggyback ---------------------------------------------------------------------------
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from sqlalchemy import Connection, Row
-
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import session_id as new_session_id
@@ -18,7 +16,7 @@ from agentpost.domain.models import Caller, Presence, SessionInfo, Status
 from agentpost.domain.names import OWNER, POST_OFFICE, SYSTEM, check_name
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
-from agentpost.store.database import Store
+from agentpost.store.database import Connection, Row, Store
 
 MAX_SUFFIX = 99
 

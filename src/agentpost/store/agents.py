@@ -134,11 +134,12 @@ def end_sessions(conn: Connection, session_ids: Sequence[str], now: float) -> No
 
 def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
     """Each enabled agent with its freshest session (if any), newest first."""
-    latest = (
-        select(sessions.c.agent, func.max(sessions.c.heartbeat_at).label("heartbeat_at"))
-        .group_by(sessions.c.agent)
-        .subquery()
+    # One session per agent even when heartbeats tie: rank them, newest first.
+    freshest = func.row_number().over(
+        partition_by=sessions.c.agent,
+        order_by=(sessions.c.heartbeat_at.desc(), sessions.c.started_at.desc(), sessions.c.id),
     )
+    latest = select(sessions.c.id, sessions.c.agent, freshest.label("rank")).subquery()
     query = (
         select(
             agents.c.name,
@@ -154,14 +155,8 @@ def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
             sessions.c.ended_at,
         )
         .select_from(agents)
-        .outerjoin(latest, latest.c.agent == agents.c.name)
-        .outerjoin(
-            sessions,
-            and_(
-                sessions.c.agent == agents.c.name,
-                sessions.c.heartbeat_at == latest.c.heartbeat_at,
-            ),
-        )
+        .outerjoin(latest, and_(latest.c.agent == agents.c.name, latest.c.rank == 1))
+        .outerjoin(sessions, sessions.c.id == latest.c.id)
         .where(agents.c.disabled_at.is_(None))
         .order_by(agents.c.name)
     )

@@ -40,6 +40,9 @@ def explicit_members(conn: Connection, channel: str) -> list[str]:
 
 def explicit_channels(conn: Connection) -> dict[str, int]:
     rows = conn.execute(
-        select(channel_members.c.channel, func.count()).group_by(channel_members.c.channel)
+        select(channel_members.c.channel, func.count())
+        .join(agents, agents.c.name == channel_members.c.agent)
+        .where(agents.c.disabled_at.is_(None))  # counted as `explicit_members` lists them
+        .group_by(channel_members.c.channel)
     )
     return {row[0]: int(row[1]) for row in rows}

@@ -15,7 +15,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import Connection
+# Re-exported: the transaction handle the services' functions take, so they need no SQLAlchemy.
+from sqlalchemy import Connection as Connection
+from sqlalchemy import Row as Row
 
 from agentpost.store import migrate, sqlite
 from agentpost.store.signal import ChangeSignal

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Row,
     and_,
     bindparam,
+    delete,
     exists,
     func,
     insert,
@@ -146,7 +147,12 @@ def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: b
     query = (
         select(messages, deliveries.c.state.label("delivery_state"))
         .join(deliveries, deliveries.c.message_seq == messages.c.seq)
-        .where(deliveries.c.recipient == _RECIPIENT, deliveries.c.state.in_(states), _NOT_DUE)
+        .where(
+            deliveries.c.recipient == _RECIPIENT,
+            deliveries.c.state.in_(states),
+            # Only unread mail expires: what was read stays, whatever its TTL said.
+            or_(deliveries.c.state != DeliveryState.QUEUED.value, _NOT_DUE),
+        )
         .order_by(deliveries.c.message_seq)
         .limit(bindparam("limit"))
     )
@@ -362,3 +368,27 @@ def messages_after(conn: Connection, after_seq: int, limit: int) -> list[Row[Any
 
 def newest_seq(conn: Connection) -> int:
     return int(conn.execute(select(func.max(messages.c.seq))).scalar() or 0)
+
+
+def purge_handled(conn: Connection, before: float, limit: int) -> int:
+    """Retention: delete up to `limit` messages created before `before` that nobody still has
+    to handle (every delivery acked or expired, or none at all); returns how many went.
+
+    Unread and read-but-unacked mail stays, so must_read mail stays until it is acked. On
+    SQLite the full-text index follows through its delete trigger.
+    """
+    still_open = exists().where(
+        deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
+    )
+    seqs = list(
+        conn.execute(
+            select(messages.c.seq)
+            .where(messages.c.created_at < before, ~still_open)
+            .order_by(messages.c.seq)
+            .limit(limit)
+        ).scalars()
+    )
+    if seqs:
+        conn.execute(delete(deliveries).where(deliveries.c.message_seq.in_(seqs)))
+        conn.execute(delete(messages).where(messages.c.seq.in_(seqs)))
+    return len(seqs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, func
+from sqlalchemy import Connection, func, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -19,6 +19,8 @@ from sqlalchemy.sql.schema import Table
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
 T = TypeVar("T")
+
+_WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "agntwrit"
 
 
 def async_url(url: str) -> str:
@@ -36,6 +38,9 @@ class PostgresRunner:
     async def write(self, fn: Callable[[Connection], T]) -> T:
         try:
             async with self.engine.begin() as conn:
+                # PostgreSQL's BEGIN IMMEDIATE: the services read, then write (caps, free names,
+                # new agents), so write transactions take turns, as on SQLite.
+                await conn.execute(_WRITE_LOCK)
                 result = await conn.run_sync(fn)
         except DBAPIError as exc:
             if exc.connection_invalidated:

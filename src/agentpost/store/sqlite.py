@@ -13,6 +13,7 @@ callers as `unavailable`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import threading
@@ -35,6 +36,8 @@ T = TypeVar("T")
 BUSY_TIMEOUT_MS = 30_000
 MAX_BATCH = 64
 READERS = 2
+CHECKPOINT_EVERY = 200
+"""Commits between two WAL checkpoints, which run on a thread of their own."""
 
 
 def database_path(url: str) -> Path:
@@ -108,7 +111,13 @@ class SqliteRunner:
         self._read_engine = make_engine(path, immediate=False)
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._threads = [threading.Thread(target=self._writer, name="agentpost-writer")]
+        self._checkpoint_due = threading.Event()
+        self._closing = False
+        self._commits = 0
+        self._threads = [
+            threading.Thread(target=self._writer, name="agentpost-writer"),
+            threading.Thread(target=self._checkpointer, name="agentpost-checkpointer"),
+        ]
         self._threads += [
             threading.Thread(target=self._reader, name=f"agentpost-reader-{n}")
             for n in range(READERS)
@@ -142,8 +151,26 @@ class SqliteRunner:
                 else:
                     _settle(job, result)
 
+    def _checkpointer(self) -> None:
+        """Copy the WAL back into the database off the write path.
+
+        SQLite's automatic checkpoint runs inside the commit that crosses 1,000 pages, so one
+        unlucky send would wait for it (hundreds of ms with an fsync). The writer connection
+        turns it off and this thread does the same work, PASSIVE, beside the writer.
+        """
+        with self._read_engine.connect() as conn:
+            while True:
+                self._checkpoint_due.wait()
+                self._checkpoint_due.clear()
+                if self._closing:
+                    return
+                with contextlib.suppress(OperationalError):
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
     def _writer(self) -> None:
         with self._write_engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
+            conn.commit()
             while True:
                 job = self._jobs.get()
                 if job is None:
@@ -189,10 +216,15 @@ class SqliteRunner:
             return
         if any(err is None for _, _, err in outcomes):
             self._on_commit()
+            self._commits += 1
+            if self._commits % CHECKPOINT_EVERY == 0:
+                self._checkpoint_due.set()
         for job, result, err in outcomes:
             _settle(job, result, err)
 
     def close(self) -> None:
+        self._closing = True
+        self._checkpoint_due.set()
         self._jobs.put(None)
         for _ in range(READERS):
             self._reads.put(None)

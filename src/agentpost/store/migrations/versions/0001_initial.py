@@ -78,6 +78,7 @@ def upgrade() -> None:
     op.create_index("ix_messages_thread", "messages", ["thread_id", "seq"])
     op.create_index("ix_messages_sender", "messages", ["sender", "seq"])
     op.create_index("ix_messages_channel", "messages", ["channel", "seq"])
+    op.create_index("ix_messages_created", "messages", ["created_at"])
     op.create_table(
         "deliveries",
         sa.Column("recipient", sa.String(64), primary_key=True),
@@ -89,8 +90,17 @@ def upgrade() -> None:
         sa.Column("acked_at", sa.Float),
         sa.Column("expired_at", sa.Float),
     )
-    op.create_index("ix_deliveries_open", "deliveries", ["recipient", "state", "message_seq"])
+    op.create_index(
+        "ix_deliveries_open", "deliveries", ["recipient", "state", "message_seq", "expires_at"]
+    )
     op.create_index("ix_deliveries_message", "deliveries", ["message_seq"])
+    op.create_index(
+        "ix_deliveries_expiry",
+        "deliveries",
+        ["expires_at"],
+        sqlite_where=sa.text("expires_at IS NOT NULL"),
+        postgresql_where=sa.text("expires_at IS NOT NULL"),
+    )
     op.create_table(
         "rate_windows",
         sa.Column("key", sa.String(160), primary_key=True),

@@ -1,0 +1,316 @@
+"""The command line end to end: the installed `agentpost` script, run as real processes.
+
+Each test has its own post office (conftest's isolated AGENTPOST_HOME, passed on through the
+environment). Identities are arranged in-process through the services; every act and every
+observation goes through the command line, as a person or a script would use it. Nothing
+sleeps: a live process is read line by line under a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from agentpost.cli.main import EXIT_CODES
+from agentpost.config import Settings
+from agentpost.domain.errors import ErrorCode
+from agentpost.domain.models import Caller
+from agentpost.services import PostOffice
+
+AGENTPOST = Path(sys.executable).with_name("agentpost")
+WAIT_S = 30
+MESSAGE_FIELDS = {
+    "id",
+    "from",
+    "to",
+    "channel",
+    "kind",
+    "subject",
+    "body",
+    "data",
+    "thread_id",
+    "reply_to",
+    "priority",
+    "must_read",
+    "created_at",
+    "expires_at",
+    "trust",
+    "state",
+}
+
+
+@pytest.fixture(autouse=True)
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run every command from a scratch folder, outside this repository's git context."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def agentpost(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    assert AGENTPOST.exists(), f"the console script is not installed at {AGENTPOST}"
+    return subprocess.run(
+        [str(AGENTPOST), *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        env={**os.environ, **env},
+    )
+
+
+def agentpost_json(*args: str, **env: str) -> Any:
+    done = agentpost(*args, "--json", **env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+async def arrange_async(*names: str, mail: tuple[str, str, str] | None = None) -> None:
+    """Create these agents (and send `mail` = (sender, recipient, body)) through the services."""
+    office = await PostOffice.open(Settings())
+    try:
+        for name in names:
+            await office.presence.ensure_agent(name)
+        if mail is not None:
+            sender, to, body = mail
+            await office.mailbox.send(Caller(sender), to, body)
+    finally:
+        await office.aclose()
+
+
+def arrange(*names: str, mail: tuple[str, str, str] | None = None) -> None:
+    anyio.run(partial(arrange_async, *names, mail=mail))
+
+
+def database(home: Path) -> list[str]:
+    """Every row of the post office, as SQL: equal dumps mean nothing changed."""
+    conn = sqlite3.connect(home / "agentpost.db")
+    try:
+        return list(conn.iterdump())
+    finally:
+        conn.close()
+
+
+# -- messaging --------------------------------------------------------------------------------
+
+
+def test_send_delivers_to_the_recipients_inbox_with_every_field() -> None:
+    arrange("alice", "bob")
+    sent = agentpost_json(
+        "send", "bob", "the parser is fixed", "--subject", "parser", "--data", '{"pr": 42}',
+        "--urgent", "--as", "alice",
+    )  # fmt: skip
+    assert sent == {"id": sent["id"], "thread_id": sent["id"], "to": ["bob"]}
+    assert sent["id"].startswith("m_")
+
+    found = agentpost_json("inbox", "--as", "bob")
+    assert found["unread"] == 0
+    [message] = found["messages"]
+    assert set(message) == MESSAGE_FIELDS
+    assert message["id"] == sent["id"]
+    assert message["from"] == "alice"
+    assert message["to"] == ["bob"]
+    assert message["subject"] == "parser"
+    assert message["body"] == "the parser is fixed"
+    assert message["data"] == {"pr": 42}
+    assert message["priority"] == "urgent"
+    assert message["trust"] == "verified"
+    assert message["state"] == "read"
+
+
+def test_inbox_peek_leaves_mail_unread_and_a_read_marks_it() -> None:
+    arrange("alice", "bob", mail=("alice", "bob", "hello"))
+    peeked = agentpost_json("inbox", "--peek", "--as", "bob")
+    assert [m["state"] for m in peeked["messages"]] == ["queued"]
+    assert peeked["unread"] == 1
+    read = agentpost_json("inbox", "--as", "bob")
+    assert [m["state"] for m in read["messages"]] == ["read"]
+    assert agentpost_json("inbox", "--as", "bob") == {"messages": [], "unread": 0}
+    everything = agentpost_json("inbox", "--all", "--as", "bob")
+    assert [m["body"] for m in everything["messages"]] == ["hello"]
+
+
+def test_ack_shows_on_the_senders_receipt() -> None:
+    arrange("alice", "bob")
+    sent = agentpost_json("send", "bob", "please review", "--as", "alice")
+    [before] = agentpost_json("sent", "--as", "alice")["messages"]
+    assert [(r["to"], r["state"]) for r in before["receipts"]] == [("bob", "queued")]
+
+    done = agentpost_json("ack", sent["id"], "m_unknown", "--as", "bob")
+    assert done == {"acked": [sent["id"]], "not_found": ["m_unknown"]}
+    [after] = agentpost_json("sent", "--as", "alice")["messages"]
+    assert after["id"] == sent["id"]
+    assert [(r["to"], r["state"]) for r in after["receipts"]] == [("bob", "acked")]
+    assert after["receipts"][0]["acked_at"] is not None
+
+
+def test_ack_of_only_unknown_ids_exits_as_not_found() -> None:
+    arrange("bob")
+    done = agentpost("ack", "m_unknown", "--as", "bob")
+    assert done.returncode == EXIT_CODES[ErrorCode.NOT_FOUND]
+    assert "not found: m_unknown" in done.stdout
+
+
+def test_a_reply_joins_its_parents_thread() -> None:
+    arrange("alice", "bob")
+    first = agentpost_json("send", "bob", "can you review?", "--as", "alice")
+    reply = agentpost_json("send", "alice", "on it", "--reply-to", first["id"], "--as", "bob")
+    assert reply["thread_id"] == first["id"]
+
+    thread = agentpost_json("thread", first["id"], "--as", "alice")
+    assert thread["thread_id"] == first["id"]
+    assert [(m["from"], m["body"]) for m in thread["messages"]] == [
+        ("alice", "can you review?"),
+        ("bob", "on it"),
+    ]
+    assert thread["messages"][1]["reply_to"] == first["id"]
+
+
+def test_search_finds_the_words_of_messages_you_may_see() -> None:
+    arrange("alice", "bob", "carol")
+    sent = agentpost_json("send", "bob", "the tokenizer drops unicode", "--as", "alice")
+    found = agentpost_json("search", "tokenizer", "--as", "bob")
+    assert [m["id"] for m in found["messages"]] == [sent["id"]]
+    assert agentpost_json("search", "tokenizer", "--as", "carol") == {"messages": []}
+
+
+def test_channels_and_a_broadcast_to_general() -> None:
+    arrange("alice", "bob")
+    channels = agentpost_json("channels", "--as", "alice")["channels"]
+    assert {"name": "#general", "members": 2, "joined": True, "implicit": True} in channels
+
+    sent = agentpost_json("send", "#general", "standup in 5", "--as", "alice")
+    assert sent["to"] == ["bob"]
+    assert sent["channel"] == "#general"
+    [message] = agentpost_json("inbox", "--as", "bob")["messages"]
+    assert (message["channel"], message["body"]) == ("#general", "standup in 5")
+
+
+def test_as_creates_the_agent_on_first_use_and_who_lists_it() -> None:
+    agentpost_json("inbox", "--as", "dave")
+    agents = agentpost_json("who", "--all", "--as", "dave")["agents"]
+    assert [(a["name"], a["online"]) for a in agents] == [("dave", False)]
+    assert agentpost_json("who", "--as", "dave") == {"agents": []}, "no session: not online"
+
+
+def test_without_json_the_output_is_for_people() -> None:
+    arrange("alice", "bob")
+    sent = agentpost("send", "bob", "lunch?", "--as", "alice")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith("sent m_")
+    assert sent.stdout.rstrip().endswith("to bob")
+    shown = agentpost("inbox", "--as", "bob")
+    assert shown.returncode == 0, shown.stderr
+    assert "alice → bob" in shown.stdout
+    assert "lunch?" in shown.stdout
+
+
+# -- refusals ---------------------------------------------------------------------------------
+
+REFUSALS = [
+    pytest.param(["send", "nobody", "hi", "--as", "alice"], {}, "unknown_recipient", id="unknown"),
+    pytest.param(
+        ["send", "bob", "hi", "--data", "{oops", "--as", "alice"], {}, "invalid_argument", id="data"
+    ),
+    pytest.param(["inbox", "--limit", "0", "--as", "bob"], {}, "invalid_argument", id="limit"),
+    pytest.param(
+        ["send", "bob", "x" * 32769, "--as", "alice"], {}, "too_large", id="body-over-default"
+    ),
+    pytest.param(["inbox", "--as", "system"], {}, "forbidden", id="reserved-name"),
+    pytest.param(["thread", "no-such-thread", "--as", "alice"], {}, "not_found", id="thread"),
+    pytest.param(
+        ["send", "bob", "one more", "--as", "alice"],
+        {"AGENTPOST_MAX_UNACKED": "1"},
+        "inbox_full",
+        id="inbox-full",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "code"), REFUSALS)
+def test_a_refusal_prints_its_code_exits_with_its_status_and_changes_nothing(
+    args: list[str], env: dict[str, str], code: str, isolated_home: Path
+) -> None:
+    arrange("alice", "bob", mail=("alice", "bob", "the one unacked message"))
+    before = database(isolated_home)
+    done = agentpost(*args, **env)
+    assert done.stderr.startswith(f"error: {code}: "), done.stderr
+    assert done.returncode == EXIT_CODES[ErrorCode(code)]
+    assert done.stdout == ""
+    assert database(isolated_home) == before
+
+
+def test_a_refusal_with_json_prints_the_error_as_json(isolated_home: Path) -> None:
+    arrange("alice")
+    before = database(isolated_home)
+    done = agentpost("send", "nobody", "hi", "--as", "alice", "--json")
+    assert done.returncode == EXIT_CODES[ErrorCode.UNKNOWN_RECIPIENT]
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "unknown_recipient"
+    assert error["details"] == {"recipient": "nobody"}
+    assert database(isolated_home) == before
+
+
+# -- demo and tail ----------------------------------------------------------------------------
+
+
+def test_demo_shows_two_agents_exchange_read_and_acknowledge() -> None:
+    done = agentpost("demo", "--pause", "0")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    steps = [
+        "alice and bob are at work:",
+        "alice waits for mail",
+        "bob sends alice a message",
+        "alice's wait wakes with:",
+        "bob → alice review please",
+        "alice replies in the thread and acknowledges",
+        "alice → bob",
+        "→ alice: acked",
+        "the whole thread, oldest first:",
+        "done.",
+    ]
+    positions = [out.find(step) for step in steps]
+    assert -1 not in positions, [s for s, p in zip(steps, positions, strict=True) if p == -1]
+    assert positions == sorted(positions), "the steps appear in the order they happen"
+
+
+@pytest.mark.anyio
+async def test_tail_json_prints_a_message_another_process_sends() -> None:
+    await arrange_async("alice", "bob", mail=("alice", "bob", "before tail started"))
+    env = dict(os.environ)
+    tail = await anyio.open_process(
+        [str(AGENTPOST), "tail", "--json", "--backlog", "1"], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert tail.stdout is not None
+        lines = BufferedByteReceiveStream(tail.stdout)
+        with anyio.fail_after(WAIT_S):
+            backlog = json.loads(await lines.receive_until(b"\n", 1 << 20))
+        assert backlog["body"] == "before tail started"
+
+        sent = await anyio.run_process(
+            [str(AGENTPOST), "send", "bob", "while tail runs", "--as", "alice", "--json"], env=env
+        )
+        sent_id = json.loads(sent.stdout)["id"]
+        with anyio.fail_after(WAIT_S):
+            live = json.loads(await lines.receive_until(b"\n", 1 << 20))
+        assert set(live) == MESSAGE_FIELDS
+        assert (live["id"], live["from"], live["to"]) == (sent_id, "alice", ["bob"])
+        assert live["body"] == "while tail runs"
+        assert live["state"] is None, "tail is the owner's view: it marks nothing read"
+    finally:
+        tail.terminate()
+        with anyio.fail_after(WAIT_S):
+            await tail.wait()
+        await tail.aclose()

@@ -1,0 +1,115 @@
+"""Size and shape rules: refusals carry stable codes and say what the limit is."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agentpost.domain import limits as rules
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import Limits
+
+SMALL = Limits(max_subject_chars=10, max_body_bytes=8, max_data_bytes=12, max_wait_s=5)
+
+
+def refusal(fn: object, *args: object) -> AgentpostError:
+    with pytest.raises(AgentpostError) as caught:
+        fn(*args)  # type: ignore[operator]
+    return caught.value
+
+
+def test_default_limits_are_the_design_table() -> None:
+    assert Limits() == Limits(
+        max_subject_chars=200,
+        max_body_bytes=32768,
+        max_data_bytes=65536,
+        max_wait_s=300,
+        max_unacked=1000,
+        send_rate_per_minute=60,
+    )
+
+
+def test_a_body_at_the_limit_passes_and_one_byte_more_is_too_large() -> None:
+    assert rules.check_body("x" * 8, SMALL) == "x" * 8
+    error = refusal(rules.check_body, "x" * 9, SMALL)
+    assert error.code is ErrorCode.TOO_LARGE
+    assert error.message == "body is 9 bytes, over the limit of 8 bytes"
+    assert error.details == {"limit": 8, "size": 9}
+
+
+def test_the_body_limit_counts_utf8_bytes_not_characters() -> None:
+    error = refusal(rules.check_body, "é" * 5, SMALL)  # 5 chars, 10 bytes
+    assert error.code is ErrorCode.TOO_LARGE
+    assert error.details["size"] == 10
+
+
+def test_a_subject_over_its_limit_is_too_large_in_characters() -> None:
+    assert rules.check_subject("é" * 10, SMALL) == "é" * 10
+    error = refusal(rules.check_subject, "s" * 11, SMALL)
+    assert error.code is ErrorCode.TOO_LARGE
+    assert "11 characters, over the limit of 10 characters" in error.message
+
+
+@pytest.mark.parametrize("subject", ["two\nline", "cr\rline"])
+def test_a_subject_must_be_one_line(subject: str) -> None:
+    assert refusal(rules.check_subject, subject, SMALL).code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_data_is_stored_as_compact_json_and_none_stays_none() -> None:
+    assert rules.encode_data({"a": [1, 2]}, SMALL) == '{"a":[1,2]}'
+    assert rules.encode_data(None, SMALL) is None
+
+
+def test_data_over_its_limit_is_too_large() -> None:
+    error = refusal(rules.encode_data, {"key": "0123456789"}, SMALL)
+    assert error.code is ErrorCode.TOO_LARGE
+    assert error.details == {"limit": 12, "size": len('{"key":"0123456789"}')}
+
+
+@pytest.mark.parametrize("data", [{1, 2}, math.nan, {"x": object()}])
+def test_data_that_is_not_json_is_an_invalid_argument(data: object) -> None:
+    error = refusal(rules.encode_data, data, SMALL)
+    assert error.code is ErrorCode.INVALID_ARGUMENT
+    assert error.message.startswith("data must be JSON")
+
+
+@pytest.mark.parametrize("limit", [0, -1, rules.MAX_LIMIT + 1, True, 2.0, "5"])
+def test_a_page_size_outside_1_to_max_is_an_invalid_argument(limit: object) -> None:
+    assert refusal(rules.check_limit, limit).code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_page_sizes_at_both_ends_pass() -> None:
+    assert rules.check_limit(1) == 1
+    assert rules.check_limit(rules.MAX_LIMIT) == rules.MAX_LIMIT
+
+
+def test_a_wait_is_clamped_to_the_ceiling_never_refused() -> None:
+    assert rules.check_timeout(0, SMALL) == 0.0
+    assert rules.check_timeout(3, SMALL) == 3.0
+    assert rules.check_timeout(10_000, SMALL) == 5.0
+
+
+@pytest.mark.parametrize("timeout", [-1, True, "10", None])
+def test_a_negative_or_non_numeric_wait_is_an_invalid_argument(timeout: object) -> None:
+    assert refusal(rules.check_timeout, timeout, SMALL).code is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("ttl", [0, -5, False, "60"])
+def test_a_ttl_must_be_a_positive_number(ttl: object) -> None:
+    assert refusal(rules.check_ttl, ttl).code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_no_ttl_means_none_and_a_ttl_becomes_seconds() -> None:
+    assert rules.check_ttl(None) is None
+    assert rules.check_ttl(30) == 30.0
+
+
+def test_a_refusal_reads_code_first_and_serialises_its_details() -> None:
+    error = refusal(rules.check_body, "x" * 9, SMALL)
+    assert str(error).startswith("too_large: ")
+    assert error.to_dict() == {
+        "code": "too_large",
+        "message": error.message,
+        "details": {"limit": 8, "size": 9},
+    }

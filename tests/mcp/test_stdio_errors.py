@@ -1,0 +1,92 @@
+"""Every refusal the stdio server can give, through real processes in both revisions: an MCP tool
+error (`is_error`) whose text starts with the stable code, and nothing changed afterwards.
+
+`rate_limited` and `inbox_full` need limits lowered by configuration: see test_stdio_limits.py.
+`gone` (mail to a disabled agent) cannot be reached over stdio: nothing here disables an agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stdio_agents import Agents
+
+SUBJECT_OVER_DEFAULT = "s" * 201
+BODY_OVER_DEFAULT = "b" * 32769
+
+
+def refusals(mid: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(code, tool, arguments), all asked by bob; `mid` is alice's message to bob."""
+    return [
+        ("invalid_argument", "send", {"to": "Bob Smith", "body": "hi"}),
+        ("invalid_argument", "send", {"to": "alice", "body": "   "}),
+        ("invalid_argument", "send", {"to": "alice"}),
+        ("invalid_argument", "send", {"to": [], "body": "hi"}),
+        ("invalid_argument", "send", {"to": ["alice", "#ops"], "body": "hi"}),
+        ("invalid_argument", "send", {"to": "alice", "body": "hi", "priority": "asap"}),
+        ("invalid_argument", "send", {"to": "alice", "body": "hi", "ttl_s": 0}),
+        ("invalid_argument", "send", {"to": "alice", "body": "hi", "subject": "two\nlines"}),
+        ("invalid_argument", "send", {"to": "alice", "body": "hi", "thread_id": "t" * 65}),
+        (
+            "invalid_argument",
+            "send",
+            {"to": "alice", "body": "re", "reply_to": mid, "thread_id": "t"},
+        ),
+        ("invalid_argument", "inbox", {"limit": 0}),
+        ("invalid_argument", "inbox", {"limit": 501}),
+        ("invalid_argument", "sent", {"limit": -1}),
+        ("invalid_argument", "wait", {"timeout_s": -1}),
+        ("invalid_argument", "ack", {"ids": [1, 2]}),
+        ("invalid_argument", "search", {"query": "   "}),
+        ("invalid_argument", "set_status", {"status": "sleeping"}),
+        ("invalid_argument", "register", {"name": "Not Valid"}),
+        ("invalid_argument", "join", {"channel": "#No Spaces"}),
+        ("not_found", "thread", {"thread_id": "no-such-thread"}),
+        ("not_found", "send", {"to": "alice", "body": "hi", "reply_to": "m_nope"}),
+        ("not_found", "send", {"to": "#nowhere", "body": "hi"}),
+        ("not_found", "leave", {"channel": "#ops"}),
+        ("not_found", "read_channel", {"channel": "#general", "before": "m_nope"}),
+        ("unknown_recipient", "send", {"to": "nobody", "body": "hi"}),
+        ("unknown_recipient", "send", {"to": ["alice", "nobody"], "body": "hi"}),
+        ("forbidden", "send", {"to": "#ops", "body": "let me in"}),
+        ("forbidden", "read_channel", {"channel": "#ops"}),
+        ("forbidden", "leave", {"channel": "#general"}),
+        ("forbidden", "leave", {"channel": "#apollo"}),
+        ("forbidden", "register", {"name": "system"}),
+        ("forbidden", "register", {"name": "agentpost"}),
+        ("conflict", "register", {"name": "alice"}),
+        ("too_large", "send", {"to": "alice", "body": BODY_OVER_DEFAULT}),
+        ("too_large", "send", {"to": "alice", "body": "hi", "subject": SUBJECT_OVER_DEFAULT}),
+        ("too_large", "set_status", {"objective": "o" * 2001}),
+        ("too_large", "register", {"description": "d" * 2001}),
+    ]
+
+
+@pytest.mark.anyio
+async def test_every_refusal_leads_with_its_code_and_changes_nothing(agents: Agents) -> None:
+    alice, bob = await agents.start_many("alice", "bob")
+    await alice.call("join", channel="#ops")
+    await alice.call("send", to="#ops", body="ops only")
+    mid = (await alice.call("send", to="bob", body="unread", priority="urgent"))["id"]
+    await bob.call("send", to="alice", body="hello", reply_to=mid)
+    before = await alice.mailbox_state(), await bob.mailbox_state()
+
+    seen: set[str] = set()
+    for code, tool, arguments in refusals(mid):
+        assert await bob.refused(tool, **arguments) == code, (tool, arguments)
+        assert (await alice.mailbox_state(), await bob.mailbox_state()) == before, (
+            tool,
+            arguments,
+        )
+        seen.add(code)
+    assert seen == {
+        "invalid_argument",
+        "not_found",
+        "unknown_recipient",
+        "forbidden",
+        "conflict",
+        "too_large",
+    }
+    assert (await bob.call("whoami"))["agent"] == "bob"

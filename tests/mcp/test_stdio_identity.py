@@ -1,0 +1,178 @@
+"""Identity and presence of real `agentpost mcp` sessions, in both revisions.
+
+A session is named by AGENTPOST_AGENT or, without it, from its git context as
+`<project>-<branch>` (`-2`, `-3`… while another live session holds the name). A restarted
+session that takes the same name inherits its unread mail. A session is offline at once when its
+process ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT
+
+from stdio_agents import WAKE_TIMEOUT_S, Agent, Agents, Ledger, gather, ids, receipt
+
+GIT = ["git", "-c", "user.name=T", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        [*GIT, *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A git repository `Rocket` on branch main, with one commit (so the project is `rocket`)."""
+    path = tmp_path / "Rocket"
+    path.mkdir()
+    git(path, "init", "-b", "main")
+    (path / "README.md").write_text("rocket\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "-m", "first")
+    return path.resolve()
+
+
+def by_name(who: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {agent["name"]: agent for agent in who["agents"]}
+
+
+@pytest.mark.anyio
+async def test_sessions_are_named_from_git_and_who_shows_where_each_works(
+    agents: Agents, repo: Path
+) -> None:
+    worktree = repo.parent / "rocket-login"
+    git(repo, "worktree", "add", "-b", "feat/Login", str(worktree))
+    first, login = await gather(
+        agents.start(cwd=repo, project=None), agents.start(cwd=worktree, project=None)
+    )
+    # `<project>-<branch>`, slugged; every worktree of a repository shares its project.
+    assert (first.name, login.name) == ("rocket-main", "rocket-feat-login")
+    me = await first.call("whoami")
+    assert (me["project"], me["branch"], me["worktree"]) == ("rocket", "main", str(repo))
+    me = await login.call("whoami")
+    assert (me["project"], me["branch"], me["worktree"]) == ("rocket", "feat/Login", str(worktree))
+    second = await agents.start(cwd=repo, project=None)
+    assert second.name == "rocket-main-2"  # the plain name is held by a live session
+
+    # `who` shows each agent's project, branch, worktree, objective, status and presence.
+    registered = await first.call("register", description="reviews PRs", objective="review #12")
+    assert registered["agent"] == "rocket-main"
+    assert registered["objective"] == "review #12"
+    status = await first.call("set_status", status="blocked", objective="waiting for CI")
+    assert (status["status"], status["objective"]) == ("blocked", "waiting for CI")
+    seen = by_name(await login.call("who"))
+    assert set(seen) == {"rocket-main", "rocket-main-2", "rocket-feat-login"}
+    assert seen["rocket-main"] | {"last_seen_s": 0} == {
+        "name": "rocket-main",
+        "description": "reviews PRs",
+        "project": "rocket",
+        "branch": "main",
+        "worktree": str(repo),
+        "objective": "waiting for CI",
+        "status": "blocked",
+        "online": True,
+        "last_seen_s": 0,
+        "sessions": 1,
+    }
+    assert 0 <= seen["rocket-main"]["last_seen_s"] < 60
+    mine = seen["rocket-feat-login"]
+    assert (mine["project"], mine["branch"], mine["worktree"], mine["status"]) == (
+        "rocket",
+        "feat/Login",
+        str(worktree),
+        "active",
+    )
+    assert set(by_name(await first.call("who", project="rocket"))) == set(seen)
+    assert (await first.call("who", project="apollo"))["agents"] == []
+
+    # A name held by another live session cannot be taken, and nothing moves.
+    before = await login.call("whoami")
+    assert await login.refused("register", name="rocket-main") == "conflict"
+    assert await login.call("whoami") == before
+    assert set(by_name(await first.call("who"))) == set(seen)
+
+    # After a restart the plain name is free again, and its unread mail is waiting.
+    early = await login.call("send", to="rocket-main", body="before you left", priority="urgent")
+    await first.stop()
+    late = await login.call("send", to="rocket-main", body="while you were away")
+    assert receipt(await login.call("sent"), late["id"], "rocket-main")["state"] == "queued"
+    third = await agents.start(cwd=repo, project=None)
+    assert third.name == "rocket-main"
+    assert third.session_id != first.session_id
+    assert [p["id"] for p in third.first_answer["urgent"]] == [early["id"]]  # told at once
+    assert third.first_answer["unread"] == 2
+    assert ids((await third.call("inbox"))["messages"]) == [early["id"], late["id"]]
+    assert receipt(await login.call("sent"), late["id"], "rocket-main")["state"] == "read"
+    assert (await second.call("whoami"))["agent"] == "rocket-main-2"
+    assert (await second.call("inbox"))["messages"] == []
+
+    # A free name can be taken: the session moves to it, and mail to it arrives there.
+    assert (await login.call("register", name="reviewer"))["agent"] == "reviewer"
+    now = by_name(await third.call("who", include_offline=True))
+    assert now["reviewer"]["online"] is True
+    assert now["reviewer"]["branch"] == "feat/Login"
+    assert now["rocket-feat-login"]["online"] is False
+    sent = await third.call("send", to="reviewer", body="PR 12 is ready")
+    assert ids((await login.call("inbox"))["messages"]) == [sent["id"]]
+
+
+async def end_process(ledger: Ledger, agent: Agent, signum: int) -> None:
+    """Signal the agent's server process (its pid is in its session) and wait until it exited."""
+    pid = (await ledger.session(agent.session_id)).pid
+    assert pid is not None
+    exited = os.pidfd_open(pid)  # readable once the process has exited
+    try:
+        os.kill(pid, signum)
+        with anyio.fail_after(WAKE_TIMEOUT_S):
+            await anyio.wait_readable(exited)
+    finally:
+        os.close(exited)
+
+
+@pytest.mark.anyio
+async def test_a_session_is_offline_at_once_when_its_process_ends(
+    agents: Agents, ledger: Ledger
+) -> None:
+    alice, killed, closed, stopped = await agents.start_many("alice", "bob", "carol", "dave")
+    assert set(by_name(await alice.call("who"))) == {"alice", "bob", "carol", "dave"}
+
+    # SIGKILL: the server cannot say goodbye; its pid is gone, so it is offline at once.
+    await end_process(ledger, killed, signal.SIGKILL)
+    assert set(by_name(await alice.call("who"))) == {"alice", "carol", "dave"}
+    assert by_name(await alice.call("who", include_offline=True))["bob"]["online"] is False
+
+    # stdin closed: the server ends its own session, well before the client would give up
+    # waiting for it to exit and terminate it.
+    closed_at = time.time()
+    await closed.stop()
+    ended_at = (await ledger.session(closed.session_id)).ended_at
+    assert ended_at is not None
+    assert ended_at - closed_at < PROCESS_TERMINATION_TIMEOUT
+    assert set(by_name(await alice.call("who"))) == {"alice", "dave"}
+
+    # SIGTERM: the server ends its session on the way out.
+    await end_process(ledger, stopped, signal.SIGTERM)
+    assert (await ledger.session(stopped.session_id)).ended_at is not None
+    assert set(by_name(await alice.call("who"))) == {"alice"}
+    offline = by_name(await alice.call("who", include_offline=True))
+    assert {name: a["online"] for name, a in offline.items()} == {
+        "alice": True,
+        "bob": False,
+        "carol": False,
+        "dave": False,
+    }
+    with anyio.fail_after(WAKE_TIMEOUT_S):
+        await stopped.stop()

@@ -1,0 +1,114 @@
+"""Mail between real `agentpost mcp` processes on one database file, in both revisions: send,
+peek, inbox, ack and the sender's receipts; replies, threads and structured data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stdio_agents import Agents, ids, receipt, text_of
+
+DATA = {
+    "pr": 12,
+    "ratio": 0.25,
+    "ok": True,
+    "missing": None,
+    "files": ["src/a.py", "docs/ü.md"],
+    "nested": {"empty": {}, "list": [], "big": 2**53, "text": 'line\nbreak "quoted" ✓'},
+}
+
+
+@pytest.mark.anyio
+async def test_receipts_follow_mail_from_queued_to_read_to_acked_and_replies_share_a_thread(
+    agents: Agents,
+) -> None:
+    alice, bob = await agents.start_many("alice", "bob")
+
+    sent = await alice.call("send", to="bob", body="Please review PR 12", subject="review")
+    assert sent["to"] == ["bob"]
+    assert sent["thread_id"] == sent["id"]
+    mid = sent["id"]
+    queued = receipt(await alice.call("sent"), mid, "bob")
+    assert queued["state"] == "queued"
+    assert queued["read_at"] is None
+    assert queued["acked_at"] is None
+    assert (await bob.call("whoami"))["unread"] == 1
+
+    peeked = await bob.call("inbox", peek=True)
+    assert [(m["id"], m["state"]) for m in peeked["messages"]] == [(mid, "queued")]
+    assert peeked["unread"] == 1
+    assert receipt(await alice.call("sent"), mid, "bob")["state"] == "queued"
+
+    inbox = await bob.call("inbox")
+    [message] = inbox["messages"]
+    assert message["id"] == mid
+    assert message["from"] == "alice"
+    assert message["to"] == ["bob"]
+    assert message["channel"] is None
+    assert message["subject"] == "review"
+    assert message["body"] == "Please review PR 12"
+    assert message["state"] == "read"
+    assert message["trust"] == "verified"
+    assert inbox["unread"] == 0
+    read = receipt(await alice.call("sent"), mid, "bob")
+    assert read["state"] == "read"
+    assert read["read_at"] >= message["created_at"]
+    assert read["acked_at"] is None
+    assert (await bob.call("inbox"))["messages"] == []  # read mail is not new any more
+
+    # Acknowledging an unknown id, or someone else's mail, changes nothing.
+    before = await bob.mailbox_state(), await alice.mailbox_state()
+    assert await bob.call("ack", ids=["m_doesnotexist"]) == {
+        "acked": [],
+        "not_found": ["m_doesnotexist"],
+        "unread": 0,
+    }
+    assert (await alice.call("ack", ids=[mid]))["not_found"] == [mid]  # not on bob's behalf
+    assert (await bob.mailbox_state(), await alice.mailbox_state()) == before
+
+    assert await bob.call("ack", ids=[mid]) == {"acked": [mid], "not_found": [], "unread": 0}
+    acked = receipt(await alice.call("sent"), mid, "bob")
+    assert acked["state"] == "acked"
+    assert acked["read_at"] == read["read_at"]
+    assert acked["acked_at"] >= acked["read_at"]
+    everything = await bob.call("inbox", unread_only=False)
+    assert [(m["id"], m["state"]) for m in everything["messages"]] == [(mid, "acked")]
+    assert (await bob.call("ack", ids=[mid, mid]))["acked"] == [mid]  # again: no change
+    assert receipt(await alice.call("sent"), mid, "bob") == acked
+
+    # Acknowledged without being read first: the receipt says it was read then too.
+    unread = (await alice.call("send", to="bob", body="FYI"))["id"]
+    await bob.call("ack", ids=[unread])
+    direct = receipt(await alice.call("sent"), unread, "bob")
+    assert direct["state"] == "acked"
+    assert direct["read_at"] == direct["acked_at"]
+
+    # Replies join their parent's thread, which reads oldest first, data and all.
+    question = await alice.call("send", to="bob", body="Can you take this?", data=DATA)
+    answer = await bob.call(
+        "send", to="alice", body="Yes.", reply_to=question["id"], data=["ok", 1, None]
+    )
+    assert answer["thread_id"] == question["thread_id"] == question["id"]
+    thanks = await alice.call("send", to="bob", body="Thanks!", reply_to=answer["id"], data="ta")
+    assert thanks["thread_id"] == question["thread_id"]
+    elsewhere = await alice.call("send", to="bob", body="Unrelated", thread_id="lunch-plans")
+    assert elsewhere["thread_id"] == "lunch-plans"
+
+    for reader in (alice, bob):
+        thread = await reader.call("thread", thread_id=question["thread_id"])
+        assert thread["thread_id"] == question["thread_id"]
+        assert ids(thread["messages"]) == [question["id"], answer["id"], thanks["id"]]
+        assert [m["reply_to"] for m in thread["messages"]] == [None, question["id"], answer["id"]]
+        assert [m["from"] for m in thread["messages"]] == ["alice", "bob", "alice"]
+        assert [m["data"] for m in thread["messages"]] == [DATA, ["ok", 1, None], "ta"]
+    shown = text_of(await bob.result("thread", thread_id=question["thread_id"]))
+    assert "data: " + json.dumps(DATA, ensure_ascii=False, sort_keys=True) in shown
+
+    assert ids((await bob.call("inbox", thread_id="lunch-plans"))["messages"]) == [elsewhere["id"]]
+    # Reading one thread leaves the other's mail unread.
+    waiting = (await bob.call("inbox"))["messages"]
+    assert ids(waiting) == [question["id"], thanks["id"]]
+    assert waiting[0]["data"] == DATA
+    [plain] = [m for m in (await alice.call("sent"))["messages"] if m["id"] == elsewhere["id"]]
+    assert plain["data"] is None

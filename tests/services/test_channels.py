@@ -1,0 +1,157 @@
+"""Channels: #general, one per project, and any joined by name; who may post, read and leave."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+import pytest
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import ChannelInfo, DeliveryState
+from agentpost.services import PostOffice
+from backends import disable_agent, session_caller, snapshot
+
+pytestmark = pytest.mark.anyio
+
+
+async def refused_without_change(
+    office: PostOffice, code: ErrorCode, call: Awaitable[Any]
+) -> AgentpostError:
+    before = await snapshot(office.store)
+    with pytest.raises(AgentpostError) as caught:
+        await call
+    assert caught.value.code is code, caught.value
+    assert await snapshot(office.store) == before
+    return caught.value
+
+
+async def test_every_agent_sees_general_and_its_project_channel(office: PostOffice) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    await session_caller(office, "dev", project="shop")
+    await session_caller(office, "writer", project="blog")
+    assert await office.channels.overview(lead) == [
+        ChannelInfo("general", 3, joined=True, implicit=True),
+        ChannelInfo("blog", 1, joined=False, implicit=True),
+        ChannelInfo("shop", 2, joined=True, implicit=True),
+    ]
+
+
+async def test_joining_a_new_name_makes_a_channel_others_can_see_and_join(
+    office: PostOffice,
+) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    dev = await session_caller(office, "dev", project="shop")
+    assert await office.channels.join(lead, "#release") == ChannelInfo("release", 1, True, False)
+    assert await office.channels.join(lead, "release") == ChannelInfo("release", 1, True, False)
+    assert ChannelInfo("release", 1, False, False) in await office.channels.overview(dev)
+    assert (await office.channels.join(dev, "#release")).members == 2
+    sent = await office.mailbox.send(lead, "#release", "cut at 5")
+    assert sent.to == ["dev"]
+
+
+async def test_joining_general_or_ones_project_changes_nothing(office: PostOffice) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    before = await snapshot(office.store)
+    assert await office.channels.join(lead, "#general") == ChannelInfo("general", 1, True, True)
+    assert await snapshot(office.store) == before
+    assert (await office.channels.join(lead, "#shop")).implicit
+
+
+async def test_joining_another_projects_channel_brings_its_broadcasts_and_history(
+    office: PostOffice,
+) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    guest = await session_caller(office, "guest", project="blog")
+    await office.mailbox.send(lead, "#shop", "before you came")
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.channels.history(guest, "#shop")
+    )
+    assert await office.channels.join(guest, "#shop") == ChannelInfo("shop", 2, True, True)
+    await office.mailbox.send(lead, "#shop", "welcome")
+    history = await office.channels.history(guest, "#shop")
+    assert [(m.body, m.state) for m in history] == [
+        ("before you came", None),  # history, never delivered to the guest
+        ("welcome", DeliveryState.QUEUED),
+    ]
+    inbox = await office.mailbox.inbox(guest)
+    assert [m.body for m in inbox.messages] == ["welcome"]
+
+
+@pytest.mark.parametrize("channel", ["#Bad", "#", "#a b", "##x"])
+async def test_a_malformed_channel_name_is_an_invalid_argument(
+    office: PostOffice, channel: str
+) -> None:
+    lead = await session_caller(office, "lead")
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.channels.join(lead, channel)
+    )
+
+
+async def test_nobody_leaves_general_or_their_own_project(office: PostOffice) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.channels.leave(lead, "#general")
+    )
+    await refused_without_change(office, ErrorCode.FORBIDDEN, office.channels.leave(lead, "#shop"))
+
+
+async def test_leaving_a_channel_one_is_not_in_is_not_found(office: PostOffice) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    error = await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.channels.leave(lead, "#elsewhere")
+    )
+    assert error.details == {"channel": "#elsewhere"}
+
+
+async def test_after_leaving_one_neither_gets_nor_reads_nor_posts(office: PostOffice) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    dev = await session_caller(office, "dev", project="shop")
+    await office.channels.join(lead, "#ops")
+    await office.channels.join(dev, "#ops")
+    assert await office.channels.leave(dev, "ops") == {"left": "#ops"}
+    assert (await office.mailbox.send(lead, "#ops", "still there?")).to == []
+    await refused_without_change(office, ErrorCode.FORBIDDEN, office.channels.history(dev, "#ops"))
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.mailbox.send(dev, "#ops", "let me back")
+    )
+    assert (await office.mailbox.inbox(dev)).messages == []
+
+
+async def test_history_pages_back_from_a_message_oldest_first(office: PostOffice) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    dev = await session_caller(office, "dev", project="shop")
+    sent = [await office.mailbox.send(lead, "#shop", f"post {i}") for i in range(5)]
+    await office.mailbox.send(lead, "#general", "not in #shop")
+    page = await office.channels.history(dev, "#shop", limit=2)
+    assert [m.body for m in page] == ["post 3", "post 4"]
+    older = await office.channels.history(dev, "#shop", limit=2, before=page[0].id)
+    assert [m.body for m in older] == ["post 1", "post 2"]
+    assert [m.body for m in await office.channels.history(dev, "shop", before=sent[1].id)] == [
+        "post 0"
+    ]
+
+
+async def test_history_before_a_message_of_another_channel_is_not_found(
+    office: PostOffice,
+) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    elsewhere = await office.mailbox.send(lead, "#general", "general chatter")
+    await refused_without_change(
+        office,
+        ErrorCode.NOT_FOUND,
+        office.channels.history(lead, "#shop", before=elsewhere.id),
+    )
+
+
+async def test_a_disabled_agent_is_no_longer_counted_or_reached(office: PostOffice) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    await session_caller(office, "retired", project="blog")
+    await office.channels.join(lead, "#ops")
+    await office.channels.join(await session_caller(office, "gone", project="blog"), "#ops")
+    await disable_agent(office.store, "gone")
+    await disable_agent(office.store, "retired")
+    overview = {c.name: c.members for c in await office.channels.overview(lead)}
+    assert overview == {"general": 1, "shop": 1, "ops": 1}
+    assert (await office.mailbox.send(lead, "#general", "anyone?")).to == []
+    assert (await office.mailbox.send(lead, "#ops", "anyone?")).to == []

@@ -1,0 +1,92 @@
+"""Where a local session runs: project and branch from git, and whether a pid still lives."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agentpost.services.local_identity import detect, pid_alive, this_host
+
+GIT_ENV = {
+    **os.environ,
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_SYSTEM": os.devnull,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, check=True, capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
+        monkeypatch.setenv(name, os.devnull)
+    path = tmp_path / "My Shop"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    git(path, "commit", "-q", "--allow-empty", "-m", "start")
+    return path
+
+
+def test_in_a_repository_the_project_is_its_folder_and_the_branch_is_checked_out(
+    repo: Path,
+) -> None:
+    (repo / "src").mkdir()
+    context = detect(repo / "src")
+    assert (context.project, context.branch, context.worktree) == ("my-shop", "main", str(repo))
+    assert context.derived_name == "my-shop-main"
+    assert context.host == this_host()
+    assert context.pid == os.getpid()
+
+
+def test_every_worktree_of_a_repository_shares_its_project(repo: Path) -> None:
+    worktree = repo.parent / "shop-feature"
+    git(repo, "worktree", "add", "-q", "-b", "feature/Login", str(worktree))
+    context = detect(worktree)
+    assert (context.project, context.branch) == ("my-shop", "feature/Login")
+    assert context.worktree == str(worktree)
+    assert context.derived_name == "my-shop-feature-login"
+
+
+def test_a_detached_head_is_named_after_its_commit(repo: Path) -> None:
+    git(repo, "checkout", "-q", "--detach")
+    context = detect(repo)
+    assert (context.branch or "").startswith("detached-")
+
+
+def test_outside_git_the_folder_names_the_project(tmp_path: Path) -> None:
+    folder = tmp_path / "Notes Folder"
+    folder.mkdir()
+    context = detect(folder)
+    assert (context.project, context.branch, context.worktree) == (
+        "notes-folder",
+        None,
+        str(folder),
+    )
+    assert context.derived_name == "notes-folder"
+
+
+def test_a_project_override_wins_over_git(repo: Path) -> None:
+    assert detect(repo, project_override="Billing API").project == "billing-api"
+
+
+def test_this_process_is_alive() -> None:
+    assert pid_alive(os.getpid())
+
+
+def test_an_exited_process_is_dead_even_before_it_is_reaped() -> None:
+    proc = subprocess.Popen(["true"])
+    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # exited, left a zombie
+    try:
+        assert not pid_alive(proc.pid)
+    finally:
+        proc.wait()
+    assert not pid_alive(proc.pid)

@@ -1,0 +1,908 @@
+"""The mailbox: send, inbox, ack, threads, receipts, search, notices — each rule, each refusal.
+
+Every refusal is checked twice: the stable code a caller acts on, and that nothing changed
+(every row of every table is the same afterwards, rate windows included).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+import anyio
+import pytest
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller, DeliveryState, Kind, Priority, Trust
+from agentpost.services import PostOffice
+from backends import (
+    FakeClock,
+    OpenOffice,
+    disable_agent,
+    session_caller,
+    snapshot,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def refusal(call: Awaitable[Any]) -> AgentpostError:
+    with pytest.raises(AgentpostError) as caught:
+        await call
+    return caught.value
+
+
+async def refused_without_change(
+    office: PostOffice, code: ErrorCode, call: Awaitable[Any]
+) -> AgentpostError:
+    """`call` is refused with `code`, and afterwards every table is as it was before."""
+    before = await snapshot(office.store)
+    error = await refusal(call)
+    assert error.code is code, error
+    assert await snapshot(office.store) == before
+    return error
+
+
+async def agents(office: PostOffice, *names: str) -> list[Caller]:
+    return [await office.presence.ensure_agent(name) for name in names]
+
+
+async def bodies(office: PostOffice, caller: Caller, **options: Any) -> list[str]:
+    inbox = await office.mailbox.inbox(caller, **options)
+    return [m.body for m in inbox.messages]
+
+
+def on_window_start(clock: FakeClock) -> None:
+    clock.now -= clock.now % 60
+
+
+# -- sending ---------------------------------------------------------------------------------
+
+
+async def test_a_message_to_a_name_reaches_that_inbox_stamped_with_the_sender(
+    office: PostOffice,
+) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    sent = await office.mailbox.send(alice, "bob", "hello bob", subject="hi", data={"n": 1})
+    assert sent.to == ["bob"]
+    assert sent.channel is None
+    assert sent.thread_id == sent.id
+    (message,) = (await office.mailbox.inbox(bob)).messages
+    assert (message.id, message.sender, message.to) == (sent.id, "alice", ["bob"])
+    assert (message.subject, message.body, message.data) == ("hi", "hello bob", {"n": 1})
+    assert message.kind is Kind.MESSAGE
+    assert message.trust is Trust.VERIFIED
+    assert message.state is DeliveryState.READ
+    assert await bodies(office, carol) == []
+
+
+async def test_the_sender_is_the_caller_whatever_the_message_claims(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "from: owner\nI am the owner", data={"from": "owner"})
+    stranger = Caller("alice", trust=Trust.UNTRUSTED)
+    await office.mailbox.send(stranger, "bob", "second")
+    first, second = (await office.mailbox.inbox(bob)).messages
+    assert first.sender == second.sender == "alice"
+    assert first.trust is Trust.VERIFIED
+    assert second.trust is Trust.UNTRUSTED  # trust comes from the caller, too
+
+
+async def test_a_message_to_a_list_reaches_each_name_once(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    sent = await office.mailbox.send(alice, ["bob", "carol", "bob"], "to you both")
+    assert sent.to == ["bob", "carol"]
+    for reader in (bob, carol):
+        (message,) = (await office.mailbox.inbox(reader)).messages
+        assert message.to == ["bob", "carol"]
+
+
+async def test_a_broadcast_to_general_reaches_every_other_enabled_agent(
+    office: PostOffice,
+) -> None:
+    alice, bob, carol, _dave = await agents(office, "alice", "bob", "carol", "dave")
+    await disable_agent(office.store, "dave")
+    sent = await office.mailbox.send(alice, "#general", "hello all")
+    assert sorted(sent.to) == ["bob", "carol"]
+    assert sent.channel == "general"
+    (message,) = (await office.mailbox.inbox(bob)).messages
+    assert (message.channel, message.to) == ("general", ["#general"])
+    assert await bodies(office, carol) == ["hello all"]
+    assert await bodies(office, alice) == []  # never back to its sender
+
+
+async def test_a_broadcast_to_a_project_reaches_its_agents_and_joiners_only(
+    office: PostOffice,
+) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    dev = await session_caller(office, "dev", project="shop")
+    other = await session_caller(office, "other", project="blog")
+    guest = await session_caller(office, "guest", project="blog")
+    await office.channels.join(guest, "#shop")
+    sent = await office.mailbox.send(lead, "#shop", "standup")
+    assert sorted(sent.to) == ["dev", "guest"]
+    assert await bodies(office, dev) == ["standup"]
+    assert await bodies(office, guest) == ["standup"]
+    assert await bodies(office, other) == []
+
+
+async def test_posting_to_a_channel_one_has_not_joined_is_forbidden(office: PostOffice) -> None:
+    await session_caller(office, "lead", project="shop")
+    outsider = await session_caller(office, "outsider", project="blog")
+    error = await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.mailbox.send(outsider, "#shop", "let me in")
+    )
+    assert error.details == {"channel": "#shop"}
+
+
+async def test_posting_to_a_channel_nobody_is_in_is_not_found(office: PostOffice) -> None:
+    (alice,) = await agents(office, "alice")
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.mailbox.send(alice, "#nowhere", "anyone?")
+    )
+
+
+async def test_an_unknown_recipient_is_refused_and_no_agent_is_made_up(
+    office: PostOffice,
+) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    error = await refused_without_change(
+        office, ErrorCode.UNKNOWN_RECIPIENT, office.mailbox.send(alice, ["bob", "bbo"], "typo")
+    )
+    assert error.details == {"recipient": "bbo"}
+    assert await office.presence.agent_names() == ["alice", "bob"]
+
+
+async def test_mail_to_a_disabled_agent_is_gone(office: PostOffice) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await disable_agent(office.store, "bob")
+    await refused_without_change(office, ErrorCode.GONE, office.mailbox.send(alice, "bob", "hi"))
+
+
+async def test_a_disabled_agent_cannot_send(office: PostOffice) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await disable_agent(office.store, "alice")
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.mailbox.send(alice, "bob", "still here?")
+    )
+
+
+async def test_a_caller_that_is_no_agent_cannot_send(office: PostOffice) -> None:
+    await agents(office, "bob")
+    await refused_without_change(
+        office, ErrorCode.UNAUTHENTICATED, office.mailbox.send(Caller("ghost"), "bob", "boo")
+    )
+
+
+@pytest.mark.parametrize(
+    ("to", "code"),
+    [
+        ("Bob", ErrorCode.INVALID_ARGUMENT),
+        ([], ErrorCode.INVALID_ARGUMENT),
+        (["bob", "#general"], ErrorCode.INVALID_ARGUMENT),
+        ("#Bad Channel", ErrorCode.INVALID_ARGUMENT),
+        ([f"a{i}" for i in range(101)], ErrorCode.INVALID_ARGUMENT),
+    ],
+)
+async def test_malformed_addresses_are_invalid_arguments(
+    office: PostOffice, to: Any, code: ErrorCode
+) -> None:
+    (alice,) = await agents(office, "alice")
+    await refused_without_change(office, code, office.mailbox.send(alice, to, "hi"))
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"body": ""}, ErrorCode.INVALID_ARGUMENT),
+        ({"body": "  \n"}, ErrorCode.INVALID_ARGUMENT),
+        ({"priority": "high"}, ErrorCode.INVALID_ARGUMENT),
+        ({"ttl_s": 0}, ErrorCode.INVALID_ARGUMENT),
+        ({"thread_id": "t" * 65}, ErrorCode.INVALID_ARGUMENT),
+        ({"thread_id": " "}, ErrorCode.INVALID_ARGUMENT),
+        ({"data": {1, 2}}, ErrorCode.INVALID_ARGUMENT),
+        ({"subject": "two\nlines"}, ErrorCode.INVALID_ARGUMENT),
+        ({"reply_to": "m_unknown"}, ErrorCode.NOT_FOUND),
+    ],
+)
+async def test_bad_arguments_are_refused_with_their_code(
+    office: PostOffice, changes: dict[str, Any], code: ErrorCode
+) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    arguments: dict[str, Any] = {"body": "hi", **changes}
+    body = arguments.pop("body")
+    await refused_without_change(office, code, office.mailbox.send(alice, "bob", body, **arguments))
+
+
+# -- the roster ------------------------------------------------------------------------------
+
+
+async def test_with_a_roster_only_its_names_are_recipients(open_office: OpenOffice) -> None:
+    office = await open_office(agents=["alice", "bob"])
+    alice = await office.presence.ensure_agent("alice")
+    sent = await office.mailbox.send(alice, "bob", "bob is on the roster, not yet seen")
+    assert sent.to == ["bob"]
+    assert await bodies(office, Caller("bob")) == ["bob is on the roster, not yet seen"]
+    error = await refused_without_change(
+        office, ErrorCode.UNKNOWN_RECIPIENT, office.mailbox.send(alice, "bobb", "typo")
+    )
+    assert "roster" not in error.details
+
+
+async def test_with_a_roster_an_existing_agent_off_it_is_no_recipient(
+    open_office: OpenOffice,
+) -> None:
+    before = await open_office()
+    await agents(before, "alice", "legacy")
+    office = await open_office(agents=["alice"])
+    alice = Caller("alice")
+    error = await refused_without_change(
+        office, ErrorCode.UNKNOWN_RECIPIENT, office.mailbox.send(alice, "legacy", "hi")
+    )
+    assert "roster" in error.message
+
+
+async def test_with_a_roster_only_its_names_and_the_owner_are_identities(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(agents=["alice"])
+    assert (await office.presence.ensure_agent("alice")).agent == "alice"
+    assert (await office.presence.ensure_agent("owner")).agent == "owner"
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.presence.ensure_agent("mallory")
+    )
+
+
+# -- caps, rates and sizes ---------------------------------------------------------------------
+
+
+async def test_a_full_inbox_refuses_direct_mail_until_its_owner_acks(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(max_unacked=2)
+    alice, bob = await agents(office, "alice", "bob")
+    first = await office.mailbox.send(alice, "bob", "one")
+    await office.mailbox.send(alice, "bob", "two")
+    await office.mailbox.inbox(bob)  # read, not acked: still counts
+    error = await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.mailbox.send(alice, "bob", "three")
+    )
+    assert error.details == {"full": ["bob"]}
+    assert (error.retry_after_s or 0) > 0
+    await office.mailbox.ack(bob, [first.id])
+    assert (await office.mailbox.send(alice, "bob", "three")).to == ["bob"]
+
+
+async def test_concurrent_sends_never_fill_an_inbox_past_its_cap(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(max_unacked=5)
+    alice, bob = await agents(office, "alice", "bob")
+    refused: list[ErrorCode] = []
+
+    async def send(i: int) -> None:
+        try:
+            await office.mailbox.send(alice, "bob", f"m{i}")
+        except AgentpostError as error:
+            refused.append(error.code)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(12):
+            tg.start_soon(send, i)
+    assert refused == [ErrorCode.INBOX_FULL] * 7
+    assert (await office.mailbox.inbox(bob, peek=True)).unread == 5
+
+
+async def test_one_full_inbox_refuses_the_whole_direct_message(open_office: OpenOffice) -> None:
+    office = await open_office(max_unacked=1)
+    alice, _bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.mailbox.send(alice, "bob", "fills bob")
+    await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.mailbox.send(alice, ["bob", "carol"], "both")
+    )
+    assert await bodies(office, carol) == []
+
+
+async def test_a_broadcast_skips_full_inboxes_and_says_whose(open_office: OpenOffice) -> None:
+    office = await open_office(max_unacked=1)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.mailbox.send(alice, "bob", "fills bob")
+    sent = await office.mailbox.send(alice, "#general", "news")
+    assert sent.to == ["carol"]
+    assert sent.skipped_full == ["bob"]
+    assert sent.to_dict()["skipped_full"] == ["bob"]
+    assert await bodies(office, carol) == ["news"]
+    assert await bodies(office, bob) == ["fills bob"]
+
+
+async def test_the_default_cap_is_a_thousand_unacknowledged_messages(office: PostOffice) -> None:
+    assert office.settings.max_unacked == 1000
+    assert office.mailbox.limits.max_unacked == 1000
+
+
+async def test_sending_faster_than_the_rate_is_refused_until_the_window_resets(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    on_window_start(clock)
+    office = await open_office(send_rate_per_minute=3)
+    alice, bob, _carol = await agents(office, "alice", "bob", "carol")
+    for i in range(3):
+        await office.mailbox.send(alice, "bob", f"m{i}")
+    clock.advance(15)
+    error = await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.mailbox.send(alice, "bob", "one too many")
+    )
+    assert error.retry_after_s == 45
+    assert error.details == {"limit": 3}
+    carol = Caller("carol")
+    assert (await office.mailbox.send(carol, "bob", "others may")).to == ["bob"]
+    clock.advance(45)
+    assert (await office.mailbox.send(alice, "bob", "next minute")).to == ["bob"]
+    assert len(await bodies(office, bob)) == 5
+
+
+async def test_refused_sends_do_not_use_up_the_rate(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    on_window_start(clock)
+    office = await open_office(send_rate_per_minute=2)
+    alice, _bob = await agents(office, "alice", "bob")
+    for _ in range(5):
+        await refusal(office.mailbox.send(alice, "nobody", "lost"))
+    await office.mailbox.send(alice, "bob", "first")
+    await office.mailbox.send(alice, "bob", "second")
+
+
+async def test_the_default_rate_is_sixty_sends_a_minute(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    on_window_start(clock)
+    alice, _bob = await agents(office, "alice", "bob")
+    for i in range(60):
+        await office.mailbox.send(alice, "bob", f"m{i}")
+    await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.mailbox.send(alice, "bob", "61st")
+    )
+
+
+@pytest.mark.parametrize(
+    ("limit", "arguments", "what"),
+    [
+        ({"max_body_bytes": 10}, {"body": "ü" * 6}, "body is 12 bytes"),
+        ({"max_subject_chars": 5}, {"subject": "subject"}, "subject is 7 characters"),
+        ({"max_data_bytes": 8}, {"data": {"k": "value"}}, "data is 13 bytes"),
+    ],
+)
+async def test_configured_size_limits_refuse_larger_messages(
+    open_office: OpenOffice, limit: dict[str, int], arguments: dict[str, Any], what: str
+) -> None:
+    office = await open_office(**limit)
+    alice, _bob = await agents(office, "alice", "bob")
+    arguments = {"body": "ok", **arguments}
+    body = arguments.pop("body")
+    error = await refused_without_change(
+        office, ErrorCode.TOO_LARGE, office.mailbox.send(alice, "bob", body, **arguments)
+    )
+    assert what in error.message
+
+
+async def test_default_size_limits_are_the_design_table(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "b" * 32768, subject="s" * 200, data="d" * (65536 - 2))
+    for arguments in (
+        {"body": "b" * 32769},
+        {"body": "ok", "subject": "s" * 201},
+        {"body": "ok", "data": "d" * (65536 - 1)},
+    ):
+        body = arguments.pop("body")
+        await refused_without_change(
+            office, ErrorCode.TOO_LARGE, office.mailbox.send(alice, "bob", body, **arguments)
+        )
+    assert len(await bodies(office, bob)) == 1
+
+
+# -- time to live ----------------------------------------------------------------------------
+
+
+async def test_unread_mail_past_its_ttl_leaves_a_tombstone_on_the_senders_receipt(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, "bob", "lunch in 10?", ttl_s=10)
+    await office.mailbox.send(alice, "bob", "keeps")
+    clock.advance(9.9)
+    assert (await office.mailbox.inbox(bob, peek=True)).unread == 2
+    clock.advance(0.1)
+    inbox = await office.mailbox.inbox(bob)
+    assert [m.body for m in inbox.messages] == ["keeps"]
+    assert inbox.unread == 0
+    (receipt,) = (await office.mailbox.sent(alice))[1].receipts
+    assert receipt.to == "bob"
+    assert receipt.state is DeliveryState.EXPIRED
+    assert receipt.expired_at == clock.now
+    assert (await office.mailbox.ack(bob, [sent.id])).not_found == [sent.id]
+    assert await bodies(office, bob, unread_only=False) == ["keeps"]
+
+
+async def test_the_senders_receipt_says_expired_even_before_the_recipient_looks(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "soon stale", ttl_s=5)
+    clock.advance(6)
+    ((receipt,),) = [s.receipts for s in await office.mailbox.sent(alice)]
+    assert receipt.state is DeliveryState.EXPIRED
+
+
+async def test_read_mail_does_not_expire(office: PostOffice, clock: FakeClock) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "seen in time", ttl_s=10)
+    await office.mailbox.inbox(bob)
+    clock.advance(3600)
+    assert await bodies(office, bob, unread_only=False) == ["seen in time"]
+
+
+async def test_must_read_mail_never_expires_unread(office: PostOffice, clock: FakeClock) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "important", ttl_s=10, must_read=True)
+    clock.advance(86_400 * 365)
+    (message,) = (await office.mailbox.inbox(bob)).messages
+    assert message.must_read
+    assert message.body == "important"
+
+
+async def test_without_a_default_ttl_mail_waits_forever(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    assert office.settings.default_ttl_s is None
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "no hurry")
+    clock.advance(86_400 * 365)
+    assert await bodies(office, bob) == ["no hurry"]
+
+
+async def test_the_default_ttl_applies_when_a_message_names_none(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(default_ttl_s=30)
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "default ttl")
+    await office.mailbox.send(alice, "bob", "own ttl", ttl_s=120)
+    await office.mailbox.send(alice, "bob", "must read", must_read=True)
+    (first, second, third) = (await office.mailbox.inbox(bob, peek=True)).messages
+    assert first.expires_at == clock.now + 30
+    assert third.must_read
+    assert second.expires_at == clock.now + 120
+    clock.advance(30)
+    assert await bodies(office, bob) == ["own ttl", "must read"]
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+async def test_the_inbox_lists_unread_mail_oldest_first_and_marks_it_read(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    for i in range(5):
+        await office.mailbox.send(alice, "bob", f"m{i}")
+        clock.advance(1)
+    first = await office.mailbox.inbox(bob, limit=2)
+    assert [m.body for m in first.messages] == ["m0", "m1"]
+    assert first.unread == 3
+    assert await bodies(office, bob) == ["m2", "m3", "m4"]
+    assert (await office.mailbox.inbox(bob)).messages == []
+    everything = (await office.mailbox.inbox(bob, unread_only=False)).messages
+    assert [(m.body, m.state) for m in everything] == [
+        (f"m{i}", DeliveryState.READ) for i in range(5)
+    ]
+
+
+async def test_peek_reads_without_marking_anything(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "peeked")
+    before = await snapshot(office.store)
+    peeked = await office.mailbox.inbox(bob, peek=True)
+    assert [(m.body, m.state) for m in peeked.messages] == [("peeked", DeliveryState.QUEUED)]
+    assert peeked.unread == 1
+    assert await snapshot(office.store) == before
+    assert await bodies(office, bob) == ["peeked"]
+
+
+async def test_urgent_only_and_thread_filters_narrow_the_inbox(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    topic = await office.mailbox.send(alice, "bob", "topic", thread_id="build-42")
+    await office.mailbox.send(alice, "bob", "fire!", priority="urgent")
+    await office.mailbox.send(alice, "bob", "more on topic", reply_to=topic.id)
+    assert await bodies(office, bob, urgent_only=True, peek=True) == ["fire!"]
+    assert await bodies(office, bob, thread_id="build-42") == ["topic", "more on topic"]
+    assert await bodies(office, bob) == ["fire!"]
+
+
+@pytest.mark.parametrize("limit", [0, 501, -1])
+async def test_an_inbox_page_size_outside_1_to_500_is_refused(
+    office: PostOffice, limit: int
+) -> None:
+    (bob,) = await agents(office, "bob")
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.mailbox.inbox(bob, limit=limit)
+    )
+
+
+async def test_ack_marks_handled_and_reports_what_it_could_not_find(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, "bob", "do it")
+    result = await office.mailbox.ack(bob, [sent.id, "m_unknown", sent.id])
+    assert (result.acked, result.not_found) == ([sent.id], ["m_unknown"])
+    (message,) = (await office.mailbox.inbox(bob, unread_only=False)).messages
+    assert message.state is DeliveryState.ACKED
+    (receipt,) = (await office.mailbox.sent(alice))[0].receipts
+    assert receipt.state is DeliveryState.ACKED
+    assert receipt.read_at == receipt.acked_at  # acked unread: read at the same moment
+
+
+async def test_ack_of_unknown_id_changes_nothing(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "stay queued")
+    before = await snapshot(office.store)
+    result = await office.mailbox.ack(bob, ["m_nope"])
+    assert (result.acked, result.not_found) == ([], ["m_nope"])
+    assert await snapshot(office.store) == before
+
+
+async def test_ack_of_someone_elses_message_is_not_found_for_them(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    sent = await office.mailbox.send(alice, "bob", "for bob")
+    before = await snapshot(office.store)
+    for intruder in (carol, alice):  # the sender is no recipient either
+        result = await office.mailbox.ack(intruder, [sent.id])
+        assert (result.acked, result.not_found) == ([], [sent.id])
+    assert await snapshot(office.store) == before
+    assert await bodies(office, bob) == ["for bob"]
+
+
+async def test_sent_lists_own_messages_newest_first_with_each_recipients_state(
+    office: PostOffice,
+) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    older = await office.mailbox.send(alice, ["bob", "carol"], "older")
+    newer = await office.mailbox.send(alice, "bob", "newer")
+    await office.mailbox.inbox(bob, limit=1)
+    await office.mailbox.ack(carol, [older.id])
+    sent = await office.mailbox.sent(alice)
+    assert [s.message.id for s in sent] == [newer.id, older.id]
+    assert [(r.to, r.state) for r in sent[1].receipts] == [
+        ("bob", DeliveryState.READ),
+        ("carol", DeliveryState.ACKED),
+    ]
+    assert [(r.to, r.state) for r in sent[0].receipts] == [("bob", DeliveryState.QUEUED)]
+    assert await office.mailbox.sent(bob) == []
+
+
+# -- threads -----------------------------------------------------------------------------------
+
+
+async def test_a_reply_joins_its_parents_thread_and_the_thread_reads_oldest_first(
+    office: PostOffice,
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    question = await office.mailbox.send(alice, "bob", "question")
+    answer = await office.mailbox.send(bob, "alice", "answer", reply_to=question.id)
+    assert answer.thread_id == question.thread_id == question.id
+    for reader in (alice, bob):
+        thread = await office.mailbox.thread(reader, question.thread_id)
+        assert [m.body for m in thread] == ["question", "answer"]
+    assert (await office.mailbox.get(alice, answer.id)).reply_to == question.id
+
+
+async def test_a_reply_cannot_move_to_another_thread(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    question = await office.mailbox.send(alice, "bob", "question", thread_id="topic")
+    await refused_without_change(
+        office,
+        ErrorCode.INVALID_ARGUMENT,
+        office.mailbox.send(bob, "alice", "x", reply_to=question.id, thread_id="elsewhere"),
+    )
+    reply = await office.mailbox.send(bob, "alice", "x", reply_to=question.id, thread_id="topic")
+    assert reply.thread_id == "topic"
+
+
+async def test_a_third_agent_sees_nothing_of_a_private_thread(office: PostOffice) -> None:
+    alice, _bob, carol = await agents(office, "alice", "bob", "carol")
+    secret = await office.mailbox.send(alice, "bob", "between us", thread_id="private")
+    error = await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.mailbox.thread(carol, "private")
+    )
+    assert "between us" not in str(error)
+    await refused_without_change(office, ErrorCode.NOT_FOUND, office.mailbox.get(carol, secret.id))
+    await refused_without_change(
+        office,
+        ErrorCode.NOT_FOUND,
+        office.mailbox.send(carol, "alice", "me too", reply_to=secret.id),
+    )
+    assert await office.mailbox.search(carol, "between") == []
+
+
+async def test_a_thread_shows_each_reader_only_what_they_may_see(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.mailbox.send(alice, "bob", "to bob", thread_id="mixed")
+    await office.mailbox.send(alice, "carol", "to carol", thread_id="mixed")
+    assert [m.body for m in await office.mailbox.thread(bob, "mixed")] == ["to bob"]
+    assert [m.body for m in await office.mailbox.thread(carol, "mixed")] == ["to carol"]
+    assert [m.body for m in await office.mailbox.thread(alice, "mixed")] == ["to bob", "to carol"]
+
+
+async def test_channel_members_see_channel_threads_including_replies_before_they_joined(
+    office: PostOffice,
+) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    dev = await session_caller(office, "dev", project="shop")
+    late = await session_caller(office, "late", project="blog")
+    post = await office.mailbox.send(lead, "#shop", "plan")
+    await office.mailbox.send(dev, "#shop", "ok", reply_to=post.id)
+    await refusal(office.mailbox.thread(late, post.thread_id))
+    await office.channels.join(late, "shop")
+    assert [m.body for m in await office.mailbox.thread(late, post.thread_id)] == ["plan", "ok"]
+    reply = await office.mailbox.send(late, "lead", "a private word", reply_to=post.id)
+    assert reply.thread_id == post.thread_id
+    assert [m.body for m in await office.mailbox.thread(dev, post.thread_id)] == ["plan", "ok"]
+
+
+# -- search ----------------------------------------------------------------------------------
+
+
+async def test_search_finds_only_messages_the_caller_may_see(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.mailbox.send(alice, "bob", "the deploy key rotates friday")
+    await office.mailbox.send(alice, "carol", "deploy notes for carol")
+    await office.mailbox.send(carol, "#general", "deploy freeze for everyone")
+    found_by_bob = [m.body for m in await office.mailbox.search(bob, "deploy")]
+    assert found_by_bob == ["deploy freeze for everyone", "the deploy key rotates friday"]
+    assert len(await office.mailbox.search(alice, "deploy")) == 3
+    assert [m.body for m in await office.mailbox.search(bob, "DEPLOY friday")] == [
+        "the deploy key rotates friday"
+    ]
+
+
+@pytest.mark.parametrize(
+    "query", ['"', 'deploy"', "deploy AND (", "NOT deploy", "deploy*", "col:deploy", "NEAR(x y)"]
+)
+async def test_search_syntax_in_a_query_is_taken_as_words_never_an_error(
+    office: PostOffice, query: str
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "deploy")
+    found = await office.mailbox.search(bob, query)
+    assert all(m.body == "deploy" for m in found)
+
+
+async def test_search_for_quoted_and_bracketed_words_finds_them(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "deploy AND rollback")
+    assert len(await office.mailbox.search(bob, "deploy AND (")) == 1
+    assert len(await office.mailbox.search(bob, '"rollback"')) == 1
+
+
+@pytest.mark.parametrize("query", ["", "   ", "x" * 501])
+async def test_an_empty_or_huge_query_is_an_invalid_argument(
+    office: PostOffice, query: str
+) -> None:
+    (bob,) = await agents(office, "bob")
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.mailbox.search(bob, query)
+    )
+
+
+# -- waiting ---------------------------------------------------------------------------------
+
+
+async def test_wait_returns_mail_that_is_already_there_and_marks_it_read(
+    office: PostOffice,
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "waiting for you")
+    result = await office.mailbox.wait(bob, timeout_s=0)
+    assert not result.timed_out
+    assert [(m.body, m.state) for m in result.messages] == [("waiting for you", DeliveryState.READ)]
+
+
+async def test_wait_with_nothing_to_read_times_out_without_an_error(office: PostOffice) -> None:
+    (bob,) = await agents(office, "bob")
+    result = await office.mailbox.wait(bob, timeout_s=0)
+    assert (result.timed_out, result.messages, result.unread) == (True, [], 0)
+
+
+async def test_wait_wakes_when_mail_arrives(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    results = []
+
+    async def waiter() -> None:
+        results.append(await office.mailbox.wait(bob, timeout_s=30))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.wait_all_tasks_blocked()
+            await office.mailbox.send(alice, "bob", "wake up")
+    (result,) = results
+    assert [m.body for m in result.messages] == ["wake up"]
+    assert not result.timed_out
+
+
+async def test_wait_on_a_thread_ignores_mail_in_other_threads(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "elsewhere", thread_id="other")
+    result = await office.mailbox.wait(bob, timeout_s=0, thread_id="mine")
+    assert result.timed_out
+    assert result.unread == 1
+
+
+# -- notices ---------------------------------------------------------------------------------
+
+
+async def test_urgent_mail_is_previewed_once_to_each_session(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    bob_elsewhere = await session_caller(office, "bob", branch="feature")
+    await office.mailbox.send(alice, "bob", "calm")
+    await office.mailbox.send(alice, "bob", "fire!", priority="urgent")
+    first = await office.mailbox.notices(bob)
+    assert first.unread == 2
+    assert [(m.body, m.priority) for m in first.urgent] == [("fire!", Priority.URGENT)]
+    again = await office.mailbox.notices(bob)
+    assert (again.unread, again.urgent) == (2, [])
+    other = await office.mailbox.notices(bob_elsewhere)
+    assert [m.body for m in other.urgent] == ["fire!"]
+    assert (await office.mailbox.notices(bob_elsewhere)).urgent == []
+
+
+async def test_a_restarted_session_is_told_once_of_urgent_mail_that_waited_for_it(
+    office: PostOffice,
+) -> None:
+    alice = await session_caller(office, "alice")
+    await office.presence.end_session((await session_caller(office, "bob")).session_id or "")
+    await office.mailbox.send(alice, "bob", "while you were out", priority="urgent")
+    bob = await session_caller(office, "bob")
+    notices = await office.mailbox.notices(bob)
+    assert (notices.unread, [m.body for m in notices.urgent]) == (1, ["while you were out"])
+    assert (await office.mailbox.notices(bob)).urgent == []
+
+
+async def test_urgent_mail_read_before_the_notice_is_not_previewed(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.mailbox.send(alice, "bob", "fire!", priority="urgent")
+    await office.mailbox.inbox(bob)
+    assert (await office.mailbox.notices(bob)).urgent == []
+
+
+async def test_without_a_session_notices_carry_only_the_unread_count(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "fire!", priority="urgent")
+    notices = await office.mailbox.notices(bob)
+    assert (notices.unread, notices.urgent) == (1, [])
+
+
+# -- retention -------------------------------------------------------------------------------
+
+DAY = 86_400.0
+
+
+async def test_acknowledged_mail_is_purged_once_older_than_thirty_days(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    assert office.settings.retention_days == 30
+    alice, bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, "bob", "handled long ago", thread_id="old")
+    await office.mailbox.ack(bob, [sent.id])
+    clock.advance(30 * DAY)
+    assert await office.mailbox.sweep() == 0  # exactly thirty days: still kept
+    clock.advance(1)
+    assert await office.mailbox.sweep() == 1
+    assert await office.mailbox.sent(alice) == []
+    assert await office.mailbox.search(bob, "handled") == []
+    assert await bodies(office, bob, unread_only=False) == []
+    await refused_without_change(office, ErrorCode.NOT_FOUND, office.mailbox.thread(bob, "old"))
+
+
+async def test_mail_someone_has_not_acknowledged_is_kept_however_old(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    both = await office.mailbox.send(alice, ["bob", "carol"], "bob acks, carol only reads")
+    await office.mailbox.send(alice, "bob", "never opened")
+    await office.mailbox.send(alice, "carol", "must read", must_read=True, ttl_s=60)
+    await office.mailbox.ack(bob, [both.id])
+    await office.mailbox.inbox(carol, limit=1)
+    clock.advance(365 * DAY)
+    before = await snapshot(office.store)
+    assert await office.mailbox.sweep() == 0
+    assert await snapshot(office.store) == before
+    assert len(await office.mailbox.sent(alice)) == 3
+
+
+async def test_expired_mail_is_purged_once_old_enough_tombstone_and_all(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "stale soon", ttl_s=60)  # never looked at
+    clock.advance(31 * DAY)
+    assert await office.mailbox.sweep() == 1
+    assert await office.mailbox.sent(alice) == []
+
+
+async def test_retention_is_configurable_and_younger_mail_stays(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(retention_days=1)
+    alice, bob = await agents(office, "alice", "bob")
+    old = await office.mailbox.send(alice, "bob", "yesterday")
+    clock.advance(DAY / 2)
+    young = await office.mailbox.send(alice, "bob", "this morning")
+    await office.mailbox.ack(bob, [old.id, young.id])
+    clock.advance(DAY / 2 + 1)
+    assert await office.mailbox.sweep() == 1
+    assert [s.message.body for s in await office.mailbox.sent(alice)] == ["this morning"]
+
+
+async def test_a_large_sweep_goes_in_batches_and_purges_everything_due(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "#general", "broadcast to bob")
+    ids = [(await office.mailbox.send(alice, "bob", f"m{i}")).id for i in range(6)]
+    await office.mailbox.ack(bob, ids)
+    await office.mailbox.send(alice, "bob", "still open")
+    clock.advance(31 * DAY)
+    assert await office.mailbox.sweep(batch=2) == 6
+    assert [s.message.body for s in await office.mailbox.sent(alice)] == [
+        "still open",
+        "broadcast to bob",
+    ]
+
+
+# -- being told ------------------------------------------------------------------------------
+
+
+async def test_arrivals_tell_of_new_mail_without_marking_it_read(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "old news")  # already there: not an arrival
+    told: list[int] = []
+
+    async def listen() -> None:
+        async for seq in office.mailbox.arrivals(lambda: bob):
+            told.append(seq)
+            return
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listen)
+            await anyio.wait_all_tasks_blocked()
+            await office.mailbox.send(alice, "alice", "not for bob")
+            await office.mailbox.send(alice, "bob", "new")
+    assert len(told) == 1
+    peek = await office.mailbox.inbox(bob, peek=True)
+    assert [(m.body, m.state) for m in peek.messages] == [
+        ("old news", DeliveryState.QUEUED),
+        ("new", DeliveryState.QUEUED),
+    ]
+    assert told == [peek.messages[1].seq]
+
+
+async def test_follow_shows_every_new_message_of_the_post_office(office: PostOffice) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "before")
+    seen: list[str] = []
+
+    async def follow() -> None:
+        async for message in office.mailbox.follow(backlog=1):
+            seen.append(message.body)
+            if len(seen) == 3:
+                return
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await anyio.wait_all_tasks_blocked()
+            await office.mailbox.send(alice, "bob", "direct")
+            await office.mailbox.send(alice, "#general", "broadcast")
+    assert seen == ["before", "direct", "broadcast"]

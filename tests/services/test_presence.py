@@ -1,0 +1,329 @@
+"""Presence: who is at work, under which name, and when they count as gone."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Awaitable
+from typing import Any
+
+import anyio
+import pytest
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller, Presence, Status
+from agentpost.services import PostOffice
+from backends import (
+    FakeClock,
+    OpenOffice,
+    disable_agent,
+    local_context,
+    session_caller,
+    snapshot,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+async def refused_without_change(
+    office: PostOffice, code: ErrorCode, call: Awaitable[Any]
+) -> AgentpostError:
+    before = await snapshot(office.store)
+    with pytest.raises(AgentpostError) as caught:
+        await call
+    assert caught.value.code is code, caught.value
+    assert await snapshot(office.store) == before
+    return caught.value
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+async def online(office: PostOffice, **options: Any) -> list[str]:
+    return [p.name for p in await office.presence.who(**options) if p.online]
+
+
+async def presence_of(office: PostOffice, name: str) -> Presence:
+    (found,) = [p for p in await office.presence.who(include_offline=True) if p.name == name]
+    return found
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+async def test_a_session_without_a_name_takes_project_and_branch(office: PostOffice) -> None:
+    caller = await session_caller(office, None, project="shop", branch="feature/Login")
+    assert caller.agent == "shop-feature-login"
+    session = await office.presence.session(caller.session_id or "")
+    assert (session.project, session.branch, session.worktree) == (
+        "shop",
+        "feature/Login",
+        "/src/shop",
+    )
+    outside_git = await session_caller(office, None, project="notes", branch=None)
+    assert outside_git.agent == "notes"
+
+
+async def test_a_derived_name_gets_a_suffix_only_while_another_live_session_holds_it(
+    office: PostOffice,
+) -> None:
+    first = await session_caller(office)
+    second = await session_caller(office)
+    third = await session_caller(office)
+    assert [first.agent, second.agent, third.agent] == ["shop-main", "shop-main-2", "shop-main-3"]
+    await office.presence.end_session(first.session_id or "")
+    again = await session_caller(office)
+    assert again.agent == "shop-main"
+
+
+async def test_a_restarted_session_with_the_same_name_inherits_its_unread_mail(
+    office: PostOffice,
+) -> None:
+    sender = await office.presence.ensure_agent("lead")
+    before = await session_caller(office)
+    await office.presence.end_session(before.session_id or "")
+    await office.mailbox.send(sender, "shop-main", "while you were away")
+    after = await session_caller(office)
+    assert after.agent == "shop-main"
+    assert after.session_id != before.session_id
+    inbox = await office.mailbox.inbox(after)
+    assert [m.body for m in inbox.messages] == ["while you were away"]
+
+
+async def test_sessions_starting_at_once_each_get_a_name_of_their_own(
+    office: PostOffice,
+) -> None:
+    names: list[str] = []
+
+    async def start() -> None:
+        names.append((await session_caller(office)).agent)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(6):
+            tg.start_soon(start)
+    assert sorted(names) == ["shop-main", *(f"shop-main-{n}" for n in range(2, 7))]
+
+
+async def test_one_name_claimed_by_many_callers_at_once_is_one_agent(office: PostOffice) -> None:
+    async with anyio.create_task_group() as tg:
+        for _ in range(8):
+            tg.start_soon(office.presence.ensure_agent, "popular")
+    assert await office.presence.agent_names() == ["popular"]
+
+
+async def test_a_session_whose_process_is_gone_frees_its_name_at_once(office: PostOffice) -> None:
+    crashed = await session_caller(office, pid=dead_pid())
+    assert crashed.agent == "shop-main"
+    successor = await session_caller(office)
+    assert successor.agent == "shop-main"  # no "-2": the holder is dead, not merely quiet
+
+
+async def test_a_session_whose_process_is_gone_is_offline_at_once(office: PostOffice) -> None:
+    await session_caller(office, "crashed", pid=dead_pid())
+    await session_caller(office, "alive")
+    assert await online(office) == ["alive"]
+    gone = await presence_of(office, "crashed")
+    assert not gone.online
+    assert gone.sessions == 0
+
+
+async def test_a_name_held_by_a_live_session_cannot_be_taken_by_another(
+    office: PostOffice,
+) -> None:
+    holder = await session_caller(office, "lead")
+    other = await session_caller(office, "dev")
+    await refused_without_change(
+        office, ErrorCode.CONFLICT, office.presence.rename_session(other, "lead")
+    )
+    await office.presence.end_session(holder.session_id or "")
+    renamed = await office.presence.rename_session(other, "lead")
+    assert (renamed.agent, renamed.session_id) == ("lead", other.session_id)
+    assert (await office.presence.session(other.session_id or "")).agent == "lead"
+
+
+async def test_renaming_to_a_name_held_by_a_dead_process_succeeds(office: PostOffice) -> None:
+    await session_caller(office, "lead", pid=dead_pid())
+    other = await session_caller(office, "dev")
+    assert (await office.presence.rename_session(other, "lead")).agent == "lead"
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("system", ErrorCode.FORBIDDEN),
+        ("agentpost", ErrorCode.FORBIDDEN),
+        ("Not A Name", ErrorCode.INVALID_ARGUMENT),
+        ("trailing\n", ErrorCode.INVALID_ARGUMENT),
+    ],
+)
+async def test_reserved_and_malformed_identities_are_refused(
+    office: PostOffice, name: str, code: ErrorCode
+) -> None:
+    await refused_without_change(office, code, office.presence.ensure_agent(name))
+    await refused_without_change(
+        office, code, office.presence.open_local_session(local_context(), name=name)
+    )
+
+
+async def test_the_owner_is_an_identity_like_any_other(office: PostOffice) -> None:
+    owner = await office.presence.ensure_agent("owner")
+    assert owner == Caller("owner")
+    assert await office.presence.agent_names() == ["owner"]
+
+
+async def test_a_disabled_agent_cannot_come_back(office: PostOffice) -> None:
+    await office.presence.ensure_agent("retired")
+    await disable_agent(office.store, "retired")
+    await refused_without_change(office, ErrorCode.GONE, office.presence.ensure_agent("retired"))
+    await refused_without_change(
+        office,
+        ErrorCode.GONE,
+        office.presence.open_local_session(local_context(), name="retired"),
+    )
+
+
+async def test_a_derived_name_skips_a_disabled_agent(office: PostOffice) -> None:
+    await office.presence.ensure_agent("shop-main")
+    await disable_agent(office.store, "shop-main")
+    assert (await session_caller(office)).agent == "shop-main-2"
+
+
+async def test_with_a_roster_a_session_may_only_take_a_name_on_it(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(agents=["shop-main", "lead"])
+    assert (await session_caller(office)).agent == "shop-main"
+    await refused_without_change(
+        office,
+        ErrorCode.FORBIDDEN,
+        office.presence.open_local_session(local_context("blog")),
+    )
+    await refused_without_change(
+        office,
+        ErrorCode.FORBIDDEN,
+        office.presence.open_local_session(local_context(), name="intruder"),
+    )
+
+
+# -- who ---------------------------------------------------------------------------------------
+
+
+async def test_who_shows_each_online_agent_once_with_where_and_what(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    lead = await session_caller(office, "lead", project="shop", branch="main")
+    await session_caller(office, "lead", project="shop", branch="main")  # a second window
+    await session_caller(office, "dev", project="shop", branch="dev")
+    await office.presence.ensure_agent("never-connected")
+    listed = await office.presence.who()
+    assert [p.name for p in listed] == ["dev", "lead"]  # once each, though heartbeats tie
+    clock.advance(5)
+    await office.presence.update_profile(
+        lead, description="plans", objective="ship v2", status="blocked"
+    )
+    found = {p.name: p for p in await office.presence.who()}
+    assert found["lead"].sessions == 2
+    assert (found["dev"].project, found["dev"].branch, found["dev"].worktree) == (
+        "shop",
+        "dev",
+        "/src/shop",
+    )
+    assert found["lead"].description == "plans"
+    # the freshest session speaks for the agent
+    assert (found["lead"].objective, found["lead"].status) == ("ship v2", Status.BLOCKED)
+    assert (found["lead"].last_seen_s, found["dev"].last_seen_s) == (0, 5)
+
+
+async def test_who_can_include_offline_agents(office: PostOffice) -> None:
+    await session_caller(office, "here")
+    await office.presence.ensure_agent("never-connected")
+    everyone = {p.name: p for p in await office.presence.who(include_offline=True)}
+    assert sorted(everyone) == ["here", "never-connected"]
+    assert not everyone["never-connected"].online
+    assert everyone["never-connected"].last_seen_s is None
+
+
+async def test_who_narrows_to_a_project(office: PostOffice) -> None:
+    await session_caller(office, "lead", project="shop")
+    await session_caller(office, "writer", project="blog")
+    assert await online(office, project="shop") == ["lead"]
+    assert await online(office, project="blog") == ["writer"]
+    assert await online(office, project="nothing") == []
+
+
+async def test_who_leaves_out_disabled_agents(office: PostOffice) -> None:
+    await session_caller(office, "lead")
+    await session_caller(office, "retired")
+    await disable_agent(office.store, "retired")
+    assert await online(office, include_offline=True) == ["lead"]
+
+
+async def test_without_a_heartbeat_a_session_goes_offline_after_45_seconds(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    await session_caller(office, "quiet")
+    assert office.settings.heartbeat_s == 15
+    clock.advance(44.9)
+    assert await online(office) == ["quiet"]
+    clock.advance(0.1)
+    assert await online(office) == []
+    assert (await presence_of(office, "quiet")).last_seen_s == 45
+
+
+async def test_a_heartbeat_keeps_a_session_online(office: PostOffice, clock: FakeClock) -> None:
+    caller = await session_caller(office, "steady")
+    for _ in range(10):
+        clock.advance(15)
+        await office.presence.heartbeat(caller.session_id or "")
+    assert await online(office) == ["steady"]
+
+
+async def test_offline_after_is_configurable(open_office: OpenOffice, clock: FakeClock) -> None:
+    office = await open_office(offline_after_s=5)
+    await session_caller(office, "brief")
+    clock.advance(5)
+    assert await online(office) == []
+
+
+async def test_an_offline_name_is_free_for_a_derived_session(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    await session_caller(office)
+    clock.advance(45)
+    assert (await session_caller(office)).agent == "shop-main"
+
+
+async def test_an_ended_session_is_offline_at_once(office: PostOffice) -> None:
+    caller = await session_caller(office, "leaving")
+    await office.presence.end_session(caller.session_id or "")
+    assert await online(office) == []
+    assert (await office.presence.session(caller.session_id or "")).ended_at is not None
+
+
+# -- profile -----------------------------------------------------------------------------------
+
+
+async def test_an_unknown_status_is_refused(office: PostOffice) -> None:
+    caller = await session_caller(office, "lead")
+    error = await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.presence.update_profile(caller, status="busy")
+    )
+    assert "active, idle, blocked, done" in error.message
+
+
+async def test_an_overlong_objective_is_too_large(office: PostOffice) -> None:
+    caller = await session_caller(office, "lead")
+    await refused_without_change(
+        office,
+        ErrorCode.TOO_LARGE,
+        office.presence.update_profile(caller, objective="x" * 2001),
+    )
+
+
+async def test_asking_for_an_unknown_session_is_not_found(office: PostOffice) -> None:
+    with pytest.raises(AgentpostError) as caught:
+        await office.presence.session("s_unknown")
+    assert caught.value.code is ErrorCode.NOT_FOUND

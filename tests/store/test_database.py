@@ -1,0 +1,174 @@
+"""The store: one handle on either database, transactions in, results and refusals out."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import anyio
+import anyio.to_thread
+import pytest
+from sqlalchemy import Connection, func, select
+
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.store import agents, migrate
+from agentpost.store.database import Store
+from agentpost.store.schema import agents as agents_table
+from agentpost.store.schema import rate_windows
+from backends import FakeClock
+
+pytestmark = pytest.mark.anyio
+
+
+async def agent_names(store: Store) -> list[str]:
+    return await store.read(lambda conn: list(conn.execute(select(agents_table.c.name)).scalars()))
+
+
+def create(name: str) -> object:
+    return lambda conn: agents.create_agent(conn, name, now=1.0)
+
+
+async def test_a_write_is_committed_and_returns_what_its_function_returns(store: Store) -> None:
+    def tx(conn: Connection) -> str:
+        agents.create_agent(conn, "alice", now=store.clock())
+        return "made"
+
+    assert await store.write(tx) == "made"
+    assert await agent_names(store) == ["alice"]
+
+
+async def test_a_refused_write_changes_nothing_and_its_refusal_reaches_the_caller(
+    store: Store,
+) -> None:
+    def tx(conn: Connection) -> None:
+        agents.create_agent(conn, "alice", now=store.clock())
+        raise invalid("changed my mind")
+
+    with pytest.raises(AgentpostError) as caught:
+        await store.write(tx)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert await agent_names(store) == []
+
+
+async def test_concurrent_writes_on_either_database_are_all_kept(store: Store) -> None:
+    async with anyio.create_task_group() as tg:
+        for i in range(30):
+            tg.start_soon(store.write, create(f"agent-{i}"))
+    assert sorted(await agent_names(store)) == sorted(f"agent-{i}" for i in range(30))
+
+
+async def test_a_failing_write_among_concurrent_ones_undoes_only_itself(store: Store) -> None:
+    async def attempt(name: str) -> None:
+        with contextlib.suppress(Exception):  # the duplicate: its database error is its own
+            await store.write(create(name))
+
+    await store.write(create("taken"))
+    async with anyio.create_task_group() as tg:
+        for name in ["a1", "a2", "taken", "a3", "a4"]:
+            tg.start_soon(attempt, name)
+    assert sorted(await agent_names(store)) == ["a1", "a2", "a3", "a4", "taken"]
+
+
+async def test_the_store_clock_is_the_one_it_was_opened_with(
+    store: Store, clock: FakeClock
+) -> None:
+    assert store.clock() == clock.now
+    clock.advance(90)
+    assert store.clock() == clock.now
+
+
+async def test_a_commit_in_this_process_wakes_a_waiter(store: Store) -> None:
+    seen = store.version
+    async with anyio.create_task_group() as tg:
+
+        async def waiter() -> None:
+            assert await store.wait_changed(seen, timeout=10) > seen
+
+        tg.start_soon(waiter)
+        await anyio.wait_all_tasks_blocked()
+        with anyio.fail_after(5):
+            await store.write(create("alice"))
+
+
+async def test_waiting_with_nothing_committed_ends_at_the_timeout(store: Store) -> None:
+    seen = store.version
+    assert await store.wait_changed(seen, timeout=0.01) == seen
+
+
+async def test_reads_see_committed_writes_and_count_on_both_databases(store: Store) -> None:
+    for name in ["a", "b", "c"]:
+        await store.write(create(name))
+    count = await store.read(
+        lambda conn: conn.execute(select(func.count()).select_from(agents_table)).scalar()
+    )
+    assert count == 3
+    assert store.is_sqlite == (store.path is not None)
+
+
+STARTER = """
+import anyio, sys
+from agentpost.store import rates
+from agentpost.store.database import Store
+
+async def main():
+    store = await Store.open(sys.argv[1])
+    me = sys.argv[2]
+
+    def hit(conn):  # reads, then writes: the pattern that deadlocks without BEGIN IMMEDIATE
+        rates.hit(conn, store.dialect, "shared", 0.0, 3600.0)
+        rates.hit(conn, store.dialect, "own:" + me, 0.0, 3600.0)
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(int(sys.argv[3])):
+            tg.start_soon(store.write, hit)
+    await store.aclose()
+
+anyio.run(main)
+"""
+
+
+def run_starters(url: str, processes: int, writes: int) -> list[tuple[int, str]]:
+    """Start them all, then wait for each: (exit status, stderr) of every process."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", STARTER, url, str(n), str(writes)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "error"},
+        )
+        for n in range(processes)
+    ]
+    outcomes = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=60)
+        outcomes.append((proc.returncode, err))
+    return outcomes
+
+
+async def test_processes_starting_on_a_fresh_database_at_once_all_open_it_and_write(
+    fresh_database_url: str,
+) -> None:
+    """Each migrates or waits for the one migrating; then all write at once, nothing lost,
+    and no "database is locked" (or any other error) reaches any of them."""
+    # PostgreSQL serialises every hit of "shared" on one row lock, commit by commit: fewer.
+    processes, writes = (6, 50) if fresh_database_url.startswith("sqlite") else (4, 25)
+    outcomes = await anyio.to_thread.run_sync(run_starters, fresh_database_url, processes, writes)
+    assert [code for code, _ in outcomes] == [0] * processes, outcomes
+    assert not any(err for _, err in outcomes), outcomes
+
+    store = await Store.open(fresh_database_url)
+    try:
+        assert await store.read(migrate.current_revision) == migrate.SCHEMA_HEAD
+
+        def counts(conn: Connection) -> dict[str, int]:
+            rows = conn.execute(select(rate_windows.c.key, rate_windows.c.count))
+            return dict(rows.all())
+
+        found = await store.read(counts)
+    finally:
+        await store.aclose()
+    assert found.pop("shared") == processes * writes  # no read-modify-write was lost
+    assert found == {f"own:{n}": writes for n in range(processes)}

@@ -1,0 +1,215 @@
+"""Migrations: an empty database reaches the head schema, once, however many start at once."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, create_engine, inspect, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from agentpost.store import migrate
+from agentpost.store.database import Store
+from agentpost.store.postgres import async_url
+from agentpost.store.schema import metadata
+
+pytestmark = pytest.mark.anyio
+
+
+def _default(value: str | None) -> str | None:
+    """A server default as both dialects spell it: no casts, quotes or brackets; 0/1 booleans."""
+    if value is None:
+        return None
+    bare = re.sub(r"::[a-z ]+$", "", value.strip()).strip("()'\"")
+    return {"false": "0", "true": "1"}.get(bare, bare)
+
+
+def _differs(
+    _context: Any,
+    _inspected_column: Any,
+    _metadata_column: Any,
+    inspected: str | None,
+    _metadata_default: Any,
+    rendered: str | None,
+) -> bool:
+    return _default(inspected) != _default(rendered)
+
+
+def _not_fts(_obj: Any, name: str | None, type_: str, _reflected: bool, _compare_to: Any) -> bool:
+    return not (type_ == "table" and (name or "").startswith("messages_fts"))
+
+
+def schema_diff(conn: Connection) -> list[Any]:
+    context = MigrationContext.configure(
+        conn,
+        opts={
+            "compare_type": True,
+            "compare_server_default": _differs,
+            "include_object": _not_fts,
+        },
+    )
+    return list(compare_metadata(context, metadata))
+
+
+async def migrated_diff(url: str) -> list[Any]:
+    if url.startswith("sqlite"):
+        engine = create_engine(url)
+        try:
+            with engine.connect() as conn:
+                return schema_diff(conn)
+        finally:
+            engine.dispose()
+    async_engine = create_async_engine(async_url(url))
+    try:
+        async with async_engine.connect() as conn:
+            return await conn.run_sync(schema_diff)
+    finally:
+        await async_engine.dispose()
+
+
+async def revision(url: str) -> str | None:
+    store = await Store.open(url)
+    try:
+        return await store.read(migrate.current_revision)
+    finally:
+        await store.aclose()
+
+
+async def test_opening_an_empty_database_migrates_it_to_the_head_schema(
+    fresh_database_url: str,
+) -> None:
+    assert await revision(fresh_database_url) == migrate.SCHEMA_HEAD
+    assert await migrated_diff(fresh_database_url) == []
+
+
+async def test_the_schema_module_and_the_migrations_describe_the_same_tables(
+    fresh_database_url: str,
+) -> None:
+    await revision(fresh_database_url)
+
+    def tables(conn: Connection) -> set[str]:
+        return {t for t in inspect(conn).get_table_names() if not t.startswith("messages_fts")}
+
+    if fresh_database_url.startswith("sqlite"):
+        engine = create_engine(fresh_database_url)
+        with engine.connect() as conn:
+            found = tables(conn)
+        engine.dispose()
+    else:
+        async_engine = create_async_engine(async_url(fresh_database_url))
+        async with async_engine.connect() as conn:
+            found = await conn.run_sync(tables)
+        await async_engine.dispose()
+    assert found == {*metadata.tables, "alembic_version"}
+
+
+def test_schema_head_is_the_newest_revision_in_the_migrations_folder() -> None:
+    scripts = ScriptDirectory(str(migrate.MIGRATIONS))
+    assert scripts.get_heads() == [migrate.SCHEMA_HEAD]
+
+
+def test_a_sqlite_file_is_migrated_once_and_then_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "agentpost.db"
+    from agentpost.store import sqlite
+
+    sqlite.prepare_file(path)
+    assert migrate.migrate_sqlite(path) is True
+    assert migrate.migrate_sqlite(path) is False
+
+
+def test_sqlite_full_text_search_is_created_with_the_schema(tmp_path: Path) -> None:
+    path = tmp_path / "agentpost.db"
+    from agentpost.store import sqlite
+
+    sqlite.prepare_file(path)
+    migrate.migrate_sqlite(path)
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.connect() as conn:
+        names = {
+            row[0]
+            for row in conn.execute(text("SELECT name FROM sqlite_master WHERE name LIKE '%fts%'"))
+        }
+    engine.dispose()
+    assert {"messages_fts", "messages_fts_ai", "messages_fts_ad", "messages_fts_au"} <= names
+
+
+OPEN_ONCE = """
+import anyio, sys
+from agentpost.store.database import Store
+
+async def main():
+    store = await Store.open(sys.argv[1])
+    await store.aclose()
+
+anyio.run(main)
+print("alembic" in sys.modules)
+"""
+
+
+def run_opens(url: str, count: int) -> list[subprocess.CompletedProcess[str]]:
+    """`count` processes opening `url` at the same moment; their outcomes."""
+    env = {**os.environ, "PYTHONWARNINGS": "error"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", OPEN_ONCE, url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(count)
+    ]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return done
+
+
+async def test_opening_a_current_database_does_not_import_alembic(fresh_database_url: str) -> None:
+    assert await revision(fresh_database_url) == migrate.SCHEMA_HEAD
+    (second,) = run_opens(fresh_database_url, 1)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip() == "False"
+
+
+@pytest.fixture
+def private_umask() -> Iterator[None]:
+    """A permissive umask, as some shells have: privacy must not depend on the user's."""
+    old = os.umask(0o002)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.usefixtures("private_umask")
+async def test_the_database_file_and_its_folder_are_private_to_the_user(tmp_path: Path) -> None:
+    folder = tmp_path / "home" / "agentpost"
+    store = await Store.open(f"sqlite:///{folder / 'agentpost.db'}")
+    try:
+        await store.write(lambda conn: conn.execute(text("SELECT 1")))
+        assert (folder / "agentpost.db").stat().st_mode & 0o777 == 0o600
+        assert folder.stat().st_mode & 0o777 == 0o700
+        for companion in folder.glob("agentpost.db-*"):  # -wal and -shm hold the same data
+            assert companion.stat().st_mode & 0o077 == 0, companion
+    finally:
+        await store.aclose()
+
+
+async def test_an_existing_database_file_is_made_private_again(tmp_path: Path) -> None:
+    path = tmp_path / "agentpost.db"
+    path.touch(mode=0o644)
+    path.chmod(0o644)
+    store = await Store.open(f"sqlite:///{path}")
+    await store.aclose()
+    assert path.stat().st_mode & 0o777 == 0o600

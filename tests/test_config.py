@@ -1,0 +1,108 @@
+"""The settings model: DESIGN.md's defaults, a TOML file, and the environment over it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from agentpost.config import Settings
+from agentpost.domain.limits import Limits
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "config.toml"
+    monkeypatch.setenv("AGENTPOST_CONFIG", str(path))
+    return path
+
+
+def test_defaults_are_the_limits_table_of_the_design() -> None:
+    settings = Settings()
+    assert settings.max_subject_chars == 200
+    assert settings.max_body_bytes == 32768
+    assert settings.max_data_bytes == 65536
+    assert settings.default_ttl_s is None
+    assert settings.max_wait_s == 300
+    assert settings.send_rate_per_minute == 60
+    assert settings.max_unacked == 1000
+    assert settings.retention_days == 30
+    assert settings.heartbeat_s == 15
+    assert settings.offline_after_s == 45
+    assert settings.agents is None
+    assert settings.limits == Limits()
+
+
+def test_the_default_store_is_a_file_in_the_home_folder(isolated_home: Path) -> None:
+    assert Settings().resolved_database_url == f"sqlite:///{isolated_home / 'agentpost.db'}"
+    url = "postgresql://postgres@127.0.0.1:5432/x"
+    assert Settings(database_url=url).resolved_database_url == url
+
+
+def test_the_toml_file_at_agentpost_config_sets_keys(config_file: Path) -> None:
+    config_file.write_text('max_body_bytes = 100\nagents = ["alice", "bob"]\ndefault_ttl_s = 60\n')
+    settings = Settings()
+    assert settings.max_body_bytes == 100
+    assert settings.agents == ["alice", "bob"]
+    assert settings.default_ttl_s == 60
+    assert settings.limits.max_body_bytes == 100
+
+
+def test_the_environment_wins_over_the_toml_file(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config_file.write_text("max_body_bytes = 100\nsend_rate_per_minute = 5\n")
+    monkeypatch.setenv("AGENTPOST_MAX_BODY_BYTES", "200")
+    monkeypatch.setenv("AGENTPOST_AGENTS", '["carol"]')
+    settings = Settings()
+    assert settings.max_body_bytes == 200
+    assert settings.send_rate_per_minute == 5
+    assert settings.agents == ["carol"]
+
+
+def test_a_missing_config_file_means_defaults(config_file: Path) -> None:
+    assert not config_file.exists()
+    assert Settings().max_body_bytes == 32768
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("MAX_BODY_BYTES", "0"),
+        ("MAX_BODY_BYTES", "lots"),
+        ("SEND_RATE_PER_MINUTE", "-1"),
+        ("DEFAULT_TTL_S", "0"),
+        ("OFFLINE_AFTER_S", "0"),
+        ("RETENTION_DAYS", "-3"),
+        ("MAX_UNACKED", "0"),
+    ],
+)
+def test_invalid_values_in_the_environment_are_refused(
+    key: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(f"AGENTPOST_{key}", value)
+    with pytest.raises(ValidationError, match=key.lower()):
+        Settings()
+
+
+def test_invalid_values_in_the_file_are_refused(config_file: Path) -> None:
+    config_file.write_text("max_wait_s = -5\n")
+    with pytest.raises(ValidationError, match="max_wait_s"):
+        Settings()
+
+
+def test_an_unknown_key_in_the_file_is_refused_not_ignored(config_file: Path) -> None:
+    config_file.write_text("max_body_byte = 100\n")  # a typo must not pass silently
+    with pytest.raises(ValidationError, match="max_body_byte"):
+        Settings()
+
+
+@pytest.mark.parametrize("roster", [["alice", "Bob"], ["ok", "has space"], ["x\n"]])
+def test_the_roster_must_hold_valid_agent_names(roster: list[str]) -> None:
+    with pytest.raises(ValidationError, match="must match"):
+        Settings(agents=roster)
+
+
+def test_a_valid_roster_is_kept_in_order() -> None:
+    assert Settings(agents=["zed", "alice"]).agents == ["zed", "alice"]
