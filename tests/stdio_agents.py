@@ -46,7 +46,7 @@ def server_command() -> tuple[str, list[str]]:
     """The console script next to this interpreter, as an MCP client would run it."""
     if AGENTPOST.exists():
         return str(AGENTPOST), ["mcp"]
-    return sys.executable, ["-m", "agentpost.cli.main", "mcp"]
+    return sys.executable, ["-m", "agentpost.cli.entry", "mcp"]
 
 
 async def gather(*awaitables: Awaitable[T]) -> list[T]:

@@ -37,8 +37,8 @@ FACES = frozenset({"mcp", "cli"})
 ALLOWED_CROSSINGS: frozenset[tuple[str, str, str]] = frozenset(
     {
         # `agentpost mcp` runs the MCP face's stdio entry point; the CLI imports it inside that
-        # one command, so no other command loads the MCP SDK.
-        ("agentpost.cli.main", "agentpost.mcp.stdio", "mcp"),
+        # one function, so no other command loads the MCP SDK.
+        ("agentpost.cli.entry", "agentpost.mcp.stdio", "serve_mcp"),
     }
 )
 

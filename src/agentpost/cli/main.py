@@ -7,13 +7,13 @@ refusal prints `error: <code>: <message>` and exits with the code's status (see 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
 
+from agentpost.cli.entry import EXIT_CODES, serve_mcp
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
@@ -21,20 +21,6 @@ from agentpost.domain.names import OWNER
 
 T = TypeVar("T")
 
-EXIT_CODES = {
-    ErrorCode.INVALID_ARGUMENT: 2,
-    ErrorCode.UNAUTHENTICATED: 3,
-    ErrorCode.FORBIDDEN: 3,
-    ErrorCode.NOT_FOUND: 4,
-    ErrorCode.UNKNOWN_RECIPIENT: 4,
-    ErrorCode.GONE: 4,
-    ErrorCode.CONFLICT: 5,
-    ErrorCode.TOO_LARGE: 6,
-    ErrorCode.RATE_LIMITED: 7,
-    ErrorCode.INBOX_FULL: 7,
-    ErrorCode.LOCKED_OUT: 7,
-    ErrorCode.UNAVAILABLE: 8,
-}
 
 app = typer.Typer(
     name="agentpost",
@@ -85,13 +71,7 @@ def _run(
 @app.command()
 def mcp() -> None:
     """Serve this agent session's mailbox over MCP on stdio (started by the MCP client)."""
-    from agentpost.mcp.stdio import serve_stdio
-
-    try:
-        anyio.run(serve_stdio, Settings())
-    except AgentpostError as err:  # e.g. a name off the roster: say so on stderr, not the wire
-        print(f"error: {err.code.value}: {err.message}", file=sys.stderr)
-        raise typer.Exit(EXIT_CODES[err.code]) from None
+    raise typer.Exit(serve_mcp())
 
 
 @app.command()
@@ -300,7 +280,3 @@ def demo(
     from agentpost.cli.demo import run_demo
 
     anyio.run(run_demo, pause)
-
-
-def main() -> None:
-    app()

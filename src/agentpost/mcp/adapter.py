@@ -213,6 +213,46 @@ class _StdinLines:
         os.close(self._fd)
 
 
+class _StdoutLines:
+    """stdout written on the event loop: the SDK's writer hands every line and every flush to
+    a worker thread, two thread hops per message.
+
+    The protocol keeps a private copy of fd 1, and fd 1 itself is pointed at stderr while we
+    serve (as the SDK does), so a stray print cannot corrupt the wire.
+    """
+
+    def __init__(self) -> None:
+        self._fd = os.dup(1)
+        os.dup2(2, 1)
+        os.set_blocking(self._fd, False)
+
+    @classmethod
+    def for_pipe(cls) -> _StdoutLines | None:
+        try:
+            mode = os.fstat(1).st_mode
+        except OSError:
+            return None
+        return cls() if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else None
+
+    async def write(self, text: str) -> None:
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            try:
+                written = os.write(self._fd, data)
+            except BlockingIOError:
+                await anyio.wait_writable(self._fd)
+                continue
+            data = data[written:]
+
+    async def flush(self) -> None:
+        """Every write already reached the pipe."""
+
+    def close(self) -> None:
+        os.set_blocking(self._fd, True)
+        os.dup2(self._fd, 1)
+        os.close(self._fd)
+
+
 async def _push_all(
     connections: Sequence[Connection], method: str, params: Mapping[str, Any]
 ) -> None:
@@ -324,18 +364,21 @@ class MailboxServer:
     async def run_stdio(self) -> None:
         """Serve one client over stdin/stdout; returns once stdin closes, or when cancelled."""
         stdin = _StdinLines.for_pipe()
+        stdout = _StdoutLines.for_pipe()
         try:
-            # The SDK only iterates its stdin; see _StdinLines for why it is not its own.
-            async with stdio_server(stdin=cast("anyio.AsyncFile[str] | None", stdin)) as (
-                read_stream,
-                write_stream,
-            ):
+            # The SDK only iterates its stdin and writes its stdout; see the two classes above.
+            async with stdio_server(
+                stdin=cast("anyio.AsyncFile[str] | None", stdin),
+                stdout=cast("anyio.AsyncFile[str] | None", stdout),
+            ) as (read_stream, write_stream):
                 await self._server.run(
                     read_stream, write_stream, self._server.create_initialization_options()
                 )
         finally:
             if stdin is not None:
                 stdin.close()
+            if stdout is not None:
+                stdout.close()
 
     def streamable_http_app(
         self, *, path: str = "/mcp", stateless: bool = False, json_response: bool = False

@@ -127,7 +127,8 @@ class Mailbox:
 
         def tx(conn: Connection) -> SendResult:
             now = self.store.clock()
-            self._check_sender(conn, caller)
+            known = agent_rows.existing_names(conn, [caller.agent, *names])
+            self._check_sender(caller, known)
             self._count_send(conn, caller, now)
             thread_of = thread
             if reply_to is not None:
@@ -140,7 +141,7 @@ class Mailbox:
                 thread_of = parent.thread_id
             skipped: list[str] = []
             if channel is None:
-                recipients = self._direct_recipients(conn, names, roster)
+                recipients = self._direct_recipients(conn, names, roster, known)
                 display = recipients
             else:
                 recipients = self._channel_recipients(conn, caller.agent, channel)
@@ -190,11 +191,10 @@ class Mailbox:
 
         return await self.store.write(tx)
 
-    def _check_sender(self, conn: Connection, caller: Caller) -> None:
-        row = agent_rows.get_agent(conn, caller.agent)
-        if row is None:
+    def _check_sender(self, caller: Caller, known: dict[str, bool]) -> None:
+        if caller.agent not in known:
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
-        if row.disabled_at is not None:
+        if not known[caller.agent]:
             raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
 
     def _count_send(self, conn: Connection, caller: Caller, now: float) -> None:
@@ -209,9 +209,12 @@ class Mailbox:
             )
 
     def _direct_recipients(
-        self, conn: Connection, names: list[str], roster: list[str] | None
+        self,
+        conn: Connection,
+        names: list[str],
+        roster: list[str] | None,
+        known: dict[str, bool],
     ) -> list[str]:
-        known = agent_rows.existing_names(conn, names)
         for name in names:
             if name not in known:
                 if roster is not None and name in roster:
@@ -404,14 +407,14 @@ class Mailbox:
 
         def look(conn: Connection) -> tuple[int, list[Any]]:
             now = self.store.clock()
-            cursor = 0
-            if caller.session_id is not None:
-                session = agent_rows.get_session(conn, caller.session_id)
-                cursor = int(session.urgent_cursor) if session is not None else 0
-            urgent = mail.urgent_since(conn, caller.agent, cursor, now) if caller.session_id else []
+            urgent = (
+                mail.urgent_for_session(conn, caller.agent, caller.session_id, now)
+                if caller.session_id is not None
+                else []
+            )
             return mail.unread_count(conn, caller.agent, now), urgent
 
-        unread, urgent = await self.store.read(look)
+        unread, urgent = await self.store.glance(look)
         if urgent and caller.session_id is not None:
             newest = max(r.seq for r in urgent)
             session_id = caller.session_id
@@ -430,10 +433,10 @@ class Mailbox:
         Woken by the store's change signal, so a waiting session costs nothing while idle.
         `caller` is asked afresh each round: a session may change its name.
         """
-        newest = await self.store.read(lambda c: mail.newest_delivery_seq(c, caller().agent))
+        newest = await self.store.glance(lambda c: mail.newest_delivery_seq(c, caller().agent))
         while True:
             version = self.store.version
-            latest = await self.store.read(lambda c: mail.newest_delivery_seq(c, caller().agent))
+            latest = await self.store.glance(lambda c: mail.newest_delivery_seq(c, caller().agent))
             if latest > newest:
                 newest = latest
                 yield latest

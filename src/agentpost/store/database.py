@@ -104,6 +104,12 @@ class Store:
         assert self._postgres is not None
         return await self._postgres.read(fn)
 
+    async def glance(self, fn: Callable[[Connection], T]) -> T:
+        """A read of a few indexed rows, done without a thread hand-off where that is cheaper."""
+        if self._sqlite is not None:
+            return await self._sqlite.glance(fn)
+        return await self.read(fn)
+
     # -- change signal -------------------------------------------------------------------------
 
     @property

@@ -35,7 +35,7 @@ from agentpost.domain.models import (
     Receipt,
     Trust,
 )
-from agentpost.store.schema import deliveries, messages
+from agentpost.store.schema import deliveries, messages, sessions
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
 
@@ -103,7 +103,14 @@ _UNACKED_COUNTS = (
 )
 
 
+_UNACKED_ONE = select(func.count()).where(
+    deliveries.c.recipient == bindparam("name"), deliveries.c.state.in_(OPEN_STATES)
+)
+
+
 def unacked_counts(conn: Connection, names: Sequence[str]) -> dict[str, int]:
+    if len(names) == 1:  # the common case, without an expanding IN's compile step
+        return {names[0]: int(conn.execute(_UNACKED_ONE, {"name": names[0]}).scalar_one())}
     rows = conn.execute(_UNACKED_COUNTS, {"names": list(names)})
     return {row[0]: int(row[1]) for row in rows}
 
@@ -224,19 +231,35 @@ def ack(conn: Connection, recipient: str, ids: Sequence[str], now: float) -> lis
     return [i for i in ids if i in ackable]
 
 
-_URGENT_SINCE = (
+_URGENT_UNREAD = (
     select(messages, deliveries.c.state.label("delivery_state"))
     .join(deliveries, deliveries.c.message_seq == messages.c.seq)
     .where(
         deliveries.c.recipient == _RECIPIENT,
         deliveries.c.urgent.is_(True),
         deliveries.c.state == DeliveryState.QUEUED.value,
-        deliveries.c.message_seq > bindparam("cursor"),
         _NOT_DUE,
     )
     .order_by(deliveries.c.message_seq)
     .limit(20)
 )
+_URGENT_SINCE = _URGENT_UNREAD.where(deliveries.c.message_seq > bindparam("cursor"))
+_SESSION_CURSOR = (
+    select(sessions.c.urgent_cursor)
+    .where(sessions.c.id == bindparam("session_id"))
+    .scalar_subquery()
+)
+_URGENT_FOR_SESSION = _URGENT_UNREAD.where(
+    deliveries.c.message_seq > func.coalesce(_SESSION_CURSOR, 0)
+)
+
+
+def urgent_for_session(
+    conn: Connection, recipient: str, session_id: str, now: float
+) -> list[Row[Any]]:
+    """Urgent unread mail past the session's cursor: what it has not been told of yet."""
+    params = {"for_recipient": recipient, "session_id": session_id, "now": now}
+    return list(conn.execute(_URGENT_FOR_SESSION, params))
 
 
 def urgent_since(conn: Connection, recipient: str, cursor: int, now: float) -> list[Row[Any]]:

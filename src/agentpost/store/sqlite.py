@@ -109,6 +109,7 @@ class SqliteRunner:
         self._on_commit = on_commit
         self._write_engine = make_engine(path, immediate=True)
         self._read_engine = make_engine(path, immediate=False)
+        self._glance_conn: Connection | None = None
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._checkpoint_due = threading.Event()
@@ -137,6 +138,21 @@ class SqliteRunner:
         future: asyncio.Future[T] = loop.create_future()
         self._reads.put(_Job(fn, loop, future))
         return await future
+
+    async def glance(self, fn: Callable[[Connection], T]) -> T:
+        """Run a tiny indexed read right here on the event loop, on a connection of its own.
+
+        For what every answer needs (the unread count, the newest delivery): a WAL read never
+        waits for a writer, and handing it to a thread would cost more than the read itself.
+        """
+        if self._glance_conn is None:
+            self._glance_conn = self._read_engine.connect()
+        conn = self._glance_conn
+        try:
+            with conn.begin():
+                return fn(conn)
+        except OperationalError as exc:
+            raise _locked(exc) from exc
 
     def _reader(self) -> None:
         with self._read_engine.connect() as conn:
@@ -230,6 +246,8 @@ class SqliteRunner:
             self._reads.put(None)
         for thread in self._threads:
             thread.join(timeout=10)
+        if self._glance_conn is not None:
+            self._glance_conn.close()
         self._write_engine.dispose()
         self._read_engine.dispose()
 

@@ -1,0 +1,50 @@
+"""The `agentpost` executable, and `agentpost mcp` on a short path.
+
+An MCP client starts `agentpost mcp` for every agent session, so its start-up is the agent's
+wait: that path skips the command line's own libraries (Typer, Rich) and goes straight to the
+MCP face. Every other command loads the full command line.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import anyio
+
+from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
+
+EXIT_CODES = {
+    ErrorCode.INVALID_ARGUMENT: 2,
+    ErrorCode.UNAUTHENTICATED: 3,
+    ErrorCode.FORBIDDEN: 3,
+    ErrorCode.NOT_FOUND: 4,
+    ErrorCode.UNKNOWN_RECIPIENT: 4,
+    ErrorCode.GONE: 4,
+    ErrorCode.CONFLICT: 5,
+    ErrorCode.TOO_LARGE: 6,
+    ErrorCode.RATE_LIMITED: 7,
+    ErrorCode.INBOX_FULL: 7,
+    ErrorCode.LOCKED_OUT: 7,
+    ErrorCode.UNAVAILABLE: 8,
+}
+
+
+def serve_mcp() -> int:
+    """Serve this session over stdio; returns the exit status (refusals go to stderr)."""
+    from agentpost.mcp.stdio import serve_stdio
+
+    try:
+        anyio.run(serve_stdio, Settings())
+    except AgentpostError as err:  # e.g. a name off the roster
+        print(f"error: {err.code.value}: {err.message}", file=sys.stderr)
+        return EXIT_CODES[err.code]
+    return 0
+
+
+def main() -> None:
+    if sys.argv[1:] == ["mcp"]:
+        raise SystemExit(serve_mcp())
+    from agentpost.cli.main import app
+
+    app()
