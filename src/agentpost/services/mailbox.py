@@ -146,7 +146,8 @@ class Mailbox:
             else:
                 recipients = self._channel_recipients(conn, caller.agent, channel)
                 display = [f"#{channel}"]
-            counts = mail.unacked_counts(conn, recipients) if recipients else {}
+            cap = self.limits.max_unacked
+            counts = mail.unacked_counts(conn, recipients, cap) if recipients else {}
             full = [n for n in recipients if counts.get(n, 0) >= self.limits.max_unacked]
             if full and channel is None:
                 raise AgentpostError(
