@@ -4,17 +4,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Row,
+    and_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from agentpost.domain.models import SessionInfo, Status
 from agentpost.store.schema import agents, sessions
 
 _GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
-_AGENTS_ENABLED = select(agents.c.name, agents.c.disabled_at).where(
-    agents.c.name.in_(bindparam("names", expanding=True))
-)
+
+
+@cache
+def _agents_enabled(count: int) -> Any:
+    """One statement per list length: an expanding IN would be re-rendered on every send."""
+    names: list[BindParameter[str]] = [bindparam(f"n{i}") for i in range(count)]
+    return select(agents.c.name, agents.c.disabled_at).where(agents.c.name.in_(names))
 
 
 def get_agent(conn: Connection, name: str) -> Row[Any] | None:
@@ -23,7 +39,8 @@ def get_agent(conn: Connection, name: str) -> Row[Any] | None:
 
 def existing_names(conn: Connection, names: Sequence[str]) -> dict[str, bool]:
     """name -> enabled, for those of `names` that exist."""
-    rows = conn.execute(_AGENTS_ENABLED, {"names": list(names)})
+    params = {f"n{i}": name for i, name in enumerate(names)}
+    rows = conn.execute(_agents_enabled(len(names)), params)
     return {row.name: row.disabled_at is None for row in rows}
 
 

@@ -85,16 +85,27 @@ class _Job:
     future: asyncio.Future[Any]
 
 
-def _settle(job: _Job, result: Any = None, error: BaseException | None = None) -> None:
-    def apply() -> None:
-        if job.future.done():
-            return
+Outcome = tuple[_Job, Any, BaseException | None]
+
+
+def _apply(outcomes: list[Outcome]) -> None:
+    for job, result, error in outcomes:
+        if job.future.done():  # the caller gave up waiting; the write stands
+            continue
         if error is not None:
             job.future.set_exception(error)
         else:
             job.future.set_result(result)
 
-    job.loop.call_soon_threadsafe(apply)
+
+def _settle(outcomes: list[Outcome]) -> None:
+    """Hand results back with one wake-up per event loop for a whole batch, not one per job."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+    for loop, items in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting
+            loop.call_soon_threadsafe(_apply, items)
 
 
 def _locked(exc: OperationalError) -> AgentpostError:
@@ -161,11 +172,11 @@ class SqliteRunner:
                     with conn.begin():
                         result = job.fn(conn)
                 except OperationalError as exc:
-                    _settle(job, error=_locked(exc))
+                    _settle([(job, None, _locked(exc))])
                 except Exception as exc:  # the caller's error, raised where it awaits
-                    _settle(job, error=exc)
+                    _settle([(job, None, exc)])
                 else:
-                    _settle(job, result)
+                    _settle([(job, result, None)])
 
     def _checkpointer(self) -> None:
         """Copy the WAL back into the database off the write path.
@@ -204,7 +215,7 @@ class SqliteRunner:
                 self._run_batch(conn, batch)
 
     def _run_batch(self, conn: Connection, batch: list[_Job]) -> None:
-        outcomes: list[tuple[_Job, Any, BaseException | None]] = []
+        outcomes: list[Outcome] = []
         try:
             with conn.begin():
                 if len(batch) == 1:
@@ -212,31 +223,36 @@ class SqliteRunner:
                     outcomes.append((job, job.fn(conn), None))
                 else:
                     for job in batch:
-                        savepoint = conn.begin_nested()
-                        try:
-                            result = job.fn(conn)
-                        except Exception as exc:
-                            savepoint.rollback()
-                            outcomes.append((job, None, exc))
-                        else:
-                            savepoint.commit()
-                            outcomes.append((job, result, None))
+                        outcomes.append(self._run_in_savepoint(conn, job))
         except OperationalError as exc:
             error = _locked(exc)
-            for job in batch:
-                _settle(job, error=error)
+            _settle([(job, None, error) for job in batch])
             return
         except Exception as exc:  # a lone job failed: its transaction was rolled back
-            for job in batch:
-                _settle(job, error=exc)
+            _settle([(job, None, exc) for job in batch])
             return
         if any(err is None for _, _, err in outcomes):
             self._on_commit()
             self._commits += 1
             if self._commits % CHECKPOINT_EVERY == 0:
                 self._checkpoint_due.set()
-        for job, result, err in outcomes:
-            _settle(job, result, err)
+        _settle(outcomes)
+
+    @staticmethod
+    def _run_in_savepoint(conn: Connection, job: _Job) -> Outcome:
+        """One job of a batch: its failure undoes its own writes only.
+
+        Plain SQL savepoints: SQLAlchemy's nested-transaction objects cost more than the SQL.
+        """
+        conn.exec_driver_sql("SAVEPOINT job")
+        try:
+            result = job.fn(conn)
+        except Exception as exc:  # returned to that job's caller, raised where it awaits
+            conn.exec_driver_sql("ROLLBACK TO job")
+            conn.exec_driver_sql("RELEASE job")
+            return (job, None, exc)
+        conn.exec_driver_sql("RELEASE job")
+        return (job, result, None)
 
     def close(self) -> None:
         self._closing = True
