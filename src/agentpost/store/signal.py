@@ -262,8 +262,11 @@ class ChangeSignal:
             relevant = True
         if relevant:
             self._check()
-            self._settle_step = 0
-            self._arm_settle()
+            # A re-check due within a few ms already covers this event's publish window; at a
+            # steady stream of commits, restarting the series on each would only add timers.
+            if self._settle_handle is None or self._settle_step > 1:
+                self._settle_step = 0
+                self._arm_settle()
 
     def _arm_settle(self) -> None:
         if self._settle_handle is not None:
