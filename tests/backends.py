@@ -25,6 +25,7 @@ import pytest
 from sqlalchemy import Connection, select
 
 from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
@@ -272,3 +273,15 @@ async def session_caller(
 async def disable_agent(store: Store, name: str) -> None:
     """What an administrator does (no service offers it yet): the agent stays, disabled."""
     await store.write(lambda conn: agent_rows.update_agent(conn, name, disabled_at=store.clock()))
+
+
+async def refused_without_change(
+    office: PostOffice, code: ErrorCode, call: Awaitable[Any]
+) -> AgentpostError:
+    """`call` is refused with `code`, and afterwards every table is as it was before."""
+    before = await snapshot(office.store)
+    with pytest.raises(AgentpostError) as caught:
+        await call
+    assert caught.value.code is code, caught.value
+    assert await snapshot(office.store) == before
+    return caught.value

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Any
-
 import pytest
 
-from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import ChannelInfo, DeliveryState
 from agentpost.services import PostOffice
-from backends import disable_agent, session_caller, snapshot
+from backends import disable_agent, refused_without_change, session_caller, snapshot
 
 pytestmark = pytest.mark.anyio
-
-
-async def refused_without_change(
-    office: PostOffice, code: ErrorCode, call: Awaitable[Any]
-) -> AgentpostError:
-    before = await snapshot(office.store)
-    with pytest.raises(AgentpostError) as caught:
-        await call
-    assert caught.value.code is code, caught.value
-    assert await snapshot(office.store) == before
-    return caught.value
 
 
 async def test_every_agent_sees_general_and_its_project_channel(office: PostOffice) -> None:

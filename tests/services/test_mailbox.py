@@ -19,6 +19,7 @@ from backends import (
     FakeClock,
     OpenOffice,
     disable_agent,
+    refused_without_change,
     session_caller,
     snapshot,
 )
@@ -30,17 +31,6 @@ async def refusal(call: Awaitable[Any]) -> AgentpostError:
     with pytest.raises(AgentpostError) as caught:
         await call
     return caught.value
-
-
-async def refused_without_change(
-    office: PostOffice, code: ErrorCode, call: Awaitable[Any]
-) -> AgentpostError:
-    """`call` is refused with `code`, and afterwards every table is as it was before."""
-    before = await snapshot(office.store)
-    error = await refusal(call)
-    assert error.code is code, error
-    assert await snapshot(office.store) == before
-    return error
 
 
 async def agents(office: PostOffice, *names: str) -> list[Caller]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Awaitable
 from typing import Any
 
 import anyio
@@ -17,22 +16,11 @@ from backends import (
     OpenOffice,
     disable_agent,
     local_context,
+    refused_without_change,
     session_caller,
-    snapshot,
 )
 
 pytestmark = pytest.mark.anyio
-
-
-async def refused_without_change(
-    office: PostOffice, code: ErrorCode, call: Awaitable[Any]
-) -> AgentpostError:
-    before = await snapshot(office.store)
-    with pytest.raises(AgentpostError) as caught:
-        await call
-    assert caught.value.code is code, caught.value
-    assert await snapshot(office.store) == before
-    return caught.value
 
 
 def dead_pid() -> int:
