@@ -148,11 +148,11 @@ class Mailbox:
                 display = [f"#{channel}"]
             cap = self.limits.max_unacked
             counts = mail.unacked_counts(conn, recipients, cap) if recipients else {}
-            full = [n for n in recipients if counts.get(n, 0) >= self.limits.max_unacked]
+            full = [n for n in recipients if counts.get(n, 0) >= cap]
             if full and channel is None:
                 raise AgentpostError(
                     ErrorCode.INBOX_FULL,
-                    f"the inbox of {', '.join(full)} holds {self.limits.max_unacked} "
+                    f"the inbox of {', '.join(full)} holds {cap} "
                     "unacknowledged messages; it takes new mail once they ack",
                     details={"full": full},
                     retry_after_s=60,
