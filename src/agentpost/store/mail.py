@@ -38,6 +38,17 @@ from agentpost.domain.models import (
 from agentpost.store.schema import deliveries, messages, sessions
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
+# Written as ORs of constants, not `in_(list)`: SQLite reads them as an IN on the index, and
+# SQLAlchemy need not re-render an expanding parameter on every execution.
+_IS_OPEN = or_(
+    deliveries.c.state == DeliveryState.QUEUED.value,
+    deliveries.c.state == DeliveryState.READ.value,
+)
+_NOT_EXPIRED_STATE = or_(_IS_OPEN, deliveries.c.state == DeliveryState.ACKED.value)
+_KINDS = {kind.value: kind for kind in Kind}
+_PRIORITIES = {priority.value: priority for priority in Priority}
+_TRUSTS = {trust.value: trust for trust in Trust}
+_STATES = {state.value: state for state in DeliveryState}
 
 
 def message_from_row(row: Row[Any], state: str | None = None) -> Message:
@@ -46,18 +57,18 @@ def message_from_row(row: Row[Any], state: str | None = None) -> Message:
         sender=row.sender,
         to=json.loads(row.recipients),
         channel=row.channel,
-        kind=Kind(row.kind),
+        kind=_KINDS[row.kind],
         subject=row.subject,
         body=row.body,
         data=None if row.data is None else json.loads(row.data),
         thread_id=row.thread_id,
         reply_to=row.reply_to,
-        priority=Priority(row.priority),
+        priority=_PRIORITIES[row.priority],
         must_read=bool(row.must_read),
         created_at=row.created_at,
         expires_at=row.expires_at,
-        trust=Trust(row.trust),
-        state=DeliveryState(state) if state else None,
+        trust=_TRUSTS[row.trust],
+        state=_STATES[state] if state else None,
         seq=row.seq,
     )
 
@@ -97,7 +108,7 @@ _UNACKED_COUNTS = (
     select(deliveries.c.recipient, func.count())
     .where(
         deliveries.c.recipient.in_(bindparam("names", expanding=True)),
-        deliveries.c.state.in_(OPEN_STATES),
+        _IS_OPEN,
     )
     .group_by(deliveries.c.recipient)
 )
@@ -105,7 +116,7 @@ _UNACKED_COUNTS = (
 
 _UNACKED_ONE = select(func.count()).select_from(
     select(deliveries.c.message_seq)
-    .where(deliveries.c.recipient == bindparam("name"), deliveries.c.state.in_(OPEN_STATES))
+    .where(deliveries.c.recipient == bindparam("name"), _IS_OPEN)
     .limit(bindparam("cap"))
     .subquery()
 )
@@ -156,13 +167,13 @@ def unread_count(conn: Connection, recipient: str, now: float) -> int:
 
 @cache
 def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: bool) -> Any:
-    states = [DeliveryState.QUEUED.value] if unread_only else [*OPEN_STATES, "acked"]
+    shown = deliveries.c.state == DeliveryState.QUEUED.value if unread_only else _NOT_EXPIRED_STATE
     query = (
         select(messages, deliveries.c.state.label("delivery_state"))
         .join(deliveries, deliveries.c.message_seq == messages.c.seq)
         .where(
             deliveries.c.recipient == _RECIPIENT,
-            deliveries.c.state.in_(states),
+            shown,
             # Only unread mail expires: what was read stays, whatever its TTL said.
             or_(deliveries.c.state != DeliveryState.QUEUED.value, _NOT_DUE),
         )
