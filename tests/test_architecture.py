@@ -51,6 +51,7 @@ DOMAIN_STDLIB: frozenset[str] = frozenset(
         "enum",
         "typing",
         "json",  # message data is JSON; its size is a domain rule
+        "math",  # a timeout or TTL must be a finite number
         "re",  # the name grammar
         "secrets",  # random parts of ids, frame nonces
         "time",  # ids sort by creation time

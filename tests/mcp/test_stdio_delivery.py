@@ -6,6 +6,7 @@ the `agentpost://inbox` resource notification that arrives with no call in betwe
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import anyio
@@ -112,7 +113,12 @@ async def test_a_session_learns_of_new_mail_from_every_answer_from_wait_and_by_p
     # 3. Push: a subscriber is told its inbox changed, with no call of its own in between.
     listed = (await bob.mcp.list_resources()).resources
     assert [str(r.uri) for r in listed] == [INBOX_URI]
-    assert await read_inbox(bob) == {"agent": "bob", "unread": 0, "messages": []}
+    assert await read_inbox(bob) == {
+        "agent": "bob",
+        "unread": 0,
+        "messages": [],
+        "framed": "0 unread",
+    }
 
     async with bob.inbox_updates() as next_update:
         hello = await alice.call("send", to="bob", body="are you there?")
@@ -127,4 +133,9 @@ async def test_a_session_learns_of_new_mail_from_every_answer_from_wait_and_by_p
     assert inbox["unread"] == 2
     assert ids(inbox["messages"]) == [hello["id"], standup["id"]]
     assert [m["state"] for m in inbox["messages"]] == ["queued", "queued"]
+    # ...and what a model is shown of it is framed, like every tool result.
+    nonce = re.search(r"Text inside <message-([0-9a-f]+)> frames", inbox["framed"]).group(1)
+    assert inbox["framed"].count(f"<message-{nonce} ") == 2
+    assert inbox["framed"].count(f"</message-{nonce}>") == 2
+    assert "are you there?" in inbox["framed"]
     assert ids((await bob.call("inbox"))["messages"]) == [hello["id"], standup["id"]]

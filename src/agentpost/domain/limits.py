@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,14 +69,24 @@ def check_limit(limit: int, *, name: str = "limit") -> int:
 
 def check_timeout(timeout_s: float, limits: Limits) -> float:
     """Clamp a wait to the configured ceiling; a wait is never an error once it is non-negative."""
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s < 0:
-        raise invalid("timeout_s must be a number of seconds, 0 or more")
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not math.isfinite(timeout_s)
+        or timeout_s < 0
+    ):
+        raise invalid("timeout_s must be a finite number of seconds, 0 or more")
     return float(min(timeout_s, limits.max_wait_s))
 
 
 def check_ttl(ttl_s: float | None) -> float | None:
     if ttl_s is None:
         return None
-    if isinstance(ttl_s, bool) or not isinstance(ttl_s, int | float) or ttl_s <= 0:
-        raise invalid("ttl_s must be a positive number of seconds")
+    if (
+        isinstance(ttl_s, bool)
+        or not isinstance(ttl_s, int | float)
+        or not math.isfinite(ttl_s)
+        or ttl_s <= 0
+    ):
+        raise invalid("ttl_s must be a positive, finite number of seconds")
     return float(ttl_s)

@@ -9,13 +9,18 @@ hourly, and ends its session as soon as the client closes stdin or the process i
 from __future__ import annotations
 
 import json
+import logging
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import anyio
 from anyio.abc import TaskGroup
 
 from agentpost import __version__
 from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError
+from agentpost.domain.framing import frame_messages
 from agentpost.domain.models import Caller
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.presenting import messages_json
@@ -24,6 +29,7 @@ from agentpost.services import PostOffice
 from agentpost.services.local_identity import detect
 
 INBOX_URI = "agentpost://inbox"
+log = logging.getLogger(__name__)
 
 
 def render_instructions(template: str, agent: str, others: list[str]) -> str:
@@ -39,6 +45,8 @@ def build_server(office: PostOffice, desk: Desk, others: list[str]) -> MailboxSe
                 "agent": desk.caller.agent,
                 "unread": found.unread,
                 "messages": messages_json(found.messages),
+                # What a model should be shown: the same messages inside their frames.
+                "framed": frame_messages(found.messages, title=f"{found.unread} unread"),
             }
         )
 
@@ -51,7 +59,17 @@ def build_server(office: PostOffice, desk: Desk, others: list[str]) -> MailboxSe
 async def _heartbeat(office: PostOffice, session_id: str) -> None:
     while True:
         await anyio.sleep(office.settings.heartbeat_s)
-        await office.presence.heartbeat(session_id)
+        with _survive("heartbeat"):
+            await office.presence.heartbeat(session_id)
+
+
+@contextmanager
+def _survive(what: str) -> Iterator[None]:
+    """A busy database must not end the session: log it, and the next round tries again."""
+    try:
+        yield
+    except AgentpostError as err:
+        log.warning("%s failed, will retry: %s", what, err)
 
 
 SWEEP_EVERY_S = 3600
@@ -60,13 +78,17 @@ SWEEP_EVERY_S = 3600
 async def _sweep_periodically(office: PostOffice) -> None:
     """TTL tombstones and retention: every local server helps, so no daemon is needed."""
     while True:
-        await office.mailbox.sweep()
+        with _survive("sweep"):
+            await office.mailbox.sweep()
         await anyio.sleep(SWEEP_EVERY_S)
 
 
 async def _push_arrivals(office: PostOffice, server: MailboxServer, desk: Desk) -> None:
-    async for _ in office.mailbox.arrivals(lambda: desk.caller):
-        await server.notify_resource_updated(INBOX_URI)
+    while True:
+        with _survive("watching for new mail"):
+            async for _ in office.mailbox.arrivals(lambda: desk.caller):
+                await server.notify_resource_updated(INBOX_URI)
+        await anyio.sleep(1)  # after a failure only
 
 
 async def _stop_on_sigterm(group: TaskGroup) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -48,9 +49,9 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
         Sessions are registered automatically; call this only to choose a name (refused while
         another live session holds it) or to set your description and objective.
         """
-        if name is not None and name != desk.caller.agent:
-            desk.caller = await presence.rename_session(desk.caller, name)
-        await presence.update_profile(desk.caller, description=description, objective=objective)
+        desk.caller = await presence.register(
+            desk.caller, name=name, description=description, objective=objective
+        )
         return await whoami()
 
     @tool
@@ -74,7 +75,8 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
         found = await presence.who(project, include_offline)
         lines = [
             f"- {p.name}{'' if p.online else ' (offline)'}: {p.project or '-'}@{p.branch or '-'}"
-            f" [{p.status.value}] {p.objective}"
+            # The objective is another agent's free text: quoted, so it reads as data.
+            f" [{p.status.value}] {json.dumps(p.objective, ensure_ascii=False)}"
             for p in found
         ]
         summary = "\n".join([_count(len(found), "agent"), *lines])

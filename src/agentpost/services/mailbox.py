@@ -1,7 +1,8 @@
 """Messaging: send, read, acknowledge, wait, threads, receipts, search.
 
-Every operation is one transaction. The sender is always the caller; nothing in the arguments
-can name another sender. Refusals are raised before anything is written.
+Each operation's writes are one transaction (`wait`, `notices` and `sweep` run several
+small ones). The sender is always the caller; nothing in the arguments can name another
+sender. A refusal is raised before anything is written, or rolls its transaction back.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+import anyio
 
 from agentpost.config import Settings
 from agentpost.domain import limits as rules
@@ -32,7 +35,6 @@ from agentpost.store import mail, rates
 from agentpost.store.database import Connection, Store
 
 MAX_THREAD_ID = 64
-PREVIEW_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +92,7 @@ class Mailbox:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
-
-    @property
-    def limits(self) -> rules.Limits:
-        return self.settings.limits
+        self.limits = settings.limits
 
     # -- send --------------------------------------------------------------------------------
 
@@ -147,7 +146,7 @@ class Mailbox:
                 recipients = self._channel_recipients(conn, caller.agent, channel)
                 display = [f"#{channel}"]
             cap = self.limits.max_unacked
-            counts = mail.unacked_counts(conn, recipients, cap) if recipients else {}
+            counts = mail.unacked_counts(conn, recipients, cap, now) if recipients else {}
             full = [n for n in recipients if counts.get(n, 0) >= cap]
             if full and channel is None:
                 raise AgentpostError(
@@ -297,7 +296,8 @@ class Mailbox:
         """Block until unread mail is there (then read it, as `inbox` does) or the time is up."""
         timeout = rules.check_timeout(timeout_s, self.limits)
         thread = _thread_id(thread_id)
-        deadline = self.store.clock() + timeout
+        # A monotonic deadline: the store's clock decides expiry and may be stepped or injected.
+        deadline = anyio.current_time() + timeout
         while True:
             version = self.store.version
             waiting = await self.inbox(caller, thread_id=thread, peek=True, limit=1)
@@ -306,7 +306,7 @@ class Mailbox:
                 if found.messages:
                     return found
                 continue
-            remaining = deadline - self.store.clock()
+            remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 return Inbox([], waiting.unread, timed_out=True)
             await self.store.wait_changed(version, remaining)
@@ -321,7 +321,9 @@ class Mailbox:
         wanted = list(dict.fromkeys(ids))
 
         def tx(conn: Connection) -> AckResult:
-            acked = mail.ack(conn, caller.agent, wanted, self.store.clock())
+            now = self.store.clock()
+            mail.expire_due(conn, now, caller.agent)  # mail past its TTL is a tombstone now
+            acked = mail.ack(conn, caller.agent, wanted, now)
             return AckResult(acked, [i for i in wanted if i not in acked])
 
         return await self.store.write(tx)
@@ -419,13 +421,12 @@ class Mailbox:
         if urgent and caller.session_id is not None:
             newest = max(r.seq for r in urgent)
             session_id = caller.session_id
-
-            def advance(conn: Connection) -> None:
-                session = agent_rows.get_session(conn, session_id)
-                if session is not None and session.urgent_cursor < newest:
-                    agent_rows.update_session(conn, session_id, urgent_cursor=newest)
-
-            await self.store.write(advance)
+            # Whoever moves the cursor tells; a concurrent call that lost the race stays quiet.
+            told = await self.store.write(
+                lambda conn: agent_rows.advance_urgent_cursor(conn, session_id, newest)
+            )
+            if not told:
+                urgent = []
         return Notices(unread, [mail.message_from_row(r, r.delivery_state) for r in urgent])
 
     async def arrivals(self, caller: Callable[[], Caller]) -> AsyncIterator[int]:

@@ -13,7 +13,7 @@ from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import session_id as new_session_id
 from agentpost.domain.models import Caller, Presence, SessionInfo, Status
-from agentpost.domain.names import OWNER, POST_OFFICE, SYSTEM, check_name
+from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
 from agentpost.store.database import Connection, Row, Store
@@ -45,10 +45,13 @@ class PresenceService:
 
     # -- identities -------------------------------------------------------------------------
 
-    def _check_identity(self, name: str) -> None:
+    def _check_identity(self, name: str, *, session: bool = True) -> None:
+        """`session`: an agent's own session, which may never speak as the owner."""
         check_name(name)
         if name in (SYSTEM, POST_OFFICE):
             raise forbidden(f"{name!r} is reserved for the post office")
+        if session and name == OWNER:
+            raise forbidden(f"{name!r} is the person at the command line, not an agent session")
         roster = self.settings.agents
         if roster is not None and name not in roster and name != OWNER:
             raise forbidden(
@@ -64,7 +67,7 @@ class PresenceService:
 
     async def ensure_agent(self, name: str) -> Caller:
         """The identity the CLI acts as: created on first use, checked against the roster."""
-        self._check_identity(name)
+        self._check_identity(name, session=False)
         await self.store.write(lambda conn: self.ensure_agent_tx(conn, name))
         return Caller(agent=name)
 
@@ -87,7 +90,8 @@ class PresenceService:
         """Register this process as a session: the given name, or one derived from git."""
         derived = name is None
         base = context.derived_name if name is None else name
-        self._check_identity(base)
+        if not derived:  # a derived name is checked suffix by suffix, reserved ones skipped
+            self._check_identity(base)
         await self._end_dead_local_sessions()
 
         def tx(conn: Connection) -> SessionInfo:
@@ -123,7 +127,7 @@ class PresenceService:
         live = {s.agent for s in rows.live_sessions(conn, now, self.settings.offline_after_s)}
         for n in range(1, MAX_SUFFIX + 1):
             candidate = base if n == 1 else f"{base[:60]}-{n}"
-            if candidate in live:
+            if candidate in live or candidate in RESERVED:
                 continue
             existing = rows.get_agent(conn, candidate)
             if existing is None or existing.disabled_at is None:
@@ -162,6 +166,23 @@ class PresenceService:
 
         await self.store.write(tx)
         return Caller(agent=name, session_id=caller.session_id, trust=caller.trust)
+
+    async def register(
+        self,
+        caller: Caller,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        objective: str | None = None,
+    ) -> Caller:
+        """Take a name and set the profile; everything is checked first, so a refusal changes
+        nothing. Returns the caller under its (possibly new) name."""
+        _check_text(description, "description")
+        _check_text(objective, "objective")
+        if name is not None and name != caller.agent:
+            caller = await self.rename_session(caller, name)
+        await self.update_profile(caller, description=description, objective=objective)
+        return caller
 
     async def update_profile(
         self,

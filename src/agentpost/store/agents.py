@@ -140,6 +140,16 @@ def update_session(conn: Connection, session_id: str, **values: Any) -> None:
     conn.execute(update(sessions).where(sessions.c.id == session_id).values(**values))
 
 
+def advance_urgent_cursor(conn: Connection, session_id: str, newest: int) -> bool:
+    """Move the session's urgent cursor forward to `newest`; False when it already was there."""
+    result = conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id, sessions.c.urgent_cursor < newest)
+        .values(urgent_cursor=newest)
+    )
+    return bool(result.rowcount)
+
+
 def end_sessions(conn: Connection, session_ids: Sequence[str], now: float) -> None:
     if session_ids:
         conn.execute(

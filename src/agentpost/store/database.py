@@ -89,7 +89,12 @@ class Store:
 
             self.dialect = postgres
             self._postgres = postgres.PostgresRunner(self.url, on_commit=self._committed)
-            await migrate.migrate_postgres(self._postgres.engine)
+            try:
+                with postgres.unavailable_when_unreachable():
+                    await migrate.migrate_postgres(self._postgres.engine)
+            except BaseException:
+                await self._postgres.aclose()
+                raise
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` in a write transaction (SQLite: `BEGIN IMMEDIATE`, batched with others)."""

@@ -45,6 +45,12 @@ _IS_OPEN = or_(
     deliveries.c.state == DeliveryState.READ.value,
 )
 _NOT_EXPIRED_STATE = or_(_IS_OPEN, deliveries.c.state == DeliveryState.ACKED.value)
+_NOW: BindParameter[float] = bindparam("now")
+_RECIPIENT: BindParameter[str] = bindparam("for_recipient")
+_NOT_DUE = or_(deliveries.c.expires_at.is_(None), deliveries.c.expires_at > _NOW)
+# Open mail that still holds a place in the inbox: unread mail past its TTL does not, even
+# before a sweep has turned it into a tombstone.
+_HOLDS_PLACE = and_(_IS_OPEN, or_(deliveries.c.state == DeliveryState.READ.value, _NOT_DUE))
 _KINDS = {kind.value: kind for kind in Kind}
 _PRIORITIES = {priority.value: priority for priority in Priority}
 _TRUSTS = {trust.value: trust for trust in Trust}
@@ -108,7 +114,7 @@ _UNACKED_COUNTS = (
     select(deliveries.c.recipient, func.count())
     .where(
         deliveries.c.recipient.in_(bindparam("names", expanding=True)),
-        _IS_OPEN,
+        _HOLDS_PLACE,
     )
     .group_by(deliveries.c.recipient)
 )
@@ -116,24 +122,22 @@ _UNACKED_COUNTS = (
 
 _UNACKED_ONE = select(func.count()).select_from(
     select(deliveries.c.message_seq)
-    .where(deliveries.c.recipient == bindparam("name"), _IS_OPEN)
+    .where(deliveries.c.recipient == bindparam("name"), _HOLDS_PLACE)
     .limit(bindparam("cap"))
     .subquery()
 )
 
 
-def unacked_counts(conn: Connection, names: Sequence[str], cap: int) -> dict[str, int]:
-    """Each name's open (queued or read) mail, counted up to `cap`: whether an inbox is full
-    costs at most `cap` index entries, however much mail waits."""
+def unacked_counts(conn: Connection, names: Sequence[str], cap: int, now: float) -> dict[str, int]:
+    """Each name's open (queued or read, not expired) mail, counted up to `cap`: whether an
+    inbox is full costs at most `cap` index entries, however much mail waits."""
     if len(names) == 1:  # the common case, without an expanding IN's compile step
-        params = {"name": names[0], "cap": cap}
+        params = {"name": names[0], "cap": cap, "now": now}
         return {names[0]: int(conn.execute(_UNACKED_ONE, params).scalar_one())}
-    rows = conn.execute(_UNACKED_COUNTS, {"names": list(names)})
+    rows = conn.execute(_UNACKED_COUNTS, {"names": list(names), "now": now})
     return {row[0]: min(cap, int(row[1])) for row in rows}
 
 
-_NOW: BindParameter[float] = bindparam("now")
-_RECIPIENT: BindParameter[str] = bindparam("for_recipient")
 _DUE = and_(
     deliveries.c.state == DeliveryState.QUEUED.value,
     deliveries.c.expires_at.is_not(None),
@@ -153,7 +157,6 @@ def expire_due(conn: Connection, now: float, recipient: str | None = None) -> in
     return int(result.rowcount)
 
 
-_NOT_DUE = or_(deliveries.c.expires_at.is_(None), deliveries.c.expires_at > _NOW)
 _UNREAD_COUNT = select(func.count()).where(
     deliveries.c.recipient == _RECIPIENT,
     deliveries.c.state == DeliveryState.QUEUED.value,

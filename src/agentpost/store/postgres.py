@@ -6,12 +6,13 @@ Transactions run the same synchronous query functions as on SQLite, through SQLA
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, func, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql import Insert, Select
 from sqlalchemy.sql.schema import Table
@@ -30,28 +31,41 @@ def async_url(url: str) -> str:
     raise ValueError(f"not a PostgreSQL URL: {url}")
 
 
+@contextmanager
+def unavailable_when_unreachable() -> Iterator[None]:
+    """A server that is down, restarting or dropped the connection: `unavailable`, try again.
+
+    Errors of our own SQL (constraint violations, bad queries) stay what they are: bugs.
+    """
+    try:
+        yield
+    except (OperationalError, InterfaceError, OSError) as exc:
+        raise AgentpostError(ErrorCode.UNAVAILABLE, f"the database is unreachable ({exc})") from exc
+    except DBAPIError as exc:
+        if exc.connection_invalidated:
+            raise AgentpostError(ErrorCode.UNAVAILABLE, "database connection lost") from exc
+        raise
+
+
 class PostgresRunner:
     def __init__(self, url: str, on_commit: Callable[[], None]) -> None:
         self.engine: AsyncEngine = create_async_engine(async_url(url), pool_size=10)
         self._on_commit = on_commit
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
-        try:
+        with unavailable_when_unreachable():
             async with self.engine.begin() as conn:
                 # PostgreSQL's BEGIN IMMEDIATE: the services read, then write (caps, free names,
                 # new agents), so write transactions take turns, as on SQLite.
                 await conn.execute(_WRITE_LOCK)
                 result = await conn.run_sync(fn)
-        except DBAPIError as exc:
-            if exc.connection_invalidated:
-                raise AgentpostError(ErrorCode.UNAVAILABLE, "database connection lost") from exc
-            raise
         self._on_commit()
         return result
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
-        async with self.engine.connect() as conn:
-            return await conn.run_sync(fn)
+        with unavailable_when_unreachable():
+            async with self.engine.connect() as conn:
+                return await conn.run_sync(fn)
 
     async def aclose(self) -> None:
         await self.engine.dispose()

@@ -48,7 +48,7 @@ sessions = Table(
     Column("pid", Integer),
     Column("project", String(128)),
     Column("worktree", Text),
-    Column("branch", String(255)),
+    Column("branch", Text),  # git allows branch names of any length
     Column("objective", Text, nullable=False, server_default=""),
     Column("status", String(16), nullable=False, server_default="active"),
     Column("derived_name", Boolean, nullable=False, server_default="0"),

@@ -36,6 +36,7 @@ T = TypeVar("T")
 BUSY_TIMEOUT_MS = 30_000
 MAX_BATCH = 64
 READERS = 2
+GLANCE_BUSY_MS = 50
 CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints, which run on a thread of their own."""
 
@@ -113,7 +114,8 @@ def _locked(exc: OperationalError) -> AgentpostError:
 
 
 class SqliteRunner:
-    """Runs transactions: writes on the writer thread, reads on a worker thread."""
+    """Runs transactions: writes on the writer thread, reads on the reader threads, and tiny
+    reads (`glance`) on the event loop itself."""
 
     def __init__(self, path: Path, on_commit: Callable[[], None]) -> None:
         self.path = path
@@ -158,12 +160,15 @@ class SqliteRunner:
         """
         if self._glance_conn is None:
             self._glance_conn = self._read_engine.connect()
+            # Never hold the loop for long: a busy file sends the read to a reader thread.
+            self._glance_conn.exec_driver_sql(f"PRAGMA busy_timeout={GLANCE_BUSY_MS}")
+            self._glance_conn.commit()
         conn = self._glance_conn
         try:
             with conn.begin():
                 return fn(conn)
-        except OperationalError as exc:
-            raise _locked(exc) from exc
+        except OperationalError:
+            return await self.read(fn)
 
     def _reader(self) -> None:
         with self._read_engine.connect() as conn:

@@ -39,7 +39,7 @@ def upgrade() -> None:
         sa.Column("pid", sa.Integer),
         sa.Column("project", sa.String(128)),
         sa.Column("worktree", sa.Text),
-        sa.Column("branch", sa.String(255)),
+        sa.Column("branch", sa.Text),
         sa.Column("objective", sa.Text, nullable=False, server_default=""),
         sa.Column("status", sa.String(16), nullable=False, server_default="active"),
         sa.Column("derived_name", sa.Boolean, nullable=False, server_default="0"),
