@@ -6,6 +6,7 @@ Every refusal is checked twice: the stable code a caller acts on, and that nothi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
@@ -896,3 +897,67 @@ async def test_follow_shows_every_new_message_of_the_post_office(office: PostOff
             await office.mailbox.send(alice, "bob", "direct")
             await office.mailbox.send(alice, "#general", "broadcast")
     assert seen == ["before", "direct", "broadcast"]
+
+
+async def test_wait_times_out_by_real_time_even_when_the_store_clock_stands_still(
+    office: PostOffice,
+) -> None:
+    (bob,) = await agents(office, "bob")
+    with anyio.fail_after(10):
+        result = await office.mailbox.wait(bob, timeout_s=0.2)
+    assert result.timed_out
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), float("-inf")])
+async def test_a_ttl_that_is_not_a_finite_number_is_refused_and_changes_nothing(
+    office: PostOffice, seconds: float
+) -> None:
+    alice, _ = await agents(office, "alice", "bob")
+    send = office.mailbox.send(alice, "bob", "hello", ttl_s=seconds)
+    await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, send)
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf")])
+async def test_a_wait_that_is_not_a_finite_number_is_refused(
+    office: PostOffice, seconds: float
+) -> None:
+    (bob,) = await agents(office, "bob")
+    with anyio.fail_after(10):
+        await refused_without_change(
+            office, ErrorCode.INVALID_ARGUMENT, office.mailbox.wait(bob, timeout_s=seconds)
+        )
+
+
+async def test_unread_mail_past_its_ttl_leaves_room_in_a_full_inbox(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(max_unacked=1)
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "soon gone", ttl_s=10)
+    await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.mailbox.send(alice, "bob", "no room yet")
+    )
+    clock.advance(11)
+    await office.mailbox.send(alice, "bob", "room again")
+    assert await bodies(office, bob) == ["room again"]
+
+
+async def test_ack_of_unread_mail_past_its_ttl_is_not_found_and_the_receipt_says_expired(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, "bob", "read me soon", ttl_s=5)
+    clock.advance(6)
+    done = await office.mailbox.ack(bob, [sent.id])
+    assert (done.acked, done.not_found) == ([], [sent.id])
+    (receipt,) = (await office.mailbox.sent(alice))[0].receipts
+    assert receipt.state is DeliveryState.EXPIRED
+
+
+async def test_concurrent_answers_tell_an_urgent_message_only_once(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.mailbox.send(alice, "bob", "fire!", priority="urgent")
+    told = await asyncio.gather(*(office.mailbox.notices(bob) for _ in range(4)))
+    assert sum(len(n.urgent) for n in told) == 1
+    assert (await office.mailbox.notices(bob)).urgent == []

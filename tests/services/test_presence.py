@@ -315,3 +315,30 @@ async def test_asking_for_an_unknown_session_is_not_found(office: PostOffice) ->
     with pytest.raises(AgentpostError) as caught:
         await office.presence.session("s_unknown")
     assert caught.value.code is ErrorCode.NOT_FOUND
+
+
+async def test_a_session_can_never_take_the_owners_name(office: PostOffice) -> None:
+    await refused_without_change(
+        office,
+        ErrorCode.FORBIDDEN,
+        office.presence.open_local_session(local_context(), name="owner"),
+    )
+    alice = await session_caller(office, "alice")
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.presence.rename_session(alice, "owner")
+    )
+    assert (await office.presence.ensure_agent("owner")).agent == "owner"  # the CLI may
+
+
+async def test_a_derived_name_that_is_a_reserved_word_takes_a_suffix(office: PostOffice) -> None:
+    session = await office.presence.open_local_session(local_context("owner", None))
+    assert session.agent == "owner-2"
+
+
+async def test_register_checks_everything_before_it_renames(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    refused = office.presence.register(alice, name="alicia", description="x" * 2001)
+    await refused_without_change(office, ErrorCode.TOO_LARGE, refused)
+    renamed = await office.presence.register(alice, name="alicia", objective="review")
+    session = await office.presence.session(alice.session_id or "")
+    assert (renamed.agent, session.agent, session.objective) == ("alicia", "alicia", "review")

@@ -172,3 +172,9 @@ async def test_processes_starting_on_a_fresh_database_at_once_all_open_it_and_wr
         await store.aclose()
     assert found.pop("shared") == processes * writes  # no read-modify-write was lost
     assert found == {f"own:{n}": writes for n in range(processes)}
+
+
+async def test_an_unreachable_postgresql_server_is_unavailable_not_a_driver_error() -> None:
+    with pytest.raises(AgentpostError) as caught:
+        await Store.open("postgresql://postgres@127.0.0.1:1/agentpost")
+    assert caught.value.code is ErrorCode.UNAVAILABLE
