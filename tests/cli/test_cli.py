@@ -196,11 +196,21 @@ def test_channels_and_a_broadcast_to_general() -> None:
     assert (message["channel"], message["body"]) == ("#general", "standup in 5")
 
 
-def test_as_creates_the_agent_on_first_use_and_who_lists_it() -> None:
-    agentpost_json("inbox", "--as", "dave")
+def test_as_creates_the_agent_when_it_first_sends_and_who_lists_it() -> None:
+    arrange("bob")
+    agentpost_json("send", "bob", "hello from a script", "--as", "dave")
     agents = agentpost_json("who", "--all", "--as", "dave")["agents"]
-    assert [(a["name"], a["online"]) for a in agents] == [("dave", False)]
+    assert [(a["name"], a["online"]) for a in agents] == [("bob", False), ("dave", False)]
     assert agentpost_json("who", "--as", "dave") == {"agents": []}, "no session: not online"
+
+
+def test_reading_as_a_name_nobody_has_used_is_not_found_and_creates_no_agent() -> None:
+    arrange("bob")
+    done = agentpost("inbox", "--as", "bobb")
+    assert done.returncode == EXIT_CODES[ErrorCode.NOT_FOUND]
+    assert done.stderr.startswith("error: not_found: ")
+    names = [a["name"] for a in agentpost_json("who", "--all")["agents"]]
+    assert "bobb" not in names
 
 
 def test_without_json_the_output_is_for_people() -> None:

@@ -44,8 +44,14 @@ def _run(
     as_: str | None,
     as_json: bool,
     action: Callable[[PostOffice, Caller], Awaitable[T]],
+    *,
+    create: bool = False,
 ) -> T:
-    """Open the post office, act as the chosen agent, close; refusals become an exit status."""
+    """Open the post office, act as the chosen agent, close; refusals become an exit status.
+
+    Only a command that sends (`create`) brings a new identity into being; reading as a name
+    nobody has used is `not_found`, so a typo in `--as` leaves no agent behind.
+    """
     from agentpost.cli.render import emit_json, errors
     from agentpost.services import PostOffice
 
@@ -53,7 +59,11 @@ def _run(
         settings = Settings()
         office = await PostOffice.open(settings)
         try:
-            caller = await office.presence.ensure_agent(as_ or settings.agent or OWNER)
+            name = as_ or settings.agent or OWNER
+            if create or name == OWNER:
+                caller = await office.presence.ensure_agent(name)
+            else:
+                caller = await office.presence.existing_agent(name)
             return await action(office, caller)
         finally:
             await office.aclose()
@@ -135,7 +145,7 @@ def send(
             must_read=must_read,
         )
 
-    result = _run(as_, as_json, action)
+    result = _run(as_, as_json, action, create=True)
     if as_json:
         emit_json(result.to_dict())
     else:

@@ -71,6 +71,16 @@ class PresenceService:
         await self.store.write(lambda conn: self.ensure_agent_tx(conn, name))
         return Caller(agent=name)
 
+    async def existing_agent(self, name: str) -> Caller:
+        """An identity that already exists (a read needs no new agent); `not_found` else."""
+        self._check_identity(name, session=False)
+        row = await self.store.read(lambda conn: rows.get_agent(conn, name))
+        if row is None:
+            raise not_found(f"no agent named {name!r}", name=name)
+        if row.disabled_at is not None:
+            raise AgentpostError(ErrorCode.GONE, f"agent {name!r} is disabled")
+        return Caller(agent=name)
+
     # -- sessions ----------------------------------------------------------------------------
 
     async def _end_dead_local_sessions(self, agent: str | None = None) -> None:
