@@ -300,15 +300,21 @@ class Mailbox:
         deadline = anyio.current_time() + timeout
         while True:
             version = self.store.version
-            waiting = await self.inbox(caller, thread_id=thread, peek=True, limit=1)
-            if waiting.messages:
+            # Every commit on the file wakes every waiter: the look must be cheap.
+            waiting = await self.store.glance(
+                lambda c: mail.has_unread(c, caller.agent, self.store.clock(), thread)
+            )
+            if waiting:
                 found = await self.inbox(caller, thread_id=thread)
                 if found.messages:
                     return found
                 continue
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
-                return Inbox([], waiting.unread, timed_out=True)
+                unread = await self.store.glance(
+                    lambda c: mail.unread_count(c, caller.agent, self.store.clock())
+                )
+                return Inbox([], unread, timed_out=True)
             await self.store.wait_changed(version, remaining)
 
     async def ack(self, caller: Caller, ids: Sequence[str]) -> AckResult:

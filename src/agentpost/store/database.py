@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from agentpost.store.postgres import PostgresRunner
 
 T = TypeVar("T")
+PG_POLL_S = 1.0
 Clock = Callable[[], float]
 
 
@@ -125,7 +126,10 @@ class Store:
     async def wait_changed(self, since: int, timeout: float | None) -> int:
         if self._signal is not None:
             return await self._signal.wait_changed(since, timeout)
-        return await self._local.wait_changed(since, timeout)
+        # PostgreSQL has no cross-process signal yet (LISTEN/NOTIFY comes with scale-out): wake
+        # at least every second, so waiters look again and see other processes' commits.
+        poll = PG_POLL_S if timeout is None else min(timeout, PG_POLL_S)
+        return await self._local.wait_changed(since, poll)
 
     def _committed(self) -> None:
         self._local.notify_local()

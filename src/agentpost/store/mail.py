@@ -213,6 +213,13 @@ def inbox_rows(
     return list(conn.execute(query, params))
 
 
+def has_unread(conn: Connection, recipient: str, now: float, thread_id: str | None) -> bool:
+    """Whether a `wait` has something to return: one indexed row, no count."""
+    return bool(
+        inbox_rows(conn, recipient, now=now, unread_only=True, limit=1, thread_id=thread_id)
+    )
+
+
 _MARK_READ = (
     update(deliveries)
     .where(
