@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import (
@@ -107,7 +106,3 @@ class Settings(BaseSettings):
         path = Path(os.environ.get("AGENTPOST_CONFIG") or default_config_path()).expanduser()
         toml = TomlConfigSettingsSource(settings_cls, toml_file=path)
         return (init_settings, env_settings, toml)
-
-
-def load_settings(**overrides: Any) -> Settings:
-    return Settings(**overrides)
