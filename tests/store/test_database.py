@@ -6,6 +6,7 @@ import contextlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -178,3 +179,14 @@ async def test_an_unreachable_postgresql_server_is_unavailable_not_a_driver_erro
     with pytest.raises(AgentpostError) as caught:
         await Store.open("postgresql://postgres@127.0.0.1:1/agentpost")
     assert caught.value.code is ErrorCode.UNAVAILABLE
+
+
+async def test_a_closed_store_refuses_new_work_instead_of_waiting_forever(
+    tmp_path: Path,
+) -> None:
+    store = await Store.open(f"sqlite:///{tmp_path / 'post.db'}")
+    await store.aclose()
+    for run in (store.write, store.read, store.glance):
+        with anyio.fail_after(5), pytest.raises(AgentpostError) as caught:
+            await run(lambda conn: conn.execute(select(func.count())).scalar())
+        assert caught.value.code is ErrorCode.UNAVAILABLE

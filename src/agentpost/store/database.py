@@ -15,6 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, TypeVar
 
+import anyio.to_thread
+
 # Re-exported: the transaction handle the services' functions take, so they need no SQLAlchemy.
 from sqlalchemy import Connection as Connection
 from sqlalchemy import Row as Row
@@ -141,7 +143,8 @@ class Store:
 
     async def aclose(self) -> None:
         if self._sqlite is not None:
-            self._sqlite.close()
+            # Joining the threads waits for their last transactions: not on the event loop.
+            await anyio.to_thread.run_sync(self._sqlite.close)
         if self._postgres is not None:
             await self._postgres.aclose()
         if self._signal is not None:

@@ -141,16 +141,23 @@ class SqliteRunner:
             thread.start()
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(fn, loop, future))
-        return await future
+        return await self._submit(self._jobs, fn)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
+        return await self._submit(self._reads, fn)
+
+    async def _submit(
+        self, jobs: queue.SimpleQueue[_Job | None], fn: Callable[[Connection], T]
+    ) -> T:
+        self._refuse_when_closing()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        self._reads.put(_Job(fn, loop, future))
+        jobs.put(_Job(fn, loop, future))
         return await future
+
+    def _refuse_when_closing(self) -> None:
+        if self._closing:  # no thread would ever take the job: refuse rather than wait forever
+            raise AgentpostError(ErrorCode.UNAVAILABLE, "the post office is closing")
 
     async def glance(self, fn: Callable[[Connection], T]) -> T:
         """Run a tiny indexed read right here on the event loop, on a connection of its own.
@@ -158,6 +165,7 @@ class SqliteRunner:
         For what every answer needs (the unread count, the newest delivery): a WAL read never
         waits for a writer, and handing it to a thread would cost more than the read itself.
         """
+        self._refuse_when_closing()
         if self._glance_conn is None:
             self._glance_conn = self._read_engine.connect()
             # Never hold the loop for long: a busy file sends the read to a reader thread.
