@@ -131,9 +131,9 @@ class Mailbox:
             self._count_send(conn, caller, now)
             thread_of = thread
             if reply_to is not None:
-                parent = mail.message_row(conn, reply_to)
-                visible = parent is not None and self._may_see(conn, caller.agent, parent)
-                if parent is None or not visible:
+                channels = member_channels(conn, caller.agent)
+                parent = mail.visible_message(conn, caller.agent, channels, reply_to)
+                if parent is None:
                     raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
                 if thread_of is not None and thread_of != parent.thread_id:
                     raise invalid("a reply stays in its parent's thread; omit thread_id")
@@ -243,13 +243,6 @@ class Mailbox:
             raise forbidden(f"join #{channel} before you post to it", channel=f"#{channel}")
         return [n for n in members(conn, channel) if n != sender and n not in (SYSTEM, POST_OFFICE)]
 
-    def _may_see(self, conn: Connection, reader: str, row: Any) -> bool:
-        if row.sender == reader:
-            return True
-        if row.channel is not None and row.channel in member_channels(conn, reader):
-            return True
-        return mail.delivery_state(conn, reader, row.seq) is not None
-
     # -- read ----------------------------------------------------------------------------------
 
     async def inbox(
@@ -350,10 +343,9 @@ class Mailbox:
 
     async def get(self, caller: Caller, message_id: str) -> Message:
         def tx(conn: Connection) -> Message | None:
-            row = mail.message_row(conn, message_id)
-            if row is None or not self._may_see(conn, caller.agent, row):
-                return None
-            return mail.message_from_row(row, mail.delivery_state(conn, caller.agent, row.seq))
+            channels = member_channels(conn, caller.agent)
+            row = mail.visible_message(conn, caller.agent, channels, message_id)
+            return None if row is None else mail.message_from_row(row, row.delivery_state)
 
         found = await self.store.read(tx)
         if found is None:

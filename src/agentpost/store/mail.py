@@ -307,14 +307,6 @@ def message_row(conn: Connection, message_id: str) -> Row[Any] | None:
     return conn.execute(select(messages).where(messages.c.id == message_id)).first()
 
 
-def delivery_state(conn: Connection, recipient: str, seq: int) -> str | None:
-    return conn.execute(
-        select(deliveries.c.state).where(
-            deliveries.c.recipient == recipient, deliveries.c.message_seq == seq
-        )
-    ).scalar()
-
-
 def visible_to(reader: str, channels: Iterable[str]) -> Any:
     """What `reader` may see: what they sent, what was delivered to them, their channels."""
     delivered = exists().where(
@@ -330,6 +322,17 @@ def _with_reader_state(reader: str) -> Any:
         .scalar_subquery()
         .label("delivery_state")
     )
+
+
+def visible_message(
+    conn: Connection, reader: str, channels: Iterable[str], message_id: str
+) -> Row[Any] | None:
+    """The message, with the reader's delivery state, if `reader` may see it; else None."""
+    return conn.execute(
+        select(messages, _with_reader_state(reader)).where(
+            messages.c.id == message_id, visible_to(reader, channels)
+        )
+    ).first()
 
 
 def thread_rows(
