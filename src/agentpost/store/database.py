@@ -33,7 +33,9 @@ Clock = Callable[[], float]
 
 
 class LocalSignal:
-    """This process's commits only: what PostgreSQL has until LISTEN/NOTIFY (scale-out)."""
+    """What PostgreSQL has until LISTEN/NOTIFY (scale-out): this process's commits wake
+    waiters at once, and every wait ends within `PG_POLL_S`, so waiters look again and see
+    other processes' commits too."""
 
     def __init__(self) -> None:
         self.version = 0
@@ -46,9 +48,13 @@ class LocalSignal:
 
     async def wait_changed(self, since: int, timeout: float | None) -> int:
         if self.version <= since:
+            poll = PG_POLL_S if timeout is None else min(timeout, PG_POLL_S)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                await asyncio.wait_for(self._changed.wait(), poll)
         return self.version
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
 
 
 class Store:
@@ -60,8 +66,8 @@ class Store:
         self.dialect: ModuleType
         self._sqlite: sqlite.SqliteRunner | None = None
         self._postgres: PostgresRunner | None = None
-        self._signal: ChangeSignal | None = None
-        self._local = LocalSignal()
+        # SQLite swaps in the file's change signal on start; both wake waiters after commits.
+        self._signal: ChangeSignal | LocalSignal = LocalSignal()
 
     @classmethod
     async def open(cls, url: str, *, clock: Clock = time.time) -> Store:
@@ -83,15 +89,17 @@ class Store:
             sqlite.prepare_file(path)
             migrate.migrate_sqlite(path)
             self.dialect = sqlite
-            self._signal = ChangeSignal(path)
-            await self._signal.start()
-            self._sqlite = sqlite.SqliteRunner(path, on_commit=self._committed_threadsafe)
+            signal = ChangeSignal(path)
+            await signal.start()
+            self._signal = signal
+            # Called on the writer thread; ChangeSignal.notify_local hands over to the loop.
+            self._sqlite = sqlite.SqliteRunner(path, on_commit=signal.notify_local)
         else:
             # Imported here: asyncpg and SQLAlchemy's asyncio layer cost a SQLite start nothing.
             from agentpost.store import postgres
 
             self.dialect = postgres
-            self._postgres = postgres.PostgresRunner(self.url, on_commit=self._committed)
+            self._postgres = postgres.PostgresRunner(self.url, on_commit=self._signal.notify_local)
             try:
                 with postgres.unavailable_when_unreachable():
                     await migrate.migrate_postgres(self._postgres.engine)
@@ -123,23 +131,10 @@ class Store:
     @property
     def version(self) -> int:
         """Grows whenever this or another process may have committed."""
-        return self._signal.version if self._signal else self._local.version
+        return self._signal.version
 
     async def wait_changed(self, since: int, timeout: float | None) -> int:
-        if self._signal is not None:
-            return await self._signal.wait_changed(since, timeout)
-        # PostgreSQL has no cross-process signal yet (LISTEN/NOTIFY comes with scale-out): wake
-        # at least every second, so waiters look again and see other processes' commits.
-        poll = PG_POLL_S if timeout is None else min(timeout, PG_POLL_S)
-        return await self._local.wait_changed(since, poll)
-
-    def _committed(self) -> None:
-        self._local.notify_local()
-
-    def _committed_threadsafe(self) -> None:
-        # Called on the writer thread; waiters live on the event loop.
-        assert self._signal is not None
-        self._signal.notify_threadsafe()
+        return await self._signal.wait_changed(since, timeout)
 
     async def aclose(self) -> None:
         if self._sqlite is not None:
@@ -147,5 +142,4 @@ class Store:
             await anyio.to_thread.run_sync(self._sqlite.close)
         if self._postgres is not None:
             await self._postgres.aclose()
-        if self._signal is not None:
-            await self._signal.aclose()
+        await self._signal.aclose()

@@ -176,11 +176,6 @@ class ChangeSignal:
             return
         self._local_change()
 
-    def notify_threadsafe(self) -> None:
-        """`notify_local` already hops threads; this name just makes a writer thread's call
-        site read as intended."""
-        self.notify_local()
-
     async def wait_changed(self, since: int, timeout: float | None) -> int:
         """A timeout parameter (rather than the caller's cancel scope) lets a long-poll return
         the version it saw instead of raising."""
