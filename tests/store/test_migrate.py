@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -180,6 +182,25 @@ async def test_opening_a_current_database_does_not_import_alembic(fresh_database
     (second,) = run_opens(fresh_database_url, 1)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip() == "False"
+
+
+async def test_many_processes_opening_a_fresh_database_at_once_all_start(
+    fresh_database_url: str,
+) -> None:
+    outcomes = run_opens(fresh_database_url, 8)
+    assert [o.returncode for o in outcomes] == [0] * 8, [o.stderr for o in outcomes]
+    assert await revision(fresh_database_url) == migrate.SCHEMA_HEAD
+
+
+def test_a_sqlite_file_in_rollback_journal_mode_is_switched_to_wal(tmp_path: Path) -> None:
+    path = tmp_path / "agentpost.db"
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("PRAGMA journal_mode=DELETE")
+        db.execute("CREATE TABLE kept (x)")
+    (opened,) = run_opens(f"sqlite:///{path}", 1)
+    assert opened.returncode == 0, opened.stderr
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 @pytest.fixture

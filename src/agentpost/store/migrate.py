@@ -45,11 +45,12 @@ def upgrade(conn: Connection) -> None:
 
 
 def migrate_sqlite(path: Path) -> bool:
-    """Upgrade the file if it is behind; True when this process did it."""
-    if _sqlite_revision(path) == SCHEMA_HEAD:
+    """Put the file in WAL mode and upgrade it if it is behind; True when this process did."""
+    if sqlite.journal_mode(path) == "wal" and _sqlite_revision(path) == SCHEMA_HEAD:
         return False
     with open(path.with_name(path.name + ".migrate-lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        sqlite.ensure_wal(path)
         engine = sqlite.make_engine(path, immediate=True, pooled=False)
         try:
             with engine.connect() as conn, conn.begin():

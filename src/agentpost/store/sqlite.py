@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import os
 import queue
+import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,22 @@ def prepare_file(path: Path) -> None:
     os.chmod(path, 0o600)
 
 
+def journal_mode(path: Path) -> str:
+    with contextlib.closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)) as db:
+        return str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+
+
+def ensure_wal(path: Path) -> None:
+    """Put the file in WAL mode, once, under the caller's migration lock.
+
+    WAL is a property of the file, so connections need not ask for it; asking on every connect
+    races other processes for the exclusive lock the switch takes, and SQLite refuses such a
+    race at once instead of waiting out the busy timeout."""
+    with contextlib.closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)) as db:
+        if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            db.execute("PRAGMA journal_mode=WAL")
+
+
 def make_engine(path: Path, *, immediate: bool, pooled: bool = True) -> Engine:
     engine = create_engine(
         f"sqlite:///{path}",
@@ -66,7 +83,7 @@ def make_engine(path: Path, *, immediate: bool, pooled: bool = True) -> Engine:
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # we say BEGIN ourselves
         cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
+        # No journal_mode here: `ensure_wal` set it on the file once.
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
