@@ -71,6 +71,38 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(15, gt=0)
     offline_after_s: float = Field(45, gt=0)
 
+    # -- the service (`agentpost serve`) and its clients ------------------------------------
+    admin_key: str | None = None
+    """The owner's key; unset, `serve` creates one in `$AGENTPOST_HOME/admin.key` on first start."""
+    open_registration: bool = False
+    """Let agents create themselves (`POST /v1/register`); their mail is `untrusted`."""
+    register_rate_per_hour: int = Field(10, ge=1)
+    """Self-registrations per client IP per hour."""
+    lockout_failures: int = Field(10, ge=1)
+    """Failed authentications from one IP, within `lockout_s`, that lock it out."""
+    lockout_s: float = Field(900, gt=0)
+    """Both the window the failures are counted in and how long the lock lasts."""
+    max_request_bytes: int = Field(262_144, ge=1024)
+    """Largest HTTP request body (`too_large` beyond)."""
+    audit_bodies: bool = False
+    """Keep message bodies in the audit log, not only their metadata."""
+    clear_on_ack: bool = False
+    """Wipe a message's body and data once every recipient acknowledged it."""
+    tool_groups: list[str] = Field(default_factory=lambda: ["core", "channels", "profile"])
+    """MCP tool groups a connection gets unless it asks (`/mcp?tools=core,coord`)."""
+    allowed_hosts: list[str] = Field(default_factory=list)
+    """Host headers `/mcp` accepts besides loopback ones (`host:port`, or `host:*`)."""
+    allowed_origins: list[str] = Field(default_factory=list)
+    """Origins `/mcp` accepts besides loopback ones (`https://host:port`)."""
+    webhook_max_attempts: int = Field(8, ge=1)
+    """Deliveries of one webhook event before it is marked failed."""
+    webhook_timeout_s: float = Field(10, gt=0)
+    """How long a webhook receiver has to answer."""
+    url: str | None = None
+    """A remote post office (`https://host:port`): the CLI and `agentpost mcp` then use it."""
+    key: str | None = None
+    """The agent key for `url`."""
+
     @field_validator("agents")
     @classmethod
     def _roster_names(cls, names: list[str] | None) -> list[str] | None:

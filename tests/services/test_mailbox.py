@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from account_helpers import owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, DeliveryState, Kind, Priority, Trust
 from agentpost.services import PostOffice
@@ -192,6 +193,9 @@ async def test_malformed_addresses_are_invalid_arguments(
         ({"thread_id": " "}, ErrorCode.INVALID_ARGUMENT),
         ({"data": {1, 2}}, ErrorCode.INVALID_ARGUMENT),
         ({"subject": "two\nlines"}, ErrorCode.INVALID_ARGUMENT),
+        ({"body": "nul\x00byte"}, ErrorCode.INVALID_ARGUMENT),
+        ({"subject": "nul\x00byte"}, ErrorCode.INVALID_ARGUMENT),
+        ({"thread_id": "nul\x00byte"}, ErrorCode.INVALID_ARGUMENT),
         ({"reply_to": "m_unknown"}, ErrorCode.NOT_FOUND),
     ],
 )
@@ -202,6 +206,23 @@ async def test_bad_arguments_are_refused_with_their_code(
     arguments: dict[str, Any] = {"body": "hi", **changes}
     body = arguments.pop("body")
     await refused_without_change(office, code, office.mailbox.send(alice, "bob", body, **arguments))
+
+
+async def test_a_search_for_a_nul_character_is_refused(office: PostOffice) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.mailbox.search(alice, "nul\x00byte")
+    )
+
+
+async def test_an_id_with_a_nul_character_is_refused_as_input_on_every_database(
+    office: PostOffice,
+) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    with pytest.raises(AgentpostError) as caught:
+        await office.mailbox.get(alice, "m_\x00")
+    # SQLite finds nothing; PostgreSQL cannot even hold such text. Neither is a server error.
+    assert caught.value.code in (ErrorCode.NOT_FOUND, ErrorCode.INVALID_ARGUMENT)
 
 
 # -- the roster ------------------------------------------------------------------------------
@@ -807,7 +828,12 @@ async def test_mail_someone_has_not_acknowledged_is_kept_however_old(
     clock.advance(365 * DAY)
     before = await snapshot(office.store)
     assert await office.mailbox.sweep() == 0
-    assert await snapshot(office.store) == before
+    after = await snapshot(office.store)
+    # The mail stays as it was; records that only matter for a while (the audit rows of
+    # sends, events) follow retention on their own.
+    assert [after[t] for t in ("messages", "deliveries")] == [
+        before[t] for t in ("messages", "deliveries")
+    ]
     assert len(await office.mailbox.sent(alice)) == 3
 
 
@@ -963,3 +989,283 @@ async def test_concurrent_answers_tell_an_urgent_message_only_once(office: PostO
     told = await asyncio.gather(*(office.mailbox.notices(bob) for _ in range(4)))
     assert sum(len(n.urgent) for n in told) == 1
     assert (await office.mailbox.notices(bob)).urgent == []
+
+
+# -- retries: idempotency keys ---------------------------------------------------------------
+
+
+async def test_a_retried_send_with_the_same_idempotency_key_is_stored_once(
+    office: PostOffice,
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    first = await office.mailbox.send(alice, "bob", "once", idempotency_key="retry-1")
+    before = await snapshot(office.store)
+    again = await office.mailbox.send(alice, "bob", "once", idempotency_key="retry-1")
+    assert again == first
+    assert await snapshot(office.store) == before  # no message, no rate, no audit row
+    assert await bodies(office, bob) == ["once"]
+
+
+async def test_a_retried_broadcast_answers_as_the_first_did(office: PostOffice) -> None:
+    alice, _bob, _carol = await agents(office, "alice", "bob", "carol")
+    first = await office.mailbox.send(alice, "#general", "news", idempotency_key="b-1")
+    assert await office.mailbox.send(alice, "#general", "news", idempotency_key="b-1") == first
+    assert first.channel == "general"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"body": "twice?"},
+        {"to": "carol"},
+        {"subject": "other"},
+        {"data": {"n": 2}},
+        {"priority": "urgent"},
+        {"ttl_s": 60},
+        {"must_read": True},
+    ],
+)
+async def test_a_different_body_under_the_same_idempotency_key_is_a_conflict(
+    office: PostOffice, changes: dict[str, Any]
+) -> None:
+    alice, _bob, _carol = await agents(office, "alice", "bob", "carol")
+    request: dict[str, Any] = {"to": "bob", "body": "once", "data": {"n": 1}}
+    await office.mailbox.send(alice, **request, idempotency_key="k")
+    error = await refused_without_change(
+        office,
+        ErrorCode.CONFLICT,
+        office.mailbox.send(alice, **(request | changes), idempotency_key="k"),
+    )
+    assert error.details == {"idempotency_key": "k"}
+
+
+async def test_idempotency_keys_are_each_agents_own(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    from_alice = await office.mailbox.send(alice, "carol", "hi", idempotency_key="same")
+    from_bob = await office.mailbox.send(bob, "carol", "hi", idempotency_key="same")
+    assert from_alice.id != from_bob.id
+    assert len(await bodies(office, carol)) == 2
+
+
+async def test_an_idempotency_key_is_kept_for_a_day_and_then_forgotten(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    first = await office.mailbox.send(alice, "bob", "monday", idempotency_key="daily")
+    clock.advance(DAY - 1)
+    assert await office.mailbox.send(alice, "bob", "monday", idempotency_key="daily") == first
+    clock.advance(1)
+    later = await office.mailbox.send(alice, "bob", "tuesday", idempotency_key="daily")
+    assert later.id != first.id
+    assert await bodies(office, bob) == ["monday", "tuesday"]
+
+
+async def test_the_sweep_forgets_idempotency_keys_older_than_a_day(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "old", idempotency_key="old")
+    clock.advance(DAY)
+    await office.mailbox.send(alice, "bob", "new", idempotency_key="new")
+    await office.mailbox.sweep()
+    kept = (await snapshot(office.store))["idempotency"]
+    assert [row[1] for row in kept] == ["new"]
+
+
+async def test_a_refused_send_leaves_its_idempotency_key_unused(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await refusal(office.mailbox.send(alice, "bbo", "typo", idempotency_key="fix"))
+    await office.mailbox.send(alice, "bob", "typo", idempotency_key="fix")
+    assert await bodies(office, bob) == ["typo"]
+
+
+@pytest.mark.parametrize("key", ["", "k" * 201, "with space", "naïve", "tab\t"])
+async def test_a_malformed_idempotency_key_is_refused(office: PostOffice, key: str) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await refused_without_change(
+        office,
+        ErrorCode.INVALID_ARGUMENT,
+        office.mailbox.send(alice, "bob", "hi", idempotency_key=key),
+    )
+
+
+# -- blocks ----------------------------------------------------------------------------------
+
+
+async def test_a_blocked_senders_mail_is_dropped_silently(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(bob, "alice")
+    sent = await office.mailbox.send(alice, ["bob", "carol"], "hello both")
+    assert sent.to == ["bob", "carol"]  # the sender is not told
+    assert await bodies(office, bob) == []
+    assert (await office.mailbox.inbox(bob)).unread == 0
+    assert await bodies(office, carol) == ["hello both"]
+    await refused_without_change(office, ErrorCode.NOT_FOUND, office.mailbox.get(bob, sent.id))
+    assert await office.mailbox.search(bob, "hello") == []
+    receipts = (await office.mailbox.sent(alice))[0].receipts
+    assert [(r.to, r.state) for r in receipts] == [
+        ("bob", DeliveryState.QUEUED),  # as if bob never read it
+        ("carol", DeliveryState.READ),
+    ]
+
+
+async def test_a_blocked_senders_receipt_expires_as_unread_mail_does(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.directory.block(bob, "alice")
+    await office.mailbox.send(alice, "bob", "soon gone", ttl_s=10)
+    clock.advance(10)
+    (receipt,) = (await office.mailbox.sent(alice))[0].receipts
+    assert (receipt.state, receipt.expired_at) == (DeliveryState.EXPIRED, clock.now)
+
+
+async def test_a_blocked_recipients_full_inbox_does_not_give_the_block_away(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(max_unacked=1)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.mailbox.send(carol, "bob", "fills bob")
+    await office.directory.block(bob, "alice")
+    assert (await office.mailbox.send(alice, "bob", "dropped")).to == ["bob"]
+
+
+async def test_a_broadcast_skips_members_who_blocked_the_sender(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(carol, "alice")
+    sent = await office.mailbox.send(alice, "#general", "news")
+    assert sorted(sent.to) == ["bob", "carol"]
+    assert await bodies(office, bob) == ["news"]
+    assert await bodies(office, carol) == []
+
+
+async def test_a_block_holds_only_against_that_sender(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(bob, "alice")
+    await office.mailbox.send(carol, "bob", "from carol")
+    await office.mailbox.send(bob, "alice", "bob may still write to alice")
+    assert await bodies(office, bob) == ["from carol"]
+    assert await bodies(office, alice) == ["bob may still write to alice"]
+
+
+# -- per-agent limits ------------------------------------------------------------------------
+
+
+async def test_an_agents_own_send_rate_overrides_the_setting(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    on_window_start(clock)
+    alice, bob = await agents(office, "alice", "bob")
+    await office.admin.set_limits(
+        await owner(office), "alice", send_rate_per_minute=2, max_unacked=None
+    )
+    await office.mailbox.send(alice, "bob", "one")
+    await office.mailbox.send(alice, "bob", "two")
+    error = await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.mailbox.send(alice, "bob", "three")
+    )
+    assert error.details == {"limit": 2}
+    for n in range(3):
+        await office.mailbox.send(bob, "alice", f"bob keeps the default ({n})")
+
+
+async def test_an_agents_own_inbox_cap_overrides_the_setting(office: PostOffice) -> None:
+    alice, _bob, _carol = await agents(office, "alice", "bob", "carol")
+    await office.admin.set_limits(
+        await owner(office), "bob", send_rate_per_minute=None, max_unacked=1
+    )
+    await office.mailbox.send(alice, "bob", "fills bob")
+    error = await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.mailbox.send(alice, ["carol", "bob"], "no room")
+    )
+    assert error.details == {"full": ["bob"]}
+    sent = await office.mailbox.send(alice, "#general", "news")
+    assert ("bob" in sent.to, sent.skipped_full) == (False, ["bob"])
+    await office.mailbox.send(alice, "carol", "carol keeps the default")
+
+
+# -- the audit of sends ----------------------------------------------------------------------
+
+
+async def test_every_send_writes_an_audit_row_of_metadata_without_the_body(
+    office: PostOffice,
+) -> None:
+    alice, _bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(carol, "alice")
+    sent = await office.mailbox.send(
+        alice, ["bob", "carol"], "secret plans", subject="plans", data={"k": "v"}
+    )
+    (entry,) = await office.admin.audit_log(await owner(office), action="message.sent")
+    assert (entry.actor, entry.target) == ("alice", sent.id)
+    assert entry.detail == {
+        "to": ["bob", "carol"],
+        "channel": None,
+        "kind": "message",
+        "priority": "normal",
+        "thread_id": sent.thread_id,
+        "body_bytes": 12,
+        "data_bytes": 9,
+        "dropped": ["carol"],  # the owner may know what the sender is not told
+    }
+    assert "secret plans" not in repr((await snapshot(office.store))["audit"])
+
+
+async def test_with_audit_bodies_the_audit_keeps_what_was_said(open_office: OpenOffice) -> None:
+    office = await open_office(audit_bodies=True)
+    alice, _bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "for the record", subject="minutes")
+    (entry,) = await office.admin.audit_log(await owner(office), action="message.sent")
+    assert (entry.detail["subject"], entry.detail["body"], entry.detail["data"]) == (
+        "minutes",
+        "for the record",
+        None,
+    )
+
+
+async def test_the_sweep_drops_audit_rows_of_sends_with_the_mail_but_keeps_administration(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    admin = await owner(office)
+    alice, bob = await agents(office, "alice", "bob")
+    await office.admin.set_limits(admin, "bob", send_rate_per_minute=5, max_unacked=None)
+    sent = await office.mailbox.send(alice, "bob", "old news")
+    await office.mailbox.ack(bob, [sent.id])
+    clock.advance(31 * DAY)
+    assert await office.mailbox.sweep() == 1
+    assert {e.action for e in await office.admin.audit_log(admin)} == {
+        "key.installed",
+        "limits.set",
+    }
+
+
+# -- clearing content on acknowledgement -----------------------------------------------------
+
+
+async def test_with_clear_on_ack_content_is_wiped_once_every_recipient_acked(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(clear_on_ack=True)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    sent = await office.mailbox.send(
+        alice, ["bob", "carol"], "burn after reading", subject="note", data=[1]
+    )
+    await office.mailbox.ack(bob, [sent.id])
+    assert (await office.mailbox.get(carol, sent.id)).body == "burn after reading"
+    await office.mailbox.ack(carol, [sent.id])
+    cleared = await office.mailbox.get(alice, sent.id)
+    assert (cleared.body, cleared.data, cleared.subject) == ("", None, "note")
+    assert [r.state for r in (await office.mailbox.sent(alice))[0].receipts] == [
+        DeliveryState.ACKED,
+        DeliveryState.ACKED,
+    ]
+    assert await office.mailbox.search(alice, "burn") == []
+
+
+async def test_without_clear_on_ack_acknowledged_mail_keeps_its_content(
+    office: PostOffice,
+) -> None:
+    assert office.settings.clear_on_ack is False
+    alice, bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, "bob", "keep me")
+    await office.mailbox.ack(bob, [sent.id])
+    assert (await office.mailbox.get(bob, sent.id)).body == "keep me"

@@ -342,3 +342,30 @@ async def test_register_checks_everything_before_it_renames(office: PostOffice) 
     renamed = await office.presence.register(alice, name="alicia", objective="review")
     session = await office.presence.session(alice.session_id or "")
     assert (renamed.agent, session.agent, session.objective) == ("alicia", "alicia", "review")
+
+
+# -- an open wait or stream is a heartbeat ----------------------------------------------------
+
+
+async def test_a_long_wait_keeps_its_session_online(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(heartbeat_s=0.05)
+    alice = await session_caller(office, "alice")
+    later = clock.advance(1000)  # long past offline_after_s, unless the wait beats
+    found = await office.mailbox.wait(alice, timeout_s=0.3)
+    assert found.timed_out
+    assert (await office.presence.session(alice.session_id or "")).heartbeat_at == later
+    assert [p.name for p in await office.presence.who()] == ["alice"]
+
+
+async def test_an_open_event_stream_keeps_its_session_online(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(heartbeat_s=0.05)
+    alice = await session_caller(office, "alice")
+    later = clock.advance(1000)
+    with anyio.move_on_after(0.3):
+        async for _ in office.events.follow(alice, 0, heartbeat_s=0.05):
+            pass
+    assert (await office.presence.session(alice.session_id or "")).heartbeat_at == later

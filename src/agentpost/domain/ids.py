@@ -28,3 +28,15 @@ def message_id(now: float | None = None) -> str:
 
 def session_id(now: float | None = None) -> str:
     return sortable_id("s", now=now)
+
+
+def key_id(now: float | None = None) -> str:
+    return sortable_id("k", now=now)
+
+
+def webhook_id(now: float | None = None) -> str:
+    return sortable_id("wh", now=now)
+
+
+def delivery_id(now: float | None = None) -> str:
+    return sortable_id("whd", now=now)

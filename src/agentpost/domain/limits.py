@@ -32,7 +32,15 @@ def too_large(what: str, size: int, limit: int, unit: str) -> AgentpostError:
     )
 
 
+def check_text(text: str, what: str) -> str:
+    """Free text must be storable everywhere: PostgreSQL holds no NUL character."""
+    if "\x00" in text:
+        raise invalid(f"{what} may not contain NUL characters")
+    return text
+
+
 def check_subject(subject: str, limits: Limits) -> str:
+    check_text(subject, "subject")
     if len(subject) > limits.max_subject_chars:
         raise too_large("subject", len(subject), limits.max_subject_chars, "characters")
     if "\n" in subject or "\r" in subject:
@@ -41,6 +49,7 @@ def check_subject(subject: str, limits: Limits) -> str:
 
 
 def check_body(body: str, limits: Limits) -> str:
+    check_text(body, "body")
     size = len(body.encode("utf-8"))
     if size > limits.max_body_bytes:
         raise too_large("body", size, limits.max_body_bytes, "bytes")
@@ -59,6 +68,17 @@ def encode_data(data: Any, limits: Limits) -> str | None:
     if size > limits.max_data_bytes:
         raise too_large("data", size, limits.max_data_bytes, "bytes")
     return text
+
+
+MAX_SEQ = 2**63 - 1
+"""The largest position in a log (a signed 64-bit integer, as both databases store it)."""
+
+
+def check_seq(value: int, what: str) -> int:
+    """A cursor or page anchor: a position in a log, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:
+        raise invalid(f"{what} must be a position in the log: an integer from 0 to {MAX_SEQ}")
+    return value
 
 
 def check_limit(limit: int, *, name: str = "limit") -> int:

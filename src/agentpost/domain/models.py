@@ -1,10 +1,32 @@
-"""The post office's records as plain values, the shapes every face returns as JSON."""
+"""The post office's records as plain values, the shapes every face returns as JSON.
+
+Each record also reads itself back from that JSON (`from_dict`), so the Python client hands its
+callers the same types the services return.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+
+
+def from_fields(cls: type[R], source: Mapping[str, Any], /, **converted: Any) -> R:
+    """A record of `cls` from its JSON shape: each field's value by name, `converted` ones
+    replacing theirs. Keys the record does not know (a newer server's) are ignored, and a field
+    with a default may be missing, so an older client still reads a newer answer."""
+    known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+    values = {k: v for k, v in source.items() if k in known}
+    values.update(converted)
+    return cls(**values)
+
+
+def _channel_name(value: str | None) -> str | None:
+    """`#name` as JSON shows it, `name` as the records keep it."""
+    return value.removeprefix("#") if value else None
 
 
 class Kind(StrEnum):
@@ -48,6 +70,8 @@ class Caller:
     agent: str
     session_id: str | None = None
     trust: Trust = Trust.VERIFIED
+    admin: bool = False
+    """An admin key's holder (the owner): may administer, and may act as `owner`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +116,28 @@ class Message:
             "state": None if self.state is None else self.state.value,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        state = data.get("state")
+        return cls(
+            id=data["id"],
+            sender=data["from"],
+            to=list(data["to"]),
+            channel=_channel_name(data.get("channel")),
+            kind=Kind(data["kind"]),
+            subject=data["subject"],
+            body=data["body"],
+            data=data.get("data"),
+            thread_id=data["thread_id"],
+            reply_to=data.get("reply_to"),
+            priority=Priority(data["priority"]),
+            must_read=bool(data["must_read"]),
+            created_at=data["created_at"],
+            expires_at=data.get("expires_at"),
+            trust=Trust(data["trust"]),
+            state=None if state is None else DeliveryState(state),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Receipt:
@@ -104,6 +150,10 @@ class Receipt:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Receipt:
+        return from_fields(cls, data, state=DeliveryState(data["state"]))
+
 
 @dataclass(frozen=True, slots=True)
 class SentMessage:
@@ -115,6 +165,13 @@ class SentMessage:
         out.pop("state")
         out["receipts"] = [r.to_dict() for r in self.receipts]
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SentMessage:
+        return cls(
+            Message.from_dict({**data, "state": None}),
+            [Receipt.from_dict(r) for r in data.get("receipts", [])],
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +190,16 @@ class SendResult:
         if self.skipped_full:
             out["skipped_full"] = self.skipped_full
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SendResult:
+        return cls(
+            id=data["id"],
+            thread_id=data["thread_id"],
+            to=list(data["to"]),
+            channel=_channel_name(data.get("channel")),
+            skipped_full=list(data.get("skipped_full", [])),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +237,10 @@ class Presence:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Presence:
+        return from_fields(cls, data, status=Status(data["status"]))
+
 
 @dataclass(frozen=True, slots=True)
 class ChannelInfo:
@@ -183,6 +254,10 @@ class ChannelInfo:
         out["name"] = f"#{self.name}"
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChannelInfo:
+        return from_fields(cls, data, name=_channel_name(data["name"]))
+
 
 @dataclass(frozen=True, slots=True)
 class AckResult:
@@ -191,3 +266,32 @@ class AckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AckResult:
+        return cls(list(data["acked"]), list(data["not_found"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Inbox:
+    """A page of the caller's mail, and how much of it is unread (`wait` may time out)."""
+
+    messages: list[Message]
+    unread: int
+    timed_out: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Inbox:
+        return cls(
+            [Message.from_dict(m) for m in data["messages"]],
+            int(data["unread"]),
+            bool(data.get("timed_out", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Notices:
+    """What rides along on every answer: the unread count and urgent mail not yet announced."""
+
+    unread: int
+    urgent: list[Message]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -17,39 +16,30 @@ import anyio
 
 from agentpost.config import Settings
 from agentpost.domain import limits as rules
+from agentpost.domain.accounts import AgentLimits
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import message_id as new_message_id
 from agentpost.domain.models import (
     AckResult,
     Caller,
+    Inbox,
     Kind,
     Message,
+    Notices,
     Priority,
     SendResult,
     SentMessage,
 )
 from agentpost.domain.names import POST_OFFICE, SYSTEM, check_channel, check_name
+from agentpost.services import accounts, outbox
 from agentpost.services.channels import member_channels, members
+from agentpost.services.events import purge_old_events
+from agentpost.services.presence import Heartbeat
 from agentpost.store import agents as agent_rows
-from agentpost.store import mail, rates
+from agentpost.store import audit, blocks, clearing, idempotency, lockouts, mail, rates
 from agentpost.store.database import Connection, Store
 
 MAX_THREAD_ID = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Inbox:
-    messages: list[Message]
-    unread: int
-    timed_out: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Notices:
-    """What rides along on every answer: the unread count and urgent mail not yet announced."""
-
-    unread: int
-    urgent: list[Message]
 
 
 def _priority(value: str) -> Priority:
@@ -85,7 +75,7 @@ def _thread_id(value: str | None) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_THREAD_ID:
         raise invalid(f"thread_id must be a non-empty string of at most {MAX_THREAD_ID} chars")
-    return value
+    return rules.check_text(value, "thread_id")
 
 
 class Mailbox:
@@ -110,25 +100,48 @@ class Mailbox:
         ttl_s: float | None = None,
         must_read: bool = False,
         kind: Kind = Kind.MESSAGE,
+        idempotency_key: str | None = None,
     ) -> SendResult:
+        """Store a message and deliver it. A retry under the same `idempotency_key` answers
+        as the first send did and stores nothing; recipients who blocked the caller get
+        nothing, and the caller is not told (see `outbox`)."""
         if not isinstance(body, str) or not body.strip():
             raise invalid("body must be non-empty text")
         rules.check_body(body, self.limits)
         subject = rules.check_subject(subject or "", self.limits)
         data_json = rules.encode_data(data, self.limits)
         level = _priority(priority)
-        ttl = rules.check_ttl(ttl_s)
-        if ttl is None:
-            ttl = self.settings.default_ttl_s
+        asked_ttl = rules.check_ttl(ttl_s)
+        ttl = self.settings.default_ttl_s if asked_ttl is None else asked_ttl
         names, channel = _targets(to)
         thread = _thread_id(thread_id)
+        retry_key = outbox.check_idempotency_key(idempotency_key)
         roster = self.settings.agents
+        request = {
+            "to": names,
+            "channel": channel,
+            "body": body,
+            "subject": subject,
+            "data": data_json,
+            "thread_id": thread,
+            "reply_to": reply_to,
+            "priority": level.value,
+            "ttl_s": asked_ttl,
+            "must_read": must_read,
+            "kind": kind.value,
+        }
+        fingerprint = outbox.request_hash(request) if retry_key else ""
 
         def tx(conn: Connection) -> SendResult:
             now = self.store.clock()
             known = agent_rows.existing_names(conn, [caller.agent, *names])
             self._check_sender(caller, known)
-            self._count_send(conn, caller, now)
+            if retry_key is not None:
+                first = outbox.replay(conn, caller.agent, retry_key, fingerprint, now)
+                if first is not None:
+                    return first
+            limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
+            self._count_send(conn, caller, now, limits_of[caller.agent].send_rate_per_minute)
             thread_of = thread
             if reply_to is not None:
                 channels = member_channels(conn, caller.agent)
@@ -138,27 +151,27 @@ class Mailbox:
                 if thread_of is not None and thread_of != parent.thread_id:
                     raise invalid("a reply stays in its parent's thread; omit thread_id")
                 thread_of = parent.thread_id
-            skipped: list[str] = []
             if channel is None:
                 recipients = self._direct_recipients(conn, names, roster, known)
                 display = recipients
             else:
                 recipients = self._channel_recipients(conn, caller.agent, channel)
                 display = [f"#{channel}"]
-            cap = self.limits.max_unacked
-            counts = mail.unacked_counts(conn, recipients, cap, now) if recipients else {}
-            full = [n for n in recipients if counts.get(n, 0) >= cap]
+                limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
+            dropped = sorted(blocks.blocking(conn, caller.agent, recipients))
+            deliver = [n for n in recipients if n not in dropped]
+            full = self._full_inboxes(conn, deliver, limits_of, now)
             if full and channel is None:
                 raise AgentpostError(
                     ErrorCode.INBOX_FULL,
-                    f"the inbox of {', '.join(full)} holds {cap} "
-                    "unacknowledged messages; it takes new mail once they ack",
+                    f"the inbox of {', '.join(full)} is full of unacknowledged "
+                    "messages; it takes new mail once they ack",
                     details={"full": full},
                     retry_after_s=60,
                 )
-            if full:
-                skipped = full
-                recipients = [n for n in recipients if n not in full]
+            skipped = full
+            recipients = [n for n in recipients if n not in full]
+            deliver = [n for n in deliver if n not in full]
             mid = new_message_id(now)
             expires_at = now + ttl if ttl else None
             seq = mail.insert_message(
@@ -179,15 +192,27 @@ class Mailbox:
                 expires_at=expires_at,
                 trust=caller.trust.value,
             )
-            if recipients:
+            if deliver:
                 mail.insert_deliveries(
                     conn,
                     seq,
-                    recipients,
+                    deliver,
                     urgent=level is Priority.URGENT,
                     expires_at=None if must_read else expires_at,
                 )
-            return SendResult(mid, thread_of or mid, recipients, channel, skipped)
+            result = SendResult(mid, thread_of or mid, recipients, channel, skipped)
+            outbox.record_send(
+                conn,
+                now=now,
+                sender=caller.agent,
+                result=result,
+                dropped=dropped,
+                request=request,
+                bodies=self.settings.audit_bodies,
+            )
+            if retry_key is not None:
+                outbox.remember(conn, self.store, caller.agent, retry_key, fingerprint, result)
+            return result
 
         return await self.store.write(tx)
 
@@ -197,8 +222,7 @@ class Mailbox:
         if not known[caller.agent]:
             raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
 
-    def _count_send(self, conn: Connection, caller: Caller, now: float) -> None:
-        limit = self.limits.send_rate_per_minute
+    def _count_send(self, conn: Connection, caller: Caller, now: float, limit: int) -> None:
         count, reset_s = rates.hit(conn, self.store.dialect, f"send:{caller.agent}", now, 60)
         if count > limit:
             raise AgentpostError(
@@ -207,6 +231,17 @@ class Mailbox:
                 details={"limit": limit},
                 retry_after_s=max(1.0, round(reset_s, 1)),
             )
+
+    def _full_inboxes(
+        self, conn: Connection, names: list[str], limits_of: dict[str, AgentLimits], now: float
+    ) -> list[str]:
+        """Those of `names` whose open mail reached their cap (their own, or the setting)."""
+        if not names:
+            return []
+        default = self.limits.max_unacked
+        caps = {n: limits_of[n].max_unacked if n in limits_of else default for n in names}
+        counts = mail.unacked_counts(conn, names, max(caps.values()), now)
+        return [n for n in names if counts.get(n, 0) >= caps[n]]
 
     def _direct_recipients(
         self,
@@ -291,7 +326,9 @@ class Mailbox:
         thread = _thread_id(thread_id)
         # A monotonic deadline: the store's clock decides expiry and may be stepped or injected.
         deadline = anyio.current_time() + timeout
+        heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
         while True:
+            await heartbeat.beat()
             version = self.store.version
             # Every commit on the file wakes every waiter: the look must be cheap.
             waiting = await self.store.glance(
@@ -308,7 +345,7 @@ class Mailbox:
                     lambda c: mail.unread_count(c, caller.agent, self.store.clock())
                 )
                 return Inbox([], unread, timed_out=True)
-            await self.store.wait_changed(version, remaining)
+            await self.store.wait_changed(version, heartbeat.timeout(remaining))
 
     async def ack(self, caller: Caller, ids: Sequence[str]) -> AckResult:
         if isinstance(ids, str):
@@ -323,6 +360,8 @@ class Mailbox:
             now = self.store.clock()
             mail.expire_due(conn, now, caller.agent)  # mail past its TTL is a tombstone now
             acked = mail.ack(conn, caller.agent, wanted, now)
+            if self.settings.clear_on_ack:
+                clearing.clear_handled(conn, acked)
             return AckResult(acked, [i for i in wanted if i not in acked])
 
         return await self.store.write(tx)
@@ -356,9 +395,12 @@ class Mailbox:
         rules.check_limit(limit)
 
         def tx(conn: Connection) -> list[SentMessage]:
-            found = mail.sent_rows(conn, caller.agent, limit)
-            receipts = mail.receipts(conn, [r.seq for r in found], self.store.clock())
-            return [SentMessage(mail.message_from_row(r), receipts[r.seq]) for r in found]
+            now = self.store.clock()
+            found = [mail.message_from_row(r) for r in mail.sent_rows(conn, caller.agent, limit)]
+            receipts = mail.receipts(conn, [m.seq for m in found], now)
+            return [
+                SentMessage(m, outbox.with_silent_receipts(m, receipts[m.seq], now)) for m in found
+            ]
 
         return await self.store.read(tx)
 
@@ -369,6 +411,7 @@ class Mailbox:
             raise invalid("query must contain at least one word")
         if len(query) > 500:
             raise invalid("query is over 500 characters")
+        rules.check_text(query, "query")
 
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
@@ -399,7 +442,17 @@ class Mailbox:
             purged = await self.store.write(tx)
             total += purged
             if purged < batch:
+                await purge_old_events(self.store, keep_s, batch)  # and webhook deliveries
+                await self.store.write(self._forget_old_records)
                 return total
+
+    def _forget_old_records(self, conn: Connection) -> None:
+        """What matters only for a while: idempotency keys (a day), failed authentications
+        and lockouts (their window), the audit rows of sends (as long as the mail is kept)."""
+        now = self.store.clock()
+        idempotency.purge(conn, now - outbox.IDEMPOTENCY_S)
+        lockouts.purge(conn, now - self.settings.lockout_s)
+        audit.purge(conn, "message.sent", now - self.settings.retention_days * 86_400)
 
     # -- piggyback ---------------------------------------------------------------------------
 

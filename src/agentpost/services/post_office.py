@@ -5,9 +5,14 @@ from __future__ import annotations
 import time
 
 from agentpost.config import Settings
+from agentpost.services.admin import Admin
 from agentpost.services.channels import Channels
+from agentpost.services.directory import Directory
+from agentpost.services.events import Events
+from agentpost.services.keys import Keys
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
+from agentpost.services.webhooks import Webhooks
 from agentpost.store.database import Clock, Store
 
 
@@ -18,6 +23,11 @@ class PostOffice:
         self.presence = PresenceService(store, settings)
         self.mailbox = Mailbox(store, settings)
         self.channels = Channels(store)
+        self.keys = Keys(store, settings)
+        self.admin = Admin(store, settings)
+        self.directory = Directory(store, settings)
+        self.events = Events(store)
+        self.webhooks = Webhooks(store, settings)
 
     @classmethod
     async def open(cls, settings: Settings, *, clock: Clock = time.time) -> PostOffice:

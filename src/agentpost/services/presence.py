@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import anyio
+
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import session_id as new_session_id
+from agentpost.domain.limits import check_text
 from agentpost.domain.models import Caller, Presence, SessionInfo, Status
 from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
@@ -19,12 +22,43 @@ from agentpost.store import agents as rows
 from agentpost.store.database import Connection, Row, Store
 
 MAX_SUFFIX = 99
+MAX_HOST = 255
 
 
 def _check_text(value: str | None, what: str, limit: int = 2000) -> str | None:
     if value is not None and len(value) > limit:
         raise AgentpostError(ErrorCode.TOO_LARGE, f"{what} is over {limit} characters")
-    return value
+    return None if value is None else check_text(value, what)
+
+
+class Heartbeat:
+    """An open `wait` or event stream counts as a heartbeat of the caller's session.
+
+    The waiter asks `timeout()` how long it may sleep, and calls `beat()` when it wakes: every
+    `every_s` the session's heartbeat moves to now, so a long-poll of five minutes keeps its
+    agent online without a request of its own.
+    """
+
+    def __init__(self, store: Store, caller: Caller, every_s: float) -> None:
+        self._store = store
+        self._session_id = caller.session_id
+        self._every_s = every_s
+        self._due = anyio.current_time() + every_s
+
+    def timeout(self, remaining: float | None) -> float | None:
+        if self._session_id is None:
+            return remaining
+        until_due = max(0.0, self._due - anyio.current_time())
+        return until_due if remaining is None else min(remaining, until_due)
+
+    async def beat(self) -> None:
+        session_id = self._session_id
+        if session_id is None or anyio.current_time() < self._due:
+            return
+        self._due = anyio.current_time() + self._every_s
+        await self._store.write(
+            lambda conn: rows.update_session(conn, session_id, heartbeat_at=self._store.clock())
+        )
 
 
 def check_status(status: str | None) -> Status | None:
@@ -83,7 +117,7 @@ class PresenceService:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    async def _end_dead_local_sessions(self, agent: str | None = None) -> None:
+    async def end_dead_local_sessions(self, agent: str | None = None) -> None:
         """End live-looking sessions of this host whose process is gone."""
         now = self.store.clock()
         host = this_host()
@@ -102,7 +136,7 @@ class PresenceService:
         base = context.derived_name if name is None else name
         if not derived:  # a derived name is checked suffix by suffix, reserved ones skipped
             self._check_identity(base)
-        await self._end_dead_local_sessions()
+        await self.end_dead_local_sessions()
 
         def tx(conn: Connection) -> SessionInfo:
             now = self.store.clock()
@@ -133,6 +167,50 @@ class PresenceService:
 
         return await self.store.write(tx)
 
+    async def open_http_session(
+        self,
+        caller: Caller,
+        *,
+        host: str,
+        project: str | None = None,
+        worktree: str | None = None,
+        branch: str | None = None,
+        objective: str | None = None,
+    ) -> SessionInfo:
+        """A new session of an authenticated agent over HTTP (`register`): a handle the client
+        names on later requests, so each of its processes shows up on its own. A project
+        given here becomes the agent's project, as a local session's does."""
+        _check_text(host, "host", MAX_HOST)
+        _check_text(worktree, "worktree")
+        _check_text(branch, "branch", MAX_HOST)
+        _check_text(objective, "objective")
+        if project is not None:
+            check_name(project, "project")
+
+        def tx(conn: Connection) -> SessionInfo:
+            now = self.store.clock()
+            row = rows.get_agent(conn, caller.agent)
+            if row is None:
+                raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
+            if row.disabled_at is not None:
+                raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
+            if project is not None:
+                rows.update_agent(conn, caller.agent, project=project)
+            session = http_session(
+                new_session_id(now),
+                caller.agent,
+                host=host or "-",
+                project=project or row.project,
+                now=now,
+                worktree=worktree,
+                branch=branch,
+                objective=objective or "",
+            )
+            rows.open_session(conn, session, derived_name=False)
+            return session
+
+        return await self.store.write(tx)
+
     def _free_derived_name(self, conn: Connection, base: str, now: float) -> str:
         live = {s.agent for s in rows.live_sessions(conn, now, self.settings.offline_after_s)}
         for n in range(1, MAX_SUFFIX + 1):
@@ -152,17 +230,20 @@ class PresenceService:
         self._check_identity(name)
         if caller.session_id is None:
             raise invalid("only a session can take a name")
-        await self._end_dead_local_sessions(name)
+        await self.end_dead_local_sessions(name)
 
         def tx(conn: Connection) -> None:
             now = self.store.clock()
+            session = rows.get_session(conn, caller.session_id or "")
+            if session is not None and session.transport != "stdio" and name != caller.agent:
+                # A key's sessions speak for the key's agent: no other name, ever.
+                raise forbidden(f"this session speaks for {caller.agent!r}, the agent of its key")
             if name != caller.agent:
                 holders = rows.live_sessions(conn, now, self.settings.offline_after_s, agent=name)
                 if holders:
                     raise AgentpostError(
                         ErrorCode.CONFLICT, f"{name!r} is held by another live session"
                     )
-            session = rows.get_session(conn, caller.session_id or "")
             project = session.project if session is not None else None
             self.ensure_agent_tx(conn, name, project)
             rows.update_agent(conn, name, project=project)
@@ -229,6 +310,32 @@ class PresenceService:
             lambda conn: rows.end_sessions(conn, [session_id], self.store.clock())
         )
 
+    def _own_session(self, conn: Connection, caller: Caller, session_id: str) -> Row[Any]:
+        """A session of the caller's own; another agent's is as unknown as a missing one."""
+        row = rows.get_session(conn, session_id) if isinstance(session_id, str) else None
+        if row is None or row.agent != caller.agent:
+            raise not_found(f"no session {session_id!r} of yours", session=session_id)
+        return row
+
+    async def heartbeat_of(self, caller: Caller, session_id: str) -> None:
+        """Keep one of the caller's live sessions online (over HTTP, by handle)."""
+
+        def tx(conn: Connection) -> None:
+            if self._own_session(conn, caller, session_id).ended_at is not None:
+                raise not_found(f"session {session_id!r} has ended", session=session_id)
+            rows.update_session(conn, session_id, heartbeat_at=self.store.clock())
+
+        await self.store.write(tx)
+
+    async def end_session_of(self, caller: Caller, session_id: str) -> None:
+        """End one of the caller's sessions (again is fine): it shows offline at once."""
+
+        def tx(conn: Connection) -> None:
+            self._own_session(conn, caller, session_id)
+            rows.end_sessions(conn, [session_id], self.store.clock())
+
+        await self.store.write(tx)
+
     # -- reading presence -----------------------------------------------------------------------
 
     async def session(self, session_id: str) -> SessionInfo:
@@ -240,7 +347,7 @@ class PresenceService:
     async def who(
         self, project: str | None = None, include_offline: bool = False
     ) -> list[Presence]:
-        await self._end_dead_local_sessions()
+        await self.end_dead_local_sessions()
         now = self.store.clock()
 
         def tx(conn: Connection) -> tuple[list[Row[Any]], Counter[str]]:
@@ -276,6 +383,35 @@ class PresenceService:
     async def agent_names(self) -> list[str]:
         names = await self.store.read(rows.enabled_agent_names)
         return [n for n in names if n not in (SYSTEM, POST_OFFICE)]
+
+
+def http_session(
+    session_id: str,
+    agent: str,
+    *,
+    host: str,
+    project: str | None,
+    now: float,
+    worktree: str | None = None,
+    branch: str | None = None,
+    objective: str = "",
+) -> SessionInfo:
+    """A session over HTTP: no pid to watch, so only its heartbeat says it is alive."""
+    return SessionInfo(
+        id=session_id,
+        agent=agent,
+        transport="http",
+        host=host,
+        pid=None,
+        project=project,
+        worktree=worktree,
+        branch=branch,
+        objective=objective,
+        status=Status.ACTIVE,
+        started_at=now,
+        heartbeat_at=now,
+        ended_at=None,
+    )
 
 
 def _session_info(row: Row[Any]) -> SessionInfo:

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Row,
     and_,
     bindparam,
+    case,
     func,
     insert,
     or_,
@@ -52,13 +53,14 @@ def create_agent(
     project: str | None = None,
     description: str = "",
     trust: str = "verified",
+    capabilities: Sequence[str] = (),
 ) -> None:
     conn.execute(
         insert(agents).values(
             name=name,
             project=project,
             description=description,
-            capabilities=json.dumps([]),
+            capabilities=json.dumps(list(capabilities)),
             trust=trust,
             created_at=now,
         )
@@ -194,3 +196,77 @@ def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
 
 def status_of(value: str | None) -> Status:
     return Status(value) if value else Status.IDLE
+
+
+# -- accounts: agents as the directory and the owner list them ------------------------------------
+
+
+def _escape_like(word: str) -> str:
+    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def account_rows(
+    conn: Connection,
+    *,
+    now: float,
+    offline_after_s: float,
+    names: Sequence[str] | None = None,
+    excluding: Sequence[str] = (),
+    include_disabled: bool = False,
+    project: str | None = None,
+    words: Sequence[str] = (),
+    limit: int | None = None,
+) -> list[Row[Any]]:
+    """Agents by name, each with `last_seen` (its freshest heartbeat, ended sessions too) and
+    `online` (a live session). `words` must each appear, in any case, in the name,
+    description, project or capabilities."""
+    live = and_(sessions.c.ended_at.is_(None), sessions.c.heartbeat_at > now - offline_after_s)
+    seen = (
+        select(
+            sessions.c.agent,
+            func.max(sessions.c.heartbeat_at).label("last_seen"),
+            func.max(case((live, 1), else_=0)).label("online"),
+        )
+        .group_by(sessions.c.agent)
+        .subquery()
+    )
+    query = (
+        select(agents, seen.c.last_seen, func.coalesce(seen.c.online, 0).label("online"))
+        .select_from(agents)
+        .outerjoin(seen, seen.c.agent == agents.c.name)
+        .order_by(agents.c.name)
+    )
+    if names is not None:
+        query = query.where(agents.c.name.in_(list(names)))
+    if excluding:
+        query = query.where(agents.c.name.not_in(list(excluding)))
+    if not include_disabled:
+        query = query.where(agents.c.disabled_at.is_(None))
+    if project is not None:
+        query = query.where(agents.c.project == project)
+    for word in words:
+        pattern = f"%{_escape_like(word)}%"
+        query = query.where(
+            or_(
+                *(
+                    column.ilike(pattern, escape="\\")
+                    for column in (
+                        agents.c.name,
+                        agents.c.description,
+                        agents.c.project,
+                        agents.c.capabilities,
+                    )
+                )
+            )
+        )
+    if limit is not None:
+        query = query.limit(limit)
+    return list(conn.execute(query))
+
+
+def end_agent_sessions(conn: Connection, agent: str, now: float) -> None:
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.agent == agent, sessions.c.ended_at.is_(None))
+        .values(ended_at=now)
+    )

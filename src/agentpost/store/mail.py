@@ -27,6 +27,7 @@ from sqlalchemy import (
     update,
 )
 
+from agentpost.domain.events import EventType
 from agentpost.domain.models import (
     DeliveryState,
     Kind,
@@ -35,6 +36,7 @@ from agentpost.domain.models import (
     Receipt,
     Trust,
 )
+from agentpost.store import events
 from agentpost.store.schema import deliveries, messages, sessions
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
@@ -95,6 +97,7 @@ def insert_deliveries(
     urgent: bool,
     expires_at: float | None,
 ) -> None:
+    """Deliver message `seq`, and tell each recipient's event log (message.created)."""
     conn.execute(
         _INSERT_DELIVERIES,
         [
@@ -108,6 +111,7 @@ def insert_deliveries(
             for name in recipients
         ],
     )
+    events.record_created(conn, seq)
 
 
 _UNACKED_COUNTS = (
@@ -144,17 +148,33 @@ _DUE = and_(
     deliveries.c.expires_at <= _NOW,
 )
 _EXPIRED = {"state": DeliveryState.EXPIRED.value, "expired_at": _NOW}
-_EXPIRE_ALL = update(deliveries).where(_DUE).values(_EXPIRED)
-_EXPIRE_FOR = update(deliveries).where(deliveries.c.recipient == _RECIPIENT, _DUE).values(_EXPIRED)
+_EXPIRE_ALL = (
+    update(deliveries)
+    .where(_DUE)
+    .values(_EXPIRED)
+    .returning(deliveries.c.recipient, deliveries.c.message_seq)
+)
+_EXPIRE_FOR = (
+    update(deliveries)
+    .where(deliveries.c.recipient == _RECIPIENT, _DUE)
+    .values(_EXPIRED)
+    .returning(deliveries.c.recipient, deliveries.c.message_seq)
+)
 
 
 def expire_due(conn: Connection, now: float, recipient: str | None = None) -> int:
-    """Turn unread mail past its TTL into tombstones (must_read mail has no expiry)."""
+    """Turn unread mail past its TTL into tombstones (must_read mail has no expiry), and tell
+    each sender (message.expired)."""
     if recipient is None:
-        result = conn.execute(_EXPIRE_ALL, {"now": now})
+        rows = conn.execute(_EXPIRE_ALL, {"now": now}).all()
     else:
-        result = conn.execute(_EXPIRE_FOR, {"now": now, "for_recipient": recipient})
-    return int(result.rowcount)
+        rows = conn.execute(_EXPIRE_FOR, {"now": now, "for_recipient": recipient}).all()
+    by_recipient: dict[str, list[int]] = {}
+    for name, seq in rows:
+        by_recipient.setdefault(name, []).append(seq)
+    for name, seqs in by_recipient.items():
+        events.record_for_senders(conn, EventType.MESSAGE_EXPIRED, name, seqs, now)
+    return len(rows)
 
 
 _UNREAD_COUNT = select(func.count()).where(
@@ -228,16 +248,21 @@ _MARK_READ = (
         deliveries.c.state == DeliveryState.QUEUED.value,
     )
     .values(state=DeliveryState.READ.value, read_at=_NOW)
+    .returning(deliveries.c.message_seq)
 )
 
 
 def mark_read(conn: Connection, recipient: str, seqs: Sequence[int], now: float) -> None:
+    """Mark queued mail read, and tell each sender (message.read)."""
     if seqs:
-        conn.execute(_MARK_READ, {"for_recipient": recipient, "seqs": list(seqs), "now": now})
+        params = {"for_recipient": recipient, "seqs": list(seqs), "now": now}
+        read = conn.execute(_MARK_READ, params).scalars().all()
+        events.record_for_senders(conn, EventType.MESSAGE_READ, recipient, read, now)
 
 
 def ack(conn: Connection, recipient: str, ids: Sequence[str], now: float) -> list[str]:
-    """Acknowledge the caller's own deliveries; returns the ids that are (now) acked."""
+    """Acknowledge the caller's own deliveries, and tell each sender (message.acked); returns
+    the ids that are (now) acked."""
     rows = conn.execute(
         select(messages.c.id, messages.c.seq, deliveries.c.state)
         .join(deliveries, deliveries.c.message_seq == messages.c.seq)
@@ -246,15 +271,21 @@ def ack(conn: Connection, recipient: str, ids: Sequence[str], now: float) -> lis
     ackable = {row.id: row for row in rows if row.state != DeliveryState.EXPIRED.value}
     to_update = [row.seq for row in ackable.values() if row.state in OPEN_STATES]
     if to_update:
-        conn.execute(
+        acked = conn.execute(
             update(deliveries)
-            .where(deliveries.c.recipient == recipient, deliveries.c.message_seq.in_(to_update))
+            .where(
+                deliveries.c.recipient == recipient,
+                deliveries.c.message_seq.in_(to_update),
+                _IS_OPEN,
+            )
             .values(
                 state=DeliveryState.ACKED.value,
                 acked_at=now,
                 read_at=func.coalesce(deliveries.c.read_at, now),
             )
-        )
+            .returning(deliveries.c.message_seq)
+        ).scalars()
+        events.record_for_senders(conn, EventType.MESSAGE_ACKED, recipient, list(acked), now)
     return [i for i in ids if i in ackable]
 
 

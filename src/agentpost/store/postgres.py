@@ -31,6 +31,10 @@ def async_url(url: str) -> str:
     raise ValueError(f"not a PostgreSQL URL: {url}")
 
 
+_UNSTORABLE_TEXT = frozenset({"22021", "22P05"})
+"""SQLSTATEs of text PostgreSQL cannot hold (a NUL character): the caller's input, not a bug."""
+
+
 @contextmanager
 def unavailable_when_unreachable() -> Iterator[None]:
     """A server that is down, restarting or dropped the connection: `unavailable`, try again.
@@ -44,6 +48,10 @@ def unavailable_when_unreachable() -> Iterator[None]:
     except DBAPIError as exc:
         if exc.connection_invalidated:
             raise AgentpostError(ErrorCode.UNAVAILABLE, "database connection lost") from exc
+        if getattr(exc.orig, "sqlstate", None) in _UNSTORABLE_TEXT:
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT, "text may not contain NUL characters"
+            ) from exc
         raise
 
 

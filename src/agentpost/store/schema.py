@@ -123,3 +123,109 @@ rate_windows = Table(
     Column("window_start", Float, nullable=False),
     Column("count", Integer, nullable=False),
 )
+
+# -- the service: keys, audit, idempotency, blocks, events, webhooks (migration 0002) ----------
+
+agent_limits = Table(
+    "agent_limits",
+    metadata,
+    Column("agent", String(64), ForeignKey("agents.name"), primary_key=True),
+    Column("send_rate_per_minute", Integer),
+    Column("max_unacked", Integer),
+)
+"""The owner's per-agent overrides of the settings' limits; a NULL keeps the default."""
+
+keys = Table(
+    "keys",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("agent", String(64), ForeignKey("agents.name"), nullable=False),
+    Column("hash", String(64), nullable=False, unique=True),  # SHA-256 hex of the secret
+    Column("admin", Boolean, nullable=False, server_default="0"),
+    Column("label", Text, nullable=False, server_default=""),
+    Column("created_at", Float, nullable=False),
+    Column("revoked_at", Float),
+    Column("last_used_at", Float),
+    Index("ix_keys_agent", "agent"),
+)
+
+audit = Table(
+    "audit",
+    metadata,
+    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("actor", String(64), nullable=False),  # an agent, or "-" before authentication
+    Column("action", String(64), nullable=False),
+    Column("target", Text),
+    Column("ip", String(64)),
+    Column("detail", Text),  # JSON
+    Index("ix_audit_at", "at"),
+    Index("ix_audit_actor", "actor", "seq"),
+)
+
+idempotency = Table(
+    "idempotency",
+    metadata,
+    Column("agent", String(64), primary_key=True),
+    Column("key", String(200), primary_key=True),
+    Column("request_hash", String(64), nullable=False),
+    Column("response", Text, nullable=False),  # JSON of the first answer
+    Column("created_at", Float, nullable=False),
+    Index("ix_idempotency_created", "created_at"),
+)
+
+blocks = Table(
+    "blocks",
+    metadata,
+    Column("recipient", String(64), ForeignKey("agents.name"), primary_key=True),
+    Column("sender", String(64), primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("created_by", String(64), nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    Column("agent", String(64), nullable=False),  # whose stream it is in
+    Column("type", String(32), nullable=False),  # message.created|read|acked|expired, ...
+    Column("message_id", String(40)),
+    Column("at", Float, nullable=False),
+    Column("data", Text),  # JSON
+    Index("ix_events_agent", "agent", "seq"),
+    Index("ix_events_at", "at"),
+)
+"""Each agent's event log: what SSE streams (ids are `seq`) and what webhooks deliver."""
+
+webhooks = Table(
+    "webhooks",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("agent", String(64), ForeignKey("agents.name"), nullable=False),
+    Column("url", Text, nullable=False),
+    Column("events", Text, nullable=False),  # JSON list of event types
+    Column("secret", Text, nullable=False),  # kept to sign with; shown to the agent once
+    Column("created_at", Float, nullable=False),
+    Column("deleted_at", Float),
+    Column("cursor", SeqType, nullable=False, server_default="0"),  # events.seq enqueued so far
+    Index("ix_webhooks_agent", "agent"),
+)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("webhook_id", String(40), ForeignKey("webhooks.id"), nullable=False),
+    Column("event_seq", SeqType, nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("state", String(16), nullable=False),  # pending|delivered|failed
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("next_attempt_at", Float),
+    Column("last_status", Integer),
+    Column("last_error", Text),
+    Column("created_at", Float, nullable=False),
+    Column("delivered_at", Float),
+    Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
+    Index("ix_webhook_deliveries_hook", "webhook_id", "created_at"),
+)

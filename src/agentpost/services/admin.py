@@ -1,0 +1,243 @@
+"""Administration: the owner's acts on agents, limits and blocks, and what the owner reads.
+
+Every act needs an admin key (`forbidden` otherwise, before anything is looked at) and writes
+an audit row in the same transaction as the change. An act that would change nothing (enabling
+an enabled agent) writes nothing. Agents are disabled, never deleted: a name is never reused.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentpost.config import Settings
+from agentpost.domain.accounts import (
+    AgentInfo,
+    AgentLimits,
+    AuditEntry,
+    IssuedKey,
+    Usage,
+    check_capabilities,
+    check_description,
+    check_limit_value,
+)
+from agentpost.domain.errors import forbidden, invalid
+from agentpost.domain.limits import check_limit, check_seq
+from agentpost.domain.models import Caller, Trust
+from agentpost.domain.names import OWNER, check_name
+from agentpost.services import accounts
+from agentpost.services.presence import PresenceService
+from agentpost.store import agents as agent_rows
+from agentpost.store import audit
+from agentpost.store import limits as limit_rows
+from agentpost.store.database import Connection, Row, Store
+
+
+class Admin:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self._presence = PresenceService(store, settings)
+
+    def _record(
+        self, conn: Connection, admin: Caller, action: str, target: str, **detail: Any
+    ) -> None:
+        audit.record(
+            conn,
+            at=self.store.clock(),
+            actor=admin.agent,
+            action=action,
+            target=target,
+            detail=detail or None,
+        )
+
+    def _info(self, conn: Connection, name: str) -> AgentInfo:
+        return accounts.account(conn, self.settings, self.store.clock(), name)
+
+    # -- agents -------------------------------------------------------------------------------
+
+    async def create_agent(
+        self,
+        admin: Caller,
+        name: str,
+        *,
+        description: str = "",
+        project: str | None = None,
+        capabilities: list[str] | None = None,
+    ) -> tuple[AgentInfo, IssuedKey]:
+        """A new, verified agent and its first key (the secret is shown only here)."""
+        accounts.require_admin(admin)
+        accounts.check_new_name(name, self.settings)
+        check_description(description)
+        accounts.check_project(project)
+        tags = check_capabilities(capabilities or [])
+
+        def tx(conn: Connection) -> tuple[AgentInfo, IssuedKey]:
+            now = self.store.clock()
+            accounts.create_account(
+                conn,
+                name,
+                now=now,
+                trust=Trust.VERIFIED,
+                description=description,
+                project=project,
+                capabilities=tags,
+            )
+            issued = accounts.issue_key(conn, name, now=now, label="first key", admin=False)
+            self._record(conn, admin, "agent.created", name, key=issued.id, project=project)
+            return self._info(conn, name), issued
+
+        return await self.store.write(tx)
+
+    async def _change_agent(
+        self, admin: Caller, name: str, action: str, changed: dict[str, Any]
+    ) -> AgentInfo:
+        """Set `changed` on the agent unless it already holds; audit the act when it did not."""
+        accounts.require_admin(admin)
+        check_name(name)
+
+        def tx(conn: Connection) -> AgentInfo:
+            row = accounts.existing(conn, name)
+            if any(_differs(row, column, value) for column, value in changed.items()):
+                agent_rows.update_agent(conn, name, **changed)
+                if changed.get("disabled_at") is not None:
+                    agent_rows.end_agent_sessions(conn, name, self.store.clock())
+                self._record(conn, admin, action, name)
+            return self._info(conn, name)
+
+        return await self.store.write(tx)
+
+    async def disable_agent(self, admin: Caller, name: str) -> AgentInfo:
+        """Its sessions end and its keys stop working on their next request; its mail stays."""
+        accounts.require_admin(admin)
+        if name == OWNER:
+            raise forbidden("the owner cannot be disabled")
+        return await self._change_agent(
+            admin, name, "agent.disabled", {"disabled_at": self.store.clock()}
+        )
+
+    async def enable_agent(self, admin: Caller, name: str) -> AgentInfo:
+        return await self._change_agent(admin, name, "agent.enabled", {"disabled_at": None})
+
+    async def vouch(self, admin: Caller, name: str) -> AgentInfo:
+        """Trust a self-registered agent: what it sends from now on is `verified`."""
+        return await self._change_agent(
+            admin, name, "agent.vouched", {"trust": Trust.VERIFIED.value}
+        )
+
+    async def list_agents(self, admin: Caller) -> list[AgentInfo]:
+        """Every agent, disabled ones too."""
+        accounts.require_admin(admin)
+        await self._presence.end_dead_local_sessions()  # so `online` is true at once
+        return await self.store.read(
+            lambda conn: accounts.accounts(
+                conn, self.settings, self.store.clock(), include_disabled=True
+            )
+        )
+
+    # -- the audit log --------------------------------------------------------------------------
+
+    async def audit_log(
+        self,
+        admin: Caller,
+        *,
+        limit: int = 100,
+        before: int | None = None,
+        actor: str | None = None,
+        action: str | None = None,
+    ) -> list[AuditEntry]:
+        """Newest first; page with `before` = the last entry's `seq`."""
+        accounts.require_admin(admin)
+        check_limit(limit)
+        if before is not None:
+            check_seq(before, "before")
+        for value, what in ((actor, "actor"), (action, "action")):
+            if value is not None and (not isinstance(value, str) or len(value) > 64):
+                raise invalid(f"{what} must be text of at most 64 characters")
+        rows = await self.store.read(
+            lambda conn: audit.entries(conn, limit=limit, before=before, actor=actor, action=action)
+        )
+        return [_audit_entry(row) for row in rows]
+
+    # -- limits, blocks, usage ---------------------------------------------------------------------
+
+    async def set_limits(
+        self,
+        admin: Caller,
+        name: str,
+        *,
+        send_rate_per_minute: int | None,
+        max_unacked: int | None,
+    ) -> AgentLimits:
+        """The agent's own limits; None puts one back to the setting. Returns what holds."""
+        accounts.require_admin(admin)
+        check_name(name)
+        rate = check_limit_value(send_rate_per_minute, "send_rate_per_minute")
+        cap = check_limit_value(max_unacked, "max_unacked")
+
+        def tx(conn: Connection) -> AgentLimits:
+            accounts.existing(conn, name)
+            if limit_rows.overrides(conn, [name]).get(name, (None, None)) != (rate, cap):
+                limit_rows.set_overrides(conn, self.store.dialect, name, rate, cap)
+                self._record(
+                    conn,
+                    admin,
+                    "limits.set",
+                    name,
+                    send_rate_per_minute=rate,
+                    max_unacked=cap,
+                )
+            return accounts.limits_in_effect(conn, self.settings, [name])[name]
+
+        return await self.store.write(tx)
+
+    async def set_block(
+        self, admin: Caller, recipient: str, sender: str, blocked: bool
+    ) -> dict[str, Any]:
+        """Block (or unblock) `sender` for `recipient`: its mail to them is dropped silently."""
+        accounts.require_admin(admin)
+        check_name(recipient, "recipient")
+        check_name(sender, "sender")
+        if not isinstance(blocked, bool):
+            raise invalid("blocked must be true or false")
+
+        def tx(conn: Connection) -> dict[str, Any]:
+            if accounts.set_block(
+                conn, self.store, recipient, sender, blocked=blocked, by=admin.agent
+            ):
+                action = "block.added" if blocked else "block.removed"
+                self._record(conn, admin, action, recipient, sender=sender)
+            return {"recipient": recipient, "sender": sender, "blocked": blocked}
+
+        return await self.store.write(tx)
+
+    async def usage(self, admin: Caller, agent: str | None = None) -> list[Usage]:
+        accounts.require_admin(admin)
+
+        def tx(conn: Connection) -> list[Usage]:
+            now = self.store.clock()
+            if agent is None:
+                return accounts.usage(conn, self.settings, now)
+            accounts.existing(conn, check_name(agent))
+            return accounts.usage(conn, self.settings, now, [agent])
+
+        return await self.store.read(tx)
+
+
+def _differs(row: Row[Any], column: str, value: Any) -> bool:
+    current = getattr(row, column)
+    if column == "disabled_at":  # a time, but what matters is whether there is one
+        return (current is None) != (value is None)
+    return bool(current != value)
+
+
+def _audit_entry(row: Row[Any]) -> AuditEntry:
+    return AuditEntry(
+        seq=row.seq,
+        at=row.at,
+        actor=row.actor,
+        action=row.action,
+        target=row.target,
+        ip=row.ip,
+        detail={} if row.detail is None else json.loads(row.detail),
+    )

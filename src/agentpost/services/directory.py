@@ -1,0 +1,145 @@
+"""The directory: the post office's address book, each agent's own profile, blocks and usage.
+
+Any authenticated agent may search it; only the agent itself changes its profile or its
+blocks. A block drops the blocked sender's mail silently, so blocking is a quiet act: the
+sender is never told (see `Mailbox.send`). The owner's and the post office's own mail cannot
+be blocked by an agent: notices and the person in charge always get through.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from agentpost.config import Settings
+from agentpost.domain.accounts import (
+    AgentInfo,
+    Usage,
+    check_capabilities,
+    check_description,
+)
+from agentpost.domain.errors import forbidden, invalid
+from agentpost.domain.limits import check_limit
+from agentpost.domain.models import Caller
+from agentpost.domain.names import RESERVED, check_name
+from agentpost.services import accounts
+from agentpost.services.presence import PresenceService
+from agentpost.store import agents as agent_rows
+from agentpost.store import audit
+from agentpost.store import blocks as block_rows
+from agentpost.store.database import Connection, Store
+
+MAX_QUERY_WORDS = 10
+MAX_WORD = 100
+
+
+def _words(query: str | None) -> list[str]:
+    if query is None:
+        return []
+    if not isinstance(query, str):
+        raise invalid("query must be text")
+    words = query.split()
+    if len(words) > MAX_QUERY_WORDS or any(len(w) > MAX_WORD for w in words):
+        raise invalid(f"query takes at most {MAX_QUERY_WORDS} words of {MAX_WORD} characters")
+    return words
+
+
+class Directory:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self._presence = PresenceService(store, settings)
+
+    async def search(
+        self,
+        caller: Caller,
+        query: str | None = None,
+        *,
+        project: str | None = None,
+        limit: int = 50,
+    ) -> list[AgentInfo]:
+        """Enabled agents whose name, description, project or capabilities hold every word
+        of `query` (any case), by name."""
+        words = _words(query)
+        accounts.check_project(project)
+        check_limit(limit)
+        await self._presence.end_dead_local_sessions()  # so `online` is true at once
+        return await self.store.read(
+            lambda conn: accounts.accounts(
+                conn,
+                self.settings,
+                self.store.clock(),
+                words=words,
+                project=project,
+                limit=limit,
+            )
+        )
+
+    async def me(self, caller: Caller) -> AgentInfo:
+        return await self.store.read(
+            lambda conn: accounts.account(conn, self.settings, self.store.clock(), caller.agent)
+        )
+
+    async def update_profile(
+        self,
+        caller: Caller,
+        *,
+        description: str | None = None,
+        project: str | None = None,
+        capabilities: list[str] | None = None,
+    ) -> AgentInfo:
+        """Change what the directory says of the caller; None leaves a field as it is, and an
+        empty project clears it (the agent then leaves its project's channel)."""
+        values: dict[str, Any] = {}
+        if description is not None:
+            values["description"] = check_description(description)
+        if project is not None:
+            values["project"] = accounts.check_project(project) if project else None
+        if capabilities is not None:
+            values["capabilities"] = json.dumps(check_capabilities(capabilities))
+
+        def tx(conn: Connection) -> AgentInfo:
+            agent_rows.update_agent(conn, caller.agent, **values)
+            return accounts.account(conn, self.settings, self.store.clock(), caller.agent)
+
+        return await self.store.write(tx)
+
+    # -- blocks -------------------------------------------------------------------------------
+
+    async def block(self, caller: Caller, agent: str) -> list[str]:
+        """Drop `agent`'s mail to the caller from now on; returns whom the caller blocks."""
+        return await self._set_block(caller, agent, blocked=True)
+
+    async def unblock(self, caller: Caller, agent: str) -> list[str]:
+        return await self._set_block(caller, agent, blocked=False)
+
+    async def _set_block(self, caller: Caller, agent: str, *, blocked: bool) -> list[str]:
+        check_name(agent)
+        if blocked and agent in RESERVED:
+            raise forbidden(f"mail from {agent!r} cannot be blocked", agent=agent)
+
+        def tx(conn: Connection) -> list[str]:
+            if accounts.set_block(
+                conn, self.store, caller.agent, agent, blocked=blocked, by=caller.agent
+            ):
+                audit.record(
+                    conn,
+                    at=self.store.clock(),
+                    actor=caller.agent,
+                    action="block.added" if blocked else "block.removed",
+                    target=caller.agent,
+                    detail={"sender": agent},
+                )
+            return block_rows.blocked_senders(conn, caller.agent)
+
+        return await self.store.write(tx)
+
+    async def blocked(self, caller: Caller) -> list[str]:
+        return await self.store.read(lambda conn: block_rows.blocked_senders(conn, caller.agent))
+
+    async def usage(self, caller: Caller) -> Usage:
+        def tx(conn: Connection) -> Usage:
+            (found,) = accounts.usage(conn, self.settings, self.store.clock(), [caller.agent])
+            return found
+
+        return await self.store.read(tx)

@@ -1,0 +1,103 @@
+"""Each agent's event log, read by cursor: what server-sent events stream and push announces.
+
+The log is written by the mailbox's own transactions (see `store.events`); this service only
+reads it. A cursor is an event's `seq`: reading after it resumes exactly where a client left
+off, so a reconnecting stream (`Last-Event-ID`) misses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from functools import partial
+
+from agentpost.domain import limits as rules
+from agentpost.domain.errors import invalid
+from agentpost.domain.events import Event
+from agentpost.domain.models import Caller
+from agentpost.services.presence import Heartbeat
+from agentpost.store import events as event_rows
+from agentpost.store import webhooks as webhook_rows
+from agentpost.store.database import Connection, Store
+
+FOLLOW_PAGE = 200
+MAX_TOUCHED = 10_000
+
+
+def check_cursor(after: int) -> int:
+    return rules.check_seq(after, "after")
+
+
+class Events:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def since(self, caller: Caller, after: int, limit: int = 100) -> list[Event]:
+        """The caller's events after the cursor `after`, oldest first (at most `limit`)."""
+        cursor = check_cursor(after)
+        rules.check_limit(limit)
+        return await self.store.glance(
+            lambda conn: event_rows.events_after(conn, caller.agent, cursor, limit)
+        )
+
+    async def newest(self, caller: Caller) -> int:
+        """The cursor of the caller's newest event (0 when there is none): "from now on"."""
+        return await self.store.glance(lambda conn: event_rows.newest_for(conn, caller.agent))
+
+    async def follow(
+        self, caller: Caller, after: int, *, heartbeat_s: float | None = None
+    ) -> AsyncIterator[Event]:
+        """The caller's events after `after`, then each new one as it is committed, forever.
+
+        Woken by the store's change signal (this process's commits and other processes' too),
+        so a quiet stream costs nothing while it waits. With `heartbeat_s`, the open stream is
+        a heartbeat of the caller's session.
+        """
+        cursor = check_cursor(after)
+        heartbeat = Heartbeat(self.store, caller, heartbeat_s) if heartbeat_s else None
+        while True:
+            if heartbeat is not None:
+                await heartbeat.beat()
+            version = self.store.version
+            page = partial(
+                event_rows.events_after, agent=caller.agent, after=cursor, limit=FOLLOW_PAGE
+            )
+            found = await self.store.glance(page)
+            for event in found:
+                cursor = event.seq
+                yield event
+            if len(found) < FOLLOW_PAGE:
+                timeout = None if heartbeat is None else heartbeat.timeout(None)
+                await self.store.wait_changed(version, timeout)
+
+    async def touched(self, after: int, limit: int = 1000) -> tuple[dict[str, int], int]:
+        """Whose event logs grew after `after`: {agent: their newest seq}, and the newest seq
+        seen (the next call's `after`; with nothing new, the newest seq there is, so a huge
+        `after` answers where "now" is). What push over HTTP uses to wake each agent's
+        connections; not a caller's call, so it answers for everyone."""
+        cursor = check_cursor(after)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_TOUCHED:
+            raise invalid(f"limit must be an integer from 1 to {MAX_TOUCHED}")
+        return await self.store.glance(lambda conn: event_rows.touched(conn, cursor, limit))
+
+    async def newest_overall(self) -> int:
+        """The newest event's seq in the whole post office: where `touched` starts."""
+        return await self.store.glance(event_rows.newest)
+
+
+async def purge_old_events(store: Store, keep_s: float, batch: int) -> int:
+    """Retention: delete events, and finished webhook deliveries, older than `keep_s`; each
+    batch its own short transaction. Returns how many events went."""
+    total = 0
+    while True:
+
+        def tx(conn: Connection) -> tuple[int, int]:
+            before = store.clock() - keep_s
+            return (
+                event_rows.purge_before(conn, before, batch),
+                webhook_rows.purge_before(conn, before, batch),
+            )
+
+        purged, hooks_purged = await store.write(tx)
+        total += purged
+        if purged < batch and hooks_purged < batch:
+            return total

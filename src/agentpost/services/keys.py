@@ -1,0 +1,336 @@
+"""Keys: who a request is, from the bearer secret it carries; issuing, revoking, registering.
+
+A secret is never stored, only its SHA-256 hash, which is also how it is found. Every request
+authenticates afresh against the store, so a revoked key or a disabled agent is refused on the
+very next request, on every replica. Failed attempts are counted per client address in the
+store and lock the address out for a while; each one leaves an audit row.
+
+A request costs one read (the lock, the key and its agent, the session); it writes only when
+something is due: a new session, or a heartbeat older than a third of `heartbeat_s`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from agentpost.config import Settings
+from agentpost.domain.accounts import (
+    SECRET_MAX,
+    SECRET_MIN,
+    IssuedKey,
+    KeyInfo,
+    check_description,
+    check_label,
+    is_well_formed_secret,
+)
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
+from agentpost.domain.ids import key_id as new_key_id
+from agentpost.domain.models import Caller, Trust
+from agentpost.domain.names import OWNER, POST_OFFICE, check_name
+from agentpost.services import accounts
+from agentpost.services.presence import http_session
+from agentpost.store import agents as agent_rows
+from agentpost.store import audit, lockouts, rates
+from agentpost.store import keys as key_rows
+from agentpost.store.database import Connection, Row, Store
+
+NO_ADDRESS = "-"
+"""The address of a caller whose face could not tell one (counted together)."""
+ANONYMOUS = "-"
+"""The audit's actor before anyone is authenticated."""
+REGISTER_WINDOW_S = 3600.0
+
+
+def default_session_id(key_id: str) -> str:
+    """The session a key's requests count as when they name none: one per key, stable."""
+    return "s_" + key_id.removeprefix("k_")
+
+
+def _address(ip: str | None) -> str:
+    return (ip or NO_ADDRESS)[:64]
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What one read found for a request."""
+
+    locked_for: float | None = None
+    key: Row[Any] | None = None
+    session: Row[Any] | None = None
+
+
+class Keys:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+
+    # -- authentication -----------------------------------------------------------------------
+
+    async def authenticate(
+        self, secret: str | None, *, ip: str | None, session: str | None = None
+    ) -> Caller:
+        """The caller a bearer secret stands for, with its session (the key's own unless a
+        live session of the agent is named). A locked-out address is refused before anything
+        else. A request without any key is refused but not counted: that is a client asking
+        what to do (MCP clients probe so), not a guess."""
+        address = _address(ip)
+        hashed = accounts.digest(secret) if is_well_formed_secret(secret) else None
+        lock_s = self.settings.lockout_s
+
+        def look(conn: Connection) -> _Look:
+            locked_at = lockouts.locked_at(conn, address)
+            if locked_at is not None and locked_at + lock_s > self.store.clock():
+                return _Look(locked_for=locked_at + lock_s - self.store.clock())
+            key = None if hashed is None else key_rows.by_hash(conn, hashed)
+            if key is None:
+                return _Look()
+            found = agent_rows.get_session(conn, session or default_session_id(key.id))
+            return _Look(key=key, session=found)
+
+        seen = await self.store.glance(look)
+        if seen.locked_for is not None:
+            raise AgentpostError(
+                ErrorCode.LOCKED_OUT,
+                "too many failed authentications from this address; try again later",
+                retry_after_s=float(math.ceil(seen.locked_for)),
+            )
+        if not secret:
+            raise AgentpostError(
+                ErrorCode.UNAUTHENTICATED, "a key is needed: `Authorization: Bearer ap_…`"
+            )
+        key = seen.key
+        if key is None or hashed is None or not hmac.compare_digest(key.hash, hashed):
+            await self._failed(address, ip, "unknown key" if hashed else "malformed key", None)
+            raise AgentpostError(ErrorCode.UNAUTHENTICATED, "unknown key")
+        if key.revoked_at is not None:
+            await self._failed(address, ip, "revoked key", key.id)
+            raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this key was revoked")
+        if key.disabled_at is not None:
+            await self._failed(address, ip, "agent disabled", key.id)
+            raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"agent {key.agent!r} is disabled")
+        session_id = await self._session(key, seen.session, session, address)
+        return Caller(
+            agent=key.agent, session_id=session_id, trust=Trust(key.trust), admin=bool(key.admin)
+        )
+
+    async def _failed(self, address: str, ip: str | None, reason: str, key_id: str | None) -> None:
+        def tx(conn: Connection) -> None:
+            now = self.store.clock()
+            audit.record(
+                conn,
+                at=now,
+                actor=ANONYMOUS,
+                action="auth.failed",
+                target=key_id,
+                ip=ip,
+                detail={"reason": reason},
+            )
+            lockouts.count_failure(
+                conn,
+                self.store.dialect,
+                address,
+                now,
+                self.settings.lockout_s,
+                self.settings.lockout_failures,
+            )
+
+        await self.store.write(tx)
+
+    async def _session(
+        self, key: Row[Any], found: Row[Any] | None, named: str | None, address: str
+    ) -> str:
+        """The request's session id; opens, revives or heartbeats it when that is due."""
+        if named is not None and (found is None or found.agent != key.agent or found.ended_at):
+            raise not_found(f"no live session {named!r} of {key.agent}", session=named)
+        session_id = named or default_session_id(key.id)
+        now = self.store.clock()
+        due = self.settings.heartbeat_s / 3
+        fresh = found is not None and found.ended_at is None and now - found.heartbeat_at < due
+        used = key.last_used_at is not None and now - key.last_used_at < due
+        if fresh and used:
+            return session_id
+
+        def tx(conn: Connection) -> None:
+            now = self.store.clock()
+            key_rows.touch(conn, key.id, now)
+            current = agent_rows.get_session(conn, session_id)
+            if current is None:
+                session = http_session(
+                    session_id, key.agent, host=address, project=key.project, now=now
+                )
+                agent_rows.open_session(conn, session, derived_name=False)
+            elif current.ended_at is None:
+                agent_rows.update_session(conn, session_id, heartbeat_at=now)
+            elif named is None:  # a key's own session comes back with the key
+                agent_rows.update_session(
+                    conn, session_id, ended_at=None, started_at=now, heartbeat_at=now
+                )
+
+        await self.store.write(tx)
+        return session_id
+
+    # -- the owner's key --------------------------------------------------------------------
+
+    async def install_admin_key(self, secret: str) -> KeyInfo:
+        """Make `secret` (from the config or `admin.key`) an admin key of `owner`, creating the
+        owner if needed. Idempotent. A key the owner revoked stays revoked: the answer's
+        `revoked_at` says so, and the configured secret must change."""
+        if not is_well_formed_secret(secret):
+            raise invalid(
+                f"an admin key must be {SECRET_MIN} to {SECRET_MAX} visible ASCII characters"
+            )
+        hashed = accounts.digest(secret)
+
+        def tx(conn: Connection) -> KeyInfo:
+            now = self.store.clock()
+            found = key_rows.by_hash(conn, hashed)
+            if found is not None:
+                if found.agent != OWNER or not found.admin:
+                    raise AgentpostError(
+                        ErrorCode.CONFLICT, "that secret is already another agent's key"
+                    )
+                row = key_rows.get_key(conn, found.id)
+                assert row is not None
+                return accounts.key_info(row)
+            if agent_rows.get_agent(conn, OWNER) is None:
+                agent_rows.create_agent(conn, OWNER, now=now)
+            key_id = new_key_id(now)
+            key_rows.insert_key(
+                conn,
+                key_id=key_id,
+                agent=OWNER,
+                digest=hashed,
+                admin=True,
+                label="configured",
+                now=now,
+            )
+            audit.record(conn, at=now, actor=POST_OFFICE, action="key.installed", target=key_id)
+            row = key_rows.get_key(conn, key_id)
+            assert row is not None
+            return accounts.key_info(row)
+
+        return await self.store.write(tx)
+
+    # -- issuing and revoking ----------------------------------------------------------------
+
+    async def issue(
+        self, admin: Caller, agent: str, *, label: str = "", admin_key: bool = False
+    ) -> IssuedKey:
+        """A new key for an existing agent; admin keys are the owner's alone."""
+        accounts.require_admin(admin)
+        check_name(agent)
+        check_label(label)
+        if admin_key and agent != OWNER:
+            raise invalid(f"admin keys belong to {OWNER!r}", agent=agent)
+
+        def tx(conn: Connection) -> IssuedKey:
+            now = self.store.clock()
+            if accounts.existing(conn, agent).disabled_at is not None:
+                raise AgentpostError(ErrorCode.GONE, f"agent {agent!r} is disabled; enable it")
+            issued = accounts.issue_key(conn, agent, now=now, label=label, admin=admin_key)
+            audit.record(
+                conn,
+                at=now,
+                actor=admin.agent,
+                action="key.issued",
+                target=issued.id,
+                detail={"agent": agent, "admin": admin_key, "label": label},
+            )
+            return issued
+
+        return await self.store.write(tx)
+
+    async def revoke(self, admin: Caller, key_id: str) -> KeyInfo:
+        """Revoke a key for good; the owner's last working admin key cannot go."""
+        accounts.require_admin(admin)
+
+        def tx(conn: Connection) -> KeyInfo:
+            now = self.store.clock()
+            row = key_rows.get_key(conn, key_id) if isinstance(key_id, str) else None
+            if row is None:
+                raise not_found(f"no key {key_id!r}", key_id=key_id)
+            if row.revoked_at is not None:
+                return accounts.key_info(row)
+            if row.admin and key_rows.live_admin_keys(conn) <= 1:
+                raise AgentpostError(
+                    ErrorCode.CONFLICT,
+                    "this is the last admin key; issue another before revoking it",
+                )
+            key_rows.revoke(conn, key_id, now)
+            audit.record(
+                conn,
+                at=now,
+                actor=admin.agent,
+                action="key.revoked",
+                target=key_id,
+                detail={"agent": row.agent},
+            )
+            revoked = key_rows.get_key(conn, key_id)
+            assert revoked is not None
+            return accounts.key_info(revoked)
+
+        return await self.store.write(tx)
+
+    async def list_keys(self, admin: Caller, agent: str | None = None) -> list[KeyInfo]:
+        accounts.require_admin(admin)
+        if agent is not None:
+            check_name(agent)
+        rows = await self.store.read(lambda conn: key_rows.list_keys(conn, agent))
+        return [accounts.key_info(row) for row in rows]
+
+    # -- self-registration -------------------------------------------------------------------
+
+    async def self_register(
+        self,
+        name: str,
+        *,
+        description: str = "",
+        project: str | None = None,
+        ip: str | None,
+    ) -> IssuedKey:
+        """An agent creating itself, when the owner opened registration: its mail is
+        `untrusted` until the owner vouches for it. Limited per client address and hour."""
+        if not self.settings.open_registration:
+            raise forbidden("registration is closed; ask the owner for a key")
+        accounts.check_new_name(name, self.settings)
+        check_description(description)
+        accounts.check_project(project)
+        address = _address(ip)
+        limit = self.settings.register_rate_per_hour
+
+        def tx(conn: Connection) -> IssuedKey:
+            now = self.store.clock()
+            accounts.create_account(
+                conn,
+                name,
+                now=now,
+                trust=Trust.UNTRUSTED,
+                description=description,
+                project=project,
+            )
+            count, reset_s = rates.hit(
+                conn, self.store.dialect, f"register:{address}", now, REGISTER_WINDOW_S
+            )
+            if count > limit:
+                raise AgentpostError(
+                    ErrorCode.RATE_LIMITED,
+                    f"at most {limit} registrations an hour from one address",
+                    details={"limit": limit},
+                    retry_after_s=float(math.ceil(reset_s)),
+                )
+            issued = accounts.issue_key(conn, name, now=now, label="self-registered", admin=False)
+            audit.record(
+                conn,
+                at=now,
+                actor=name,
+                action="agent.registered",
+                target=name,
+                ip=ip,
+                detail={"key": issued.id, "project": project},
+            )
+            return issued
+
+        return await self.store.write(tx)

@@ -1,0 +1,136 @@
+"""What a send passes through besides delivery: idempotency keys, blocks, the audit row.
+
+Kept apart from the mailbox so each rule reads on its own; every function runs inside the
+send's transaction, so a refused send leaves none of them behind.
+
+- Idempotency: a client that retries a send (a timeout, a dropped connection) names the same
+  key, and gets the first answer back instead of a second message. The key is the agent's own
+  and lives for a day; the same key with a different request is a `conflict`, never a quiet
+  replay of something else.
+- Blocks: a blocked sender's mail is dropped for that recipient, and nothing tells the sender:
+  its answer names the recipient as usual, and its receipt shows the mail as unread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.domain.models import DeliveryState, Message, Receipt, SendResult
+from agentpost.store import audit, idempotency
+from agentpost.store.database import Connection, Store
+
+IDEMPOTENCY_S = 86_400.0
+"""How long a send's answer is kept for a retry under the same key."""
+MAX_IDEMPOTENCY_KEY = 200
+_IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}")
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    """Visible ASCII (it arrives as an HTTP header), 1 to 200 characters."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise invalid(
+            f"idempotency_key must be 1 to {MAX_IDEMPOTENCY_KEY} visible ASCII characters"
+        )
+    return key
+
+
+def request_hash(request: dict[str, Any]) -> str:
+    """A fingerprint of everything a send was asked to do (after its checks)."""
+    text = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def replay(
+    conn: Connection, agent: str, key: str, fingerprint: str, now: float
+) -> SendResult | None:
+    """The first answer under `key`, if there is one; `conflict` if it answered another request."""
+    row = idempotency.find(conn, agent, key, newer_than=now - IDEMPOTENCY_S)
+    if row is None:
+        return None
+    if row.request_hash != fingerprint:
+        raise AgentpostError(
+            ErrorCode.CONFLICT,
+            "this idempotency key was used for a different request in the last 24 hours",
+            details={"idempotency_key": key},
+        )
+    first = json.loads(row.response)
+    return SendResult(
+        id=first["id"],
+        thread_id=first["thread_id"],
+        to=first["to"],
+        channel=first["channel"],
+        skipped_full=first["skipped_full"],
+    )
+
+
+def remember(
+    conn: Connection, store: Store, agent: str, key: str, fingerprint: str, result: SendResult
+) -> None:
+    answer = {
+        "id": result.id,
+        "thread_id": result.thread_id,
+        "to": result.to,
+        "channel": result.channel,
+        "skipped_full": result.skipped_full,
+    }
+    idempotency.save(
+        conn,
+        store.dialect,
+        agent=agent,
+        key=key,
+        request_hash=fingerprint,
+        response=json.dumps(answer),
+        now=store.clock(),
+    )
+
+
+def record_send(
+    conn: Connection,
+    *,
+    now: float,
+    sender: str,
+    result: SendResult,
+    dropped: list[str],
+    request: dict[str, Any],
+    bodies: bool,
+) -> None:
+    """The audit row of a send: who, to whom, how big; what was said only with `bodies`."""
+    detail: dict[str, Any] = {
+        "to": result.to,
+        "channel": None if result.channel is None else f"#{result.channel}",
+        "kind": request["kind"],
+        "priority": request["priority"],
+        "thread_id": result.thread_id,
+        "body_bytes": len(request["body"].encode("utf-8")),
+        "data_bytes": 0 if request["data"] is None else len(request["data"].encode("utf-8")),
+    }
+    if dropped:
+        detail["dropped"] = dropped  # the owner may know what the sender is not told
+    if bodies:
+        detail.update(subject=request["subject"], body=request["body"], data=request["data"])
+    audit.record(conn, at=now, actor=sender, action="message.sent", target=result.id, detail=detail)
+
+
+def with_silent_receipts(message: Message, receipts: list[Receipt], now: float) -> list[Receipt]:
+    """A direct message's receipts, with an unread one for each recipient that blocked the
+    sender (it expires with the message's TTL, as unread mail does): the sender cannot tell
+    a block from a recipient who never reads."""
+    if message.channel is not None:
+        return receipts
+    have = {r.to for r in receipts}
+    missing = [name for name in message.to if name not in have]
+    if not missing:
+        return receipts
+    expired = not message.must_read and message.expires_at is not None and message.expires_at <= now
+    state = DeliveryState.EXPIRED if expired else DeliveryState.QUEUED
+    quiet = [
+        Receipt(name, state, None, None, message.expires_at if expired else None)
+        for name in missing
+    ]
+    return sorted([*receipts, *quiet], key=lambda r: r.to)

@@ -1,0 +1,357 @@
+"""Signed webhooks: an agent's events POSTed to a URL of its choosing, retried until they land.
+
+The dispatcher (`run_dispatcher`, one per `serve`; replicas may each run one) turns new events
+into deliveries in the store, then POSTs the due ones. Each request is signed
+(`X-Agentpost-Signature: t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`) and names its
+delivery (`X-Agentpost-Delivery`, the same id on every attempt, so a receiver can drop repeats)
+and event type (`X-Agentpost-Event`). A 2xx answer delivers; anything else (a redirect too: none
+is followed) is retried after 1 s, 2 s, 4 s … until `webhook_max_attempts`, then the delivery
+fails. Every retry lives in the store, so a restart loses none.
+
+A webhook may not point at link-local, cloud-metadata, multicast or unspecified addresses:
+refused when it is created, and again at each delivery after the name is resolved (the request
+then goes to the address that was checked, so a name cannot change its answer in between).
+Loopback and private addresses are allowed: a post office on a laptop talks to its neighbours.
+
+This is the only server module that speaks HTTP outwards (the one home of `httpx` besides the
+client).
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import hmac
+import ipaddress
+import logging
+import secrets
+import socket
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from agentpost import __version__
+from agentpost.config import Settings
+from agentpost.domain import limits as rules
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid, not_found
+from agentpost.domain.events import (
+    MAX_URL_CHARS,
+    MAX_WEBHOOKS,
+    Webhook,
+    WebhookDelivery,
+    check_event_types,
+)
+from agentpost.domain.ids import webhook_id as new_webhook_id
+from agentpost.domain.models import Caller
+from agentpost.store import agents as agent_rows
+from agentpost.store import webhooks as webhook_rows
+from agentpost.store.database import Connection, Row, Store
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger(__name__)
+
+SECRET_PREFIX = "whsec_"
+CLAIM_BATCH = 16
+"""Deliveries POSTed at once by one dispatcher."""
+ENQUEUE_PAGE = 500
+LEASE_EXTRA_S = 30.0
+"""A claimed delivery is not due again for the timeout plus this (a dispatcher died mid-way)."""
+MAX_SLEEP_S = 60.0
+UNAVAILABLE_RETRY_S = 5.0
+ERROR_CHARS = 500
+
+METADATA_NAMES = frozenset({"metadata.google.internal", "metadata.goog"})
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2")
+)
+BROADCAST = ipaddress.ip_address("255.255.255.255")
+
+
+# -- where a webhook may point ------------------------------------------------------------------
+
+
+def refused_address(address: str) -> str | None:
+    """Why an IP address may not receive webhooks, or None when it may."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_unspecified:
+        return "the unspecified address"
+    if ip == BROADCAST:
+        return "the broadcast address"
+    return None
+
+
+def _refuse(url: str, reason: str) -> AgentpostError:
+    return invalid(f"a webhook may not point at {reason}", url=url)
+
+
+def _parse(url: str) -> httpx.URL:
+    import httpx  # here: a local MCP server never loads it
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise invalid("url is not a valid URL", url=url) from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise invalid("url must be an http:// or https:// URL with a host", url=url)
+    return parsed
+
+
+def _port(url: httpx.URL) -> int:
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
+def check_url(url: str) -> str:
+    """The webhook URL, checked as far as can be without asking DNS: scheme, host, and no
+    forbidden name or address literal (in any spelling the resolver accepts, `2852039166`
+    included)."""
+    if not isinstance(url, str) or not url.strip():
+        raise invalid("url must be an http:// or https:// URL")
+    url = url.strip()
+    if len(url) > MAX_URL_CHARS:
+        raise invalid(f"url is over {MAX_URL_CHARS} characters")
+    parsed = _parse(url)
+    host = parsed.raw_host.decode("ascii").lower().rstrip(".")
+    if host in METADATA_NAMES:
+        raise _refuse(url, "a cloud metadata address")
+    try:
+        numeric = socket.getaddrinfo(
+            host, _port(parsed), type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+        )
+    except (socket.gaierror, UnicodeError):
+        return url  # a name: checked again once resolved, at every delivery
+    for info in numeric:
+        reason = refused_address(str(info[4][0]))
+        if reason:
+            raise _refuse(url, reason)
+    return url
+
+
+async def _allowed_address(url: httpx.URL) -> str:
+    """Resolve the URL's host; refuse it if any of its addresses is forbidden; else the first."""
+    host = url.raw_host.decode("ascii")
+    if host.lower().rstrip(".") in METADATA_NAMES:
+        raise _refuse(str(url), "a cloud metadata address")
+    infos = await anyio.getaddrinfo(host, _port(url), type=socket.SOCK_STREAM)
+    addresses = [str(info[4][0]) for info in infos]
+    if not addresses:
+        raise AgentpostError(ErrorCode.UNAVAILABLE, f"{host} has no address")
+    for address in addresses:
+        reason = refused_address(address)
+        if reason:
+            raise _refuse(str(url), f"{reason} ({host} is {address})")
+    return addresses[0].split("%", 1)[0]
+
+
+def sign(secret: str, timestamp: int, body: str) -> str:
+    """The `X-Agentpost-Signature` value: `t=<timestamp>,v1=<hex HMAC-SHA256>` of `t.body`."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.{body}".encode(), hashlib.sha256)
+    return f"t={timestamp},v1={digest.hexdigest()}"
+
+
+# -- the service ------------------------------------------------------------------------------
+
+
+class Webhooks:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+
+    async def create(
+        self, caller: Caller, url: str, events: builtins.list[str]
+    ) -> tuple[Webhook, str]:
+        """A new webhook for the caller's events of these types; returns it and its signing
+        secret (`whsec_…`), which is shown this once."""
+        url = check_url(url)
+        types = check_event_types(events)
+        secret = SECRET_PREFIX + secrets.token_urlsafe(32)
+
+        def tx(conn: Connection) -> Webhook:
+            now = self.store.clock()
+            _check_agent(conn, caller)
+            if webhook_rows.live_count(conn, caller.agent) >= MAX_WEBHOOKS:
+                raise AgentpostError(
+                    ErrorCode.CONFLICT,
+                    f"an agent has at most {MAX_WEBHOOKS} webhooks; delete one first",
+                    details={"limit": MAX_WEBHOOKS},
+                )
+            hook_id = new_webhook_id(now)
+            webhook_rows.insert_webhook(
+                conn,
+                id=hook_id,
+                agent=caller.agent,
+                url=url,
+                events=types,
+                secret=secret,
+                now=now,
+            )
+            return Webhook(hook_id, url, types, now)
+
+        return await self.store.write(tx), secret
+
+    async def list(self, caller: Caller) -> builtins.list[Webhook]:
+        """The caller's webhooks, oldest first (secrets are never shown again)."""
+        return await self.store.read(lambda conn: webhook_rows.live_webhooks(conn, caller.agent))
+
+    async def delete(self, caller: Caller, webhook_id: str) -> None:
+        """Delete one of the caller's webhooks; what it had not delivered yet fails."""
+
+        def tx(conn: Connection) -> None:
+            if webhook_rows.live_webhook(conn, caller.agent, webhook_id) is None:
+                raise _no_webhook(webhook_id)
+            webhook_rows.delete_webhook(conn, webhook_id, self.store.clock())
+
+        await self.store.write(tx)
+
+    async def deliveries(
+        self, caller: Caller, webhook_id: str, limit: int = 50
+    ) -> builtins.list[WebhookDelivery]:
+        """One of the caller's webhooks' deliveries, newest first, with their attempts."""
+        rules.check_limit(limit)
+
+        def tx(conn: Connection) -> builtins.list[WebhookDelivery]:
+            if webhook_rows.live_webhook(conn, caller.agent, webhook_id) is None:
+                raise _no_webhook(webhook_id)
+            return webhook_rows.deliveries_of(conn, webhook_id, limit)
+
+        return await self.store.read(tx)
+
+    # -- the dispatcher ---------------------------------------------------------------------
+
+    async def run_dispatcher(self) -> None:
+        """Forever: enqueue new events for each webhook, POST what is due, sleep until the
+        store changes or the next retry is due."""
+        import httpx
+
+        # No proxies from the environment, no redirects; and no kept-alive connections, which
+        # are pooled by address alone and could carry one name's TLS session to another name.
+        async with httpx.AsyncClient(
+            timeout=self.settings.webhook_timeout_s,
+            follow_redirects=False,
+            trust_env=False,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        ) as client:
+            while True:
+                version = self.store.version
+                try:
+                    sleep = await self._round(client)
+                except AgentpostError as err:
+                    if err.code is not ErrorCode.UNAVAILABLE:
+                        raise
+                    log.warning("webhook dispatcher: %s; trying again", err)
+                    sleep = UNAVAILABLE_RETRY_S
+                await self.store.wait_changed(version, sleep)
+
+    async def _round(self, client: httpx.AsyncClient) -> float | None:
+        """Enqueue, then deliver until nothing is due; returns how long to sleep (None: until
+        the store changes)."""
+        if await self.store.glance(webhook_rows.any_behind):
+            await self.store.write(
+                lambda conn: webhook_rows.enqueue(conn, self.store.clock(), ENQUEUE_PAGE)
+            )
+        lease = self.settings.webhook_timeout_s + LEASE_EXTRA_S
+        while True:
+            due = await self.store.glance(webhook_rows.next_due)
+            if due is None:
+                return None
+            wait = due - self.store.clock()
+            if wait > 0:
+                return min(wait, MAX_SLEEP_S)
+            claimed = await self.store.write(
+                lambda conn: webhook_rows.claim_due(conn, self.store.clock(), lease, CLAIM_BATCH)
+            )
+            if claimed:  # else another dispatcher took them
+                await self._deliver(client, claimed)
+
+    async def _deliver(self, client: httpx.AsyncClient, claimed: builtins.list[Row[Any]]) -> None:
+        """POST the claimed deliveries at once, then record every outcome in one transaction."""
+        outcomes: dict[str, tuple[bool, int | None, str | None]] = {}
+
+        async def attempt(row: Row[Any]) -> None:
+            outcomes[row.id] = await self._attempt(client, row)
+
+        async with anyio.create_task_group() as group:
+            for row in claimed:
+                group.start_soon(attempt, row)
+        await self.store.write(lambda conn: self._record(conn, claimed, outcomes))
+
+    def _record(
+        self,
+        conn: Connection,
+        claimed: builtins.list[Row[Any]],
+        outcomes: dict[str, tuple[bool, int | None, str | None]],
+    ) -> None:
+        now = self.store.clock()
+        for row in claimed:
+            ok, status, error = outcomes[row.id]
+            webhook_rows.record_attempt(
+                conn,
+                row.id,
+                row.attempts + 1,
+                now,
+                ok=ok,
+                status=status,
+                error=error,
+                max_attempts=self.settings.webhook_max_attempts,
+            )
+
+    async def _attempt(
+        self, client: httpx.AsyncClient, row: Row[Any]
+    ) -> tuple[bool, int | None, str | None]:
+        """POST one delivery: (delivered, HTTP status, why not)."""
+        import httpx
+
+        body: str = row.payload
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": f"agentpost/{__version__}",
+            "X-Agentpost-Event": row.event,
+            "X-Agentpost-Delivery": row.id,
+            "X-Agentpost-Signature": sign(row.secret, int(self.store.clock()), body),
+        }
+        timeout = self.settings.webhook_timeout_s
+        try:
+            with anyio.fail_after(timeout):
+                url = _parse(row.url)
+                address = await _allowed_address(url)
+                headers["Host"] = url.netloc.decode("ascii")
+                # To the address just checked; TLS still verifies the certificate by name.
+                extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+                target = url.copy_with(host=address)
+                async with client.stream(
+                    "POST", target, content=body.encode(), headers=headers, extensions=extensions
+                ) as response:
+                    status = response.status_code
+        except AgentpostError as err:
+            return False, None, err.message[:ERROR_CHARS]
+        except TimeoutError:
+            return False, None, f"no answer within {timeout:g} s"
+        except (httpx.HTTPError, OSError) as err:
+            return False, None, f"{type(err).__name__}: {err}"[:ERROR_CHARS]
+        if 200 <= status < 300:
+            return True, status, None
+        if 300 <= status < 400:
+            return False, status, f"HTTP {status}: redirects are not followed"
+        return False, status, f"HTTP {status}"
+
+
+def _check_agent(conn: Connection, caller: Caller) -> None:
+    known = agent_rows.existing_names(conn, [caller.agent])
+    if caller.agent not in known:
+        raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
+    if not known[caller.agent]:
+        raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
+
+
+def _no_webhook(webhook_id: str) -> AgentpostError:
+    return not_found(f"you have no webhook {webhook_id!r}", webhook_id=webhook_id)

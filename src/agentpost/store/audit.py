@@ -1,0 +1,60 @@
+"""The audit log: append-only rows of administration, failed authentication and sends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Connection, Row, delete, insert, select
+
+from agentpost.store.schema import audit
+
+_INSERT = insert(audit)
+
+
+def record(
+    conn: Connection,
+    *,
+    at: float,
+    actor: str,
+    action: str,
+    target: str | None = None,
+    ip: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        _INSERT,
+        {
+            "at": at,
+            "actor": actor,
+            "action": action,
+            "target": target,
+            "ip": ip,
+            "detail": None if detail is None else json.dumps(detail, separators=(",", ":")),
+        },
+    )
+
+
+def entries(
+    conn: Connection,
+    *,
+    limit: int,
+    before: int | None = None,
+    actor: str | None = None,
+    action: str | None = None,
+) -> list[Row[Any]]:
+    """Newest first; `before` is a `seq` cursor from the previous page."""
+    query = select(audit).order_by(audit.c.seq.desc()).limit(limit)
+    if before is not None:
+        query = query.where(audit.c.seq < before)
+    if actor is not None:
+        query = query.where(audit.c.actor == actor)
+    if action is not None:
+        query = query.where(audit.c.action == action)
+    return list(conn.execute(query))
+
+
+def purge(conn: Connection, action: str, before: float) -> int:
+    """Delete rows of one action older than `before` (the rows of sends follow retention)."""
+    result = conn.execute(delete(audit).where(audit.c.at < before, audit.c.action == action))
+    return int(result.rowcount)

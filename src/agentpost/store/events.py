@@ -1,0 +1,197 @@
+"""Each agent's event log: written beside the change it tells of, read by cursor.
+
+The rows are written by `store.mail` in the same transaction as the delivery, read, ack or
+expiry, one statement per batch (an INSERT … SELECT from the rows just touched), so the log and
+the mail never disagree. `seq` is one counter for the whole table: a cursor is a plain number,
+and since writes take turns (SQLite's writer, PostgreSQL's write lock) it only grows in commit
+order, so "after this cursor" misses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Float,
+    Row,
+    String,
+    Text,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal_column,
+    select,
+)
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+from agentpost.domain.events import Event, EventType
+from agentpost.store.schema import deliveries, events, messages
+
+_COLUMNS = ["agent", "type", "message_id", "at", "data"]
+
+
+class _JsonObject(FunctionElement[str]):
+    """`json_object('key', value, …)` as text: SQLite's json_object, PostgreSQL's
+    json_build_object. It quotes whatever a subject holds, so data is built in one statement."""
+
+    type = Text()
+    inherit_cache = True
+
+
+@compiles(_JsonObject)
+def _json_object(element: _JsonObject, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"json_object({compiler.process(element.clauses, **kw)})"
+
+
+@compiles(_JsonObject, "postgresql")
+def _json_build_object(element: _JsonObject, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"CAST(json_build_object({compiler.process(element.clauses, **kw)}) AS TEXT)"
+
+
+def _json(**fields: Any) -> _JsonObject:
+    args: list[Any] = []
+    for key, value in fields.items():
+        args += [literal_column(f"'{key}'"), value]
+    return _JsonObject(*args)
+
+
+def _constant(value: str) -> Any:
+    return literal_column(f"'{value}'", String)
+
+
+_NOW: BindParameter[float] = bindparam("now", type_=Float)
+
+# message.created, in each recipient's log: what arrived, from whom, without its body; the
+# channel as every face shows it (`#name`).
+_CREATED = insert(events).from_select(
+    _COLUMNS,
+    select(
+        deliveries.c.recipient,
+        _constant(EventType.MESSAGE_CREATED),
+        messages.c.id,
+        messages.c.created_at,
+        _json(
+            **{
+                "from": messages.c.sender,
+                "subject": messages.c.subject,
+                "thread_id": messages.c.thread_id,
+                "kind": messages.c.kind,
+                "priority": messages.c.priority,
+                "channel": _constant("#") + messages.c.channel,  # NULL stays NULL
+            }
+        ),
+    )
+    .join(messages, messages.c.seq == deliveries.c.message_seq)
+    .where(deliveries.c.message_seq == bindparam("seq"))
+    .order_by(deliveries.c.recipient),
+)
+
+# message.read / acked / expired, in the sender's log: which recipient did it.
+_TO_SENDERS = insert(events).from_select(
+    _COLUMNS,
+    select(
+        messages.c.sender,
+        bindparam("type", type_=String),
+        messages.c.id,
+        _NOW,
+        bindparam("data", type_=Text),
+    )
+    .where(messages.c.seq.in_(bindparam("seqs", expanding=True)))
+    .order_by(messages.c.seq),
+)
+
+
+def record_created(conn: Connection, seq: int) -> None:
+    """A message.created event for each delivery of message `seq` (just inserted)."""
+    conn.execute(_CREATED, {"seq": seq})
+
+
+def record_for_senders(
+    conn: Connection, type_: EventType, recipient: str, seqs: Sequence[int], now: float
+) -> None:
+    """Tell the senders of messages `seqs` that `recipient` read, acked or let them expire."""
+    if seqs:
+        params = {
+            "type": type_.value,
+            "data": json.dumps({"to": recipient}),
+            "now": now,
+            "seqs": sorted(seqs),
+        }
+        conn.execute(_TO_SENDERS, params)
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+_AFTER = (
+    select(events)
+    .where(events.c.agent == bindparam("agent"), events.c.seq > bindparam("after"))
+    .order_by(events.c.seq)
+    .limit(bindparam("limit"))
+)
+_NEWEST_FOR = select(func.max(events.c.seq)).where(events.c.agent == bindparam("agent"))
+_NEWEST = select(func.max(events.c.seq))
+_TOUCHED = (
+    select(events.c.agent, events.c.seq)
+    .where(events.c.seq > bindparam("after"))
+    .order_by(events.c.seq)
+    .limit(bindparam("limit"))
+)
+
+
+def event_from_row(row: Row[Any]) -> Event:
+    data = json.loads(row.data) if row.data else {}
+    return Event(seq=row.seq, type=row.type, message_id=row.message_id, at=row.at, data=data)
+
+
+def events_after(conn: Connection, agent: str, after: int, limit: int) -> list[Event]:
+    """`agent`'s events after the cursor `after`, oldest first."""
+    rows = conn.execute(_AFTER, {"agent": agent, "after": after, "limit": limit})
+    return [event_from_row(row) for row in rows]
+
+
+def newest_for(conn: Connection, agent: str) -> int:
+    return int(conn.execute(_NEWEST_FOR, {"agent": agent}).scalar() or 0)
+
+
+def newest(conn: Connection) -> int:
+    return int(conn.execute(_NEWEST).scalar() or 0)
+
+
+def touched(conn: Connection, after: int, limit: int) -> tuple[dict[str, int], int]:
+    """Whose logs grew after `after` ({agent: their newest seq}), and the newest seq seen: the
+    last one listed, or when there is none, the newest there is (so a cursor from nowhere, a
+    huge one included, comes back to the log)."""
+    out: dict[str, int] = {}
+    for agent, seq in conn.execute(_TOUCHED, {"after": after, "limit": limit}):
+        out[agent] = seq
+    return out, max(out.values()) if out else newest(conn)
+
+
+# -- retention ------------------------------------------------------------------------------------
+
+
+def purge_before(conn: Connection, before: float, limit: int) -> int:
+    """Delete up to `limit` events older than `before`; returns how many went.
+
+    The newest event always stays, even when old: SQLite hands out max(seq) + 1, and an empty
+    table would start the cursors over again.
+    """
+    newest_seq = select(func.max(events.c.seq)).scalar_subquery()
+    seqs = list(
+        conn.execute(
+            select(events.c.seq)
+            .where(events.c.at < before, events.c.seq < newest_seq)
+            .order_by(events.c.at)
+            .limit(limit)
+        ).scalars()
+    )
+    if seqs:
+        conn.execute(delete(events).where(events.c.seq.in_(seqs)))
+    return len(seqs)

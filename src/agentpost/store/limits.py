@@ -1,0 +1,52 @@
+"""Per-agent limits: the owner's overrides of the settings' send rate and inbox cap."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from sqlalchemy import BindParameter, Connection, bindparam, delete, select
+
+from agentpost.store.schema import agent_limits
+
+Override = tuple[int | None, int | None]
+"""(send_rate_per_minute, max_unacked); None keeps the setting."""
+
+FIXED = 8
+"""Up to this many names (a send's sender and recipients) use a statement built once."""
+_MANY = select(agent_limits).where(agent_limits.c.agent.in_(bindparam("agents", expanding=True)))
+
+
+@cache
+def _few(count: int) -> Any:
+    """One statement per list length: an expanding IN would be re-rendered on every send."""
+    names: list[BindParameter[str]] = [bindparam(f"n{i}") for i in range(count)]
+    return select(agent_limits).where(agent_limits.c.agent.in_(names))
+
+
+def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
+    """The overrides of those of `names` that have any (most agents have none)."""
+    if not names:
+        return {}
+    if len(names) <= FIXED:
+        rows = conn.execute(_few(len(names)), {f"n{i}": name for i, name in enumerate(names)})
+    else:
+        rows = conn.execute(_MANY, {"agents": list(names)})
+    return {row.agent: (row.send_rate_per_minute, row.max_unacked) for row in rows}
+
+
+def set_overrides(
+    conn: Connection,
+    dialect: ModuleType,
+    agent: str,
+    send_rate_per_minute: int | None,
+    max_unacked: int | None,
+) -> None:
+    """Replace the agent's overrides; with neither set the row goes, and the defaults hold."""
+    if send_rate_per_minute is None and max_unacked is None:
+        conn.execute(delete(agent_limits).where(agent_limits.c.agent == agent))
+        return
+    values = {"send_rate_per_minute": send_rate_per_minute, "max_unacked": max_unacked}
+    conn.execute(dialect.upsert(agent_limits, ["agent"], {"agent": agent, **values}, values))

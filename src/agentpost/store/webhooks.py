@@ -1,0 +1,259 @@
+"""Webhooks and their deliveries: what each agent asked to be told, and how far each got.
+
+Each webhook keeps a cursor into the event log; the dispatcher turns the events past it into
+deliveries (one row per event and webhook, its id the same on every attempt) and moves the
+cursor in the same transaction, so no event is enqueued twice, whichever replica does it.
+Retries live in the rows (`next_attempt_at`), so they survive restarts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from agentpost.domain.events import HookState, Webhook, WebhookDelivery, retry_delay_s
+from agentpost.domain.ids import delivery_id
+from agentpost.store import events as event_rows
+from agentpost.store.schema import events, webhook_deliveries, webhooks
+
+_LIVE = webhooks.c.deleted_at.is_(None)
+_PENDING = webhook_deliveries.c.state == HookState.PENDING.value
+_STATES = {state.value: state for state in HookState}
+
+
+def insert_webhook(
+    conn: Connection,
+    *,
+    id: str,
+    agent: str,
+    url: str,
+    events: Sequence[str],
+    secret: str,
+    now: float,
+) -> None:
+    """A webhook hears only what happens from now on: its cursor starts at the newest event."""
+    conn.execute(
+        insert(webhooks).values(
+            id=id,
+            agent=agent,
+            url=url,
+            events=json.dumps(list(events)),
+            secret=secret,
+            created_at=now,
+            cursor=event_rows.newest(conn),
+        )
+    )
+
+
+def live_count(conn: Connection, agent: str) -> int:
+    query = select(func.count()).where(webhooks.c.agent == agent, _LIVE)
+    return int(conn.execute(query).scalar_one())
+
+
+def webhook_from_row(row: Row[Any]) -> Webhook:
+    return Webhook(id=row.id, url=row.url, events=json.loads(row.events), created_at=row.created_at)
+
+
+def live_webhooks(conn: Connection, agent: str) -> list[Webhook]:
+    """An agent's webhooks, oldest first (their ids sort by creation time)."""
+    query = select(webhooks).where(webhooks.c.agent == agent, _LIVE).order_by(webhooks.c.id)
+    return [webhook_from_row(row) for row in conn.execute(query)]
+
+
+def live_webhook(conn: Connection, agent: str, webhook_id: str) -> Row[Any] | None:
+    query = select(webhooks).where(webhooks.c.id == webhook_id, webhooks.c.agent == agent, _LIVE)
+    return conn.execute(query).first()
+
+
+def delete_webhook(conn: Connection, webhook_id: str, now: float) -> None:
+    """Stop a webhook: its pending deliveries fail; the rows stay for the log until retention."""
+    conn.execute(update(webhooks).where(webhooks.c.id == webhook_id).values(deleted_at=now))
+    conn.execute(
+        update(webhook_deliveries)
+        .where(webhook_deliveries.c.webhook_id == webhook_id, _PENDING)
+        .values(state=HookState.FAILED.value, next_attempt_at=None, last_error="webhook deleted")
+    )
+
+
+def delivery_from_row(row: Row[Any]) -> WebhookDelivery:
+    return WebhookDelivery(
+        id=row.id,
+        webhook_id=row.webhook_id,
+        event=row.event,
+        event_seq=row.event_seq,
+        state=_STATES[row.state],
+        attempts=row.attempts,
+        last_status=row.last_status,
+        last_error=row.last_error,
+        created_at=row.created_at,
+        delivered_at=row.delivered_at,
+        next_attempt_at=row.next_attempt_at,
+    )
+
+
+def deliveries_of(conn: Connection, webhook_id: str, limit: int) -> list[WebhookDelivery]:
+    """A webhook's deliveries, newest first."""
+    rows = conn.execute(
+        select(webhook_deliveries)
+        .where(webhook_deliveries.c.webhook_id == webhook_id)
+        .order_by(webhook_deliveries.c.created_at.desc(), webhook_deliveries.c.event_seq.desc())
+        .limit(limit)
+    )
+    return [delivery_from_row(row) for row in rows]
+
+
+# -- enqueueing -----------------------------------------------------------------------------
+
+_NEWS = exists().where(events.c.agent == webhooks.c.agent, events.c.seq > webhooks.c.cursor)
+_BEHIND = select(webhooks.c.id).where(_LIVE, _NEWS).limit(1)
+
+
+def any_behind(conn: Connection) -> bool:
+    """Whether some live webhook's agent has events past its cursor (one indexed look each)."""
+    return conn.execute(_BEHIND).first() is not None
+
+
+def enqueue(conn: Connection, now: float, page: int) -> int:
+    """Turn events past each live webhook's cursor into pending deliveries of the types it
+    wants, and move its cursor past them; returns how many deliveries were made."""
+    made: list[dict[str, Any]] = []
+    for hook in conn.execute(select(webhooks).where(_LIVE, _NEWS)).all():
+        found = event_rows.events_after(conn, hook.agent, hook.cursor, page)
+        if not found:
+            continue
+        wanted = set(json.loads(hook.events))
+        for event in found:
+            if event.type not in wanted:
+                continue
+            made_id = delivery_id(now)
+            payload = {"delivery_id": made_id, "webhook_id": hook.id, "agent": hook.agent}
+            payload |= event.to_dict()
+            made.append(
+                {
+                    "id": made_id,
+                    "webhook_id": hook.id,
+                    "event_seq": event.seq,
+                    "event": event.type,
+                    "payload": json.dumps(payload),
+                    "state": HookState.PENDING.value,
+                    "attempts": 0,
+                    "next_attempt_at": now,
+                    "created_at": now,
+                }
+            )
+        conn.execute(update(webhooks).where(webhooks.c.id == hook.id).values(cursor=found[-1].seq))
+    if made:
+        conn.execute(insert(webhook_deliveries), made)
+    return len(made)
+
+
+# -- attempts -------------------------------------------------------------------------------
+
+_NEXT_DUE = select(func.min(webhook_deliveries.c.next_attempt_at)).where(_PENDING)
+
+
+def next_due(conn: Connection) -> float | None:
+    """When the earliest pending delivery is due (None: nothing is pending)."""
+    value = conn.execute(_NEXT_DUE).scalar()
+    return None if value is None else float(value)
+
+
+def claim_due(conn: Connection, now: float, lease_s: float, limit: int) -> list[Row[Any]]:
+    """Take up to `limit` due deliveries for an attempt: none is due again for `lease_s`, so
+    another dispatcher leaves it alone while it is in flight (and retries it, should this one
+    die before it records the outcome).
+
+    Rows: id, event, payload, attempts (those made before this one), url, secret."""
+    due = list(
+        conn.execute(
+            select(webhook_deliveries.c.id)
+            .where(_PENDING, webhook_deliveries.c.next_attempt_at <= now)
+            .order_by(webhook_deliveries.c.next_attempt_at, webhook_deliveries.c.event_seq)
+            .limit(limit)
+        ).scalars()
+    )
+    if not due:
+        return []
+    conn.execute(
+        update(webhook_deliveries)
+        .where(webhook_deliveries.c.id.in_(due))
+        .values(next_attempt_at=now + lease_s)
+    )
+    return list(
+        conn.execute(
+            select(
+                webhook_deliveries.c.id,
+                webhook_deliveries.c.event,
+                webhook_deliveries.c.payload,
+                webhook_deliveries.c.attempts,
+                webhooks.c.url,
+                webhooks.c.secret,
+            )
+            .join(webhooks, webhooks.c.id == webhook_deliveries.c.webhook_id)
+            .where(webhook_deliveries.c.id.in_(due))
+            .order_by(webhook_deliveries.c.next_attempt_at, webhook_deliveries.c.event_seq)
+        )
+    )
+
+
+def record_attempt(
+    conn: Connection,
+    delivery: str,
+    attempt: int,
+    now: float,
+    *,
+    ok: bool,
+    status: int | None,
+    error: str | None,
+    max_attempts: int,
+) -> None:
+    """The outcome of attempt number `attempt`: delivered; or tried again later (1 s, 2 s,
+    4 s …); or, after `max_attempts`, failed. A delivery no longer pending (its webhook was
+    deleted meanwhile) stays as it is."""
+    values: dict[str, Any] = {"attempts": attempt, "last_status": status, "last_error": error}
+    if ok:
+        values |= {"state": HookState.DELIVERED.value, "delivered_at": now}
+        values["next_attempt_at"] = None
+    elif attempt >= max_attempts:
+        values |= {"state": HookState.FAILED.value, "next_attempt_at": None}
+    else:
+        values["next_attempt_at"] = now + retry_delay_s(attempt)
+    conn.execute(
+        update(webhook_deliveries)
+        .where(webhook_deliveries.c.id == delivery, _PENDING)
+        .values(values)
+    )
+
+
+# -- retention ------------------------------------------------------------------------------
+
+
+def purge_before(conn: Connection, before: float, limit: int) -> int:
+    """Delete up to `limit` finished deliveries created before `before`, then deleted webhooks
+    with none left; returns how many deliveries went."""
+    ids = list(
+        conn.execute(
+            select(webhook_deliveries.c.id)
+            .where(webhook_deliveries.c.created_at < before, ~_PENDING)
+            .order_by(webhook_deliveries.c.created_at)
+            .limit(limit)
+        ).scalars()
+    )
+    if ids:
+        conn.execute(delete(webhook_deliveries).where(webhook_deliveries.c.id.in_(ids)))
+    has_deliveries = exists().where(webhook_deliveries.c.webhook_id == webhooks.c.id)
+    conn.execute(delete(webhooks).where(and_(webhooks.c.deleted_at < before, ~has_deliveries)))
+    return len(ids)

@@ -1,0 +1,617 @@
+"""Keys: a bearer secret stands for one agent; lockout after failures; sessions over HTTP;
+the owner's admin key; issuing, revoking and self-registration.
+
+Authentication failures are the one refusal that writes: each leaves an audit row and counts
+toward its address's lockout. Every other refusal changes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from account_helpers import ADDRESS, ADMIN_SECRET, keyed, owner
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller, Trust
+from agentpost.services import PostOffice
+from agentpost.services.keys import default_session_id
+from backends import FakeClock, OpenOffice, refused_without_change, snapshot
+
+pytestmark = pytest.mark.anyio
+
+UNKNOWN = "ap_" + "x" * 43
+"""Shaped like a key; no key of the post office."""
+MINUTE = 60.0
+
+
+async def fail(office: PostOffice, times: int = 1, *, ip: str = ADDRESS) -> None:
+    for _ in range(times):
+        with pytest.raises(AgentpostError) as caught:
+            await office.keys.authenticate(UNKNOWN, ip=ip)
+        assert caught.value.code is ErrorCode.UNAUTHENTICATED
+
+
+async def failures_audited(office: PostOffice) -> list[tuple[str | None, str | None, str]]:
+    entries = await office.admin.audit_log(await owner(office), action="auth.failed")
+    return [(e.target, e.ip, e.detail["reason"]) for e in entries]
+
+
+# -- who a key stands for ------------------------------------------------------------------------
+
+
+async def test_an_issued_key_authenticates_as_its_agent_in_a_session_of_its_own(
+    office: PostOffice,
+) -> None:
+    admin = await owner(office)
+    _, issued = await office.admin.create_agent(admin, "alice", project="shop")
+    caller = await office.keys.authenticate(issued.key, ip=ADDRESS)
+    assert caller == Caller("alice", default_session_id(issued.id), Trust.VERIFIED, admin=False)
+    session = await office.presence.session(caller.session_id or "")
+    assert (session.agent, session.transport, session.host, session.pid, session.project) == (
+        "alice",
+        "http",
+        ADDRESS,
+        None,
+        "shop",
+    )
+    again = await office.keys.authenticate(issued.key, ip="198.51.100.1")
+    assert again.session_id == caller.session_id  # one session per key unless one is named
+
+
+async def test_the_owners_admin_key_is_an_admin_caller_named_owner(office: PostOffice) -> None:
+    admin = await owner(office)
+    assert (admin.agent, admin.admin, admin.trust) == ("owner", True, Trust.VERIFIED)
+
+
+async def test_issued_keys_are_ap_and_32_random_bytes_and_stored_only_as_a_hash(
+    office: PostOffice,
+) -> None:
+    admin = await owner(office)
+    _, first = await office.admin.create_agent(admin, "alice")
+    second = await office.keys.issue(admin, "alice", label="laptop")
+    for issued in (first, second):
+        assert issued.key.startswith("ap_")
+        assert len(issued.key) == 3 + 43  # 32 bytes, URL-safe base64 without padding
+    assert first.key != second.key
+    everything = repr(await snapshot(office.store))
+    assert first.key not in everything
+    assert second.key not in everything
+    assert hashlib.sha256(first.key.encode()).hexdigest() in everything
+
+
+@pytest.mark.parametrize(
+    ("secret", "reason"),
+    [
+        (UNKNOWN, "unknown key"),
+        ("ap_short", "malformed key"),
+        ("ap_" + "x" * 20 + " with a space", "malformed key"),
+        ("ap_" + "é" * 43, "malformed key"),
+        ("x" * 600, "malformed key"),
+    ],
+)
+async def test_an_unknown_or_malformed_key_is_unauthenticated_and_audited(
+    office: PostOffice, secret: str, reason: str
+) -> None:
+    await owner(office)
+    with pytest.raises(AgentpostError) as caught:
+        await office.keys.authenticate(secret, ip=ADDRESS)
+    assert caught.value.code is ErrorCode.UNAUTHENTICATED
+    assert await failures_audited(office) == [(None, ADDRESS, reason)]
+
+
+@pytest.mark.parametrize("secret", [None, ""])
+async def test_a_request_without_a_key_is_refused_without_counting(
+    office: PostOffice, secret: str | None
+) -> None:
+    """MCP clients probe without a key to learn how to authenticate: that is no guess."""
+    await refused_without_change(
+        office, ErrorCode.UNAUTHENTICATED, office.keys.authenticate(secret, ip=ADDRESS)
+    )
+
+
+async def test_a_revoked_key_is_refused_on_the_next_request(office: PostOffice) -> None:
+    admin = await owner(office)
+    _, issued = await office.admin.create_agent(admin, "alice")
+    spare = await office.keys.issue(admin, "alice")
+    await office.keys.authenticate(issued.key, ip=ADDRESS)
+    revoked = await office.keys.revoke(admin, issued.id)
+    assert revoked.revoked_at is not None
+    with pytest.raises(AgentpostError) as caught:
+        await office.keys.authenticate(issued.key, ip=ADDRESS)
+    assert caught.value.code is ErrorCode.UNAUTHENTICATED
+    assert await failures_audited(office) == [(issued.id, ADDRESS, "revoked key")]
+    assert (await office.keys.authenticate(spare.key, ip=ADDRESS)).agent == "alice"
+
+
+async def test_a_disabled_agents_keys_are_refused_until_it_is_enabled(office: PostOffice) -> None:
+    admin = await owner(office)
+    _, issued = await office.admin.create_agent(admin, "alice")
+    await office.admin.disable_agent(admin, "alice")
+    with pytest.raises(AgentpostError) as caught:
+        await office.keys.authenticate(issued.key, ip=ADDRESS)
+    assert caught.value.code is ErrorCode.UNAUTHENTICATED
+    assert await failures_audited(office) == [(issued.id, ADDRESS, "agent disabled")]
+    await office.admin.enable_agent(admin, "alice")
+    assert (await office.keys.authenticate(issued.key, ip=ADDRESS)).agent == "alice"
+
+
+async def test_the_callers_trust_is_read_afresh_on_every_request(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(open_registration=True)
+    issued = await office.keys.self_register("drifter", ip=ADDRESS)
+    assert (await office.keys.authenticate(issued.key, ip=ADDRESS)).trust is Trust.UNTRUSTED
+    await office.admin.vouch(await owner(office), "drifter")
+    assert (await office.keys.authenticate(issued.key, ip=ADDRESS)).trust is Trust.VERIFIED
+
+
+async def test_a_key_records_when_it_was_last_used(office: PostOffice, clock: FakeClock) -> None:
+    admin = await owner(office)
+    _, issued = await office.admin.create_agent(admin, "alice")
+    (fresh,) = await office.keys.list_keys(admin, "alice")
+    assert fresh.last_used_at is None
+    clock.advance(MINUTE)
+    await office.keys.authenticate(issued.key, ip=ADDRESS)
+    (used,) = await office.keys.list_keys(admin, "alice")
+    assert used.last_used_at == clock.now
+
+
+# -- lockout -------------------------------------------------------------------------------------
+
+
+async def test_ten_failures_lock_the_ip_out_for_fifteen_minutes(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    assert (office.settings.lockout_failures, office.settings.lockout_s) == (10, 900)
+    _, secret = await keyed(office, "alice")
+    await fail(office, 9)
+    await office.keys.authenticate(secret, ip=ADDRESS)  # nine are not enough
+    await fail(office)
+    locked = await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=ADDRESS)
+    )
+    assert locked.retry_after_s == 900  # even a good key, from that address
+    assert (await office.keys.authenticate(secret, ip="198.51.100.1")).agent == "alice"
+    clock.advance(899)
+    locked = await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=ADDRESS)
+    )
+    assert locked.retry_after_s == 1
+    clock.advance(1)
+    assert (await office.keys.authenticate(secret, ip=ADDRESS)).agent == "alice"
+
+
+async def test_ten_failures_within_fifteen_minutes_lock_wherever_the_clock_stands(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Counted from the first failure of a run, not in windows fixed to the clock."""
+    _, secret = await keyed(office, "alice")
+    clock.advance(800)
+    await fail(office, 5)
+    clock.advance(150)  # past a multiple of fifteen minutes since the epoch
+    await fail(office, 5)
+    await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=ADDRESS)
+    )
+
+
+async def test_failures_further_apart_than_fifteen_minutes_do_not_lock(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    _, secret = await keyed(office, "alice")
+    await fail(office, 9)
+    clock.advance(901)
+    await fail(office, 9)
+    assert (await office.keys.authenticate(secret, ip=ADDRESS)).agent == "alice"
+
+
+async def test_a_good_key_does_not_wipe_the_failures_counted_before_it(
+    office: PostOffice,
+) -> None:
+    """Else one valid key would let its holder guess at others without end."""
+    _, secret = await keyed(office, "alice")
+    await fail(office, 9)
+    await office.keys.authenticate(secret, ip=ADDRESS)
+    await fail(office)
+    await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=ADDRESS)
+    )
+
+
+async def test_after_a_lockout_the_count_starts_again(office: PostOffice, clock: FakeClock) -> None:
+    _, secret = await keyed(office, "alice")
+    await fail(office, 10)
+    clock.advance(900)
+    await fail(office, 9)
+    assert (await office.keys.authenticate(secret, ip=ADDRESS)).agent == "alice"
+
+
+async def test_lockout_survives_a_restart(open_office: OpenOffice) -> None:
+    first = await open_office()
+    _, secret = await keyed(first, "alice")
+    await fail(first, 10)
+    await first.aclose()
+    second = await open_office()  # the same database, a new process's view of it
+    await refused_without_change(
+        second, ErrorCode.LOCKED_OUT, second.keys.authenticate(secret, ip=ADDRESS)
+    )
+
+
+async def test_failures_and_lock_length_are_configurable(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(lockout_failures=2, lockout_s=60)
+    _, secret = await keyed(office, "alice")
+    await fail(office, 2)
+    locked = await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=ADDRESS)
+    )
+    assert locked.retry_after_s == 60
+    clock.advance(60)
+    assert (await office.keys.authenticate(secret, ip=ADDRESS)).agent == "alice"
+
+
+async def test_callers_without_an_address_are_counted_together(office: PostOffice) -> None:
+    _, secret = await keyed(office, "alice")
+    for _ in range(10):
+        with pytest.raises(AgentpostError):
+            await office.keys.authenticate(UNKNOWN, ip=None)
+    await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=None)
+    )
+    assert (await office.keys.authenticate(secret, ip=ADDRESS)).agent == "alice"
+
+
+async def test_the_sweep_forgets_failures_and_locks_that_no_longer_count(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    await fail(office, 10)
+    await fail(office, 3, ip="198.51.100.1")
+    clock.advance(900)
+    await fail(office, 1, ip="198.51.100.2")  # a run that still counts
+    await office.mailbox.sweep()
+    windows = (await snapshot(office.store))["rate_windows"]
+    assert [row[0] for row in windows if row[0].startswith("auth")] == ["authfail:198.51.100.2"]
+
+
+# -- sessions over HTTP --------------------------------------------------------------------------
+
+
+async def test_requests_heartbeat_the_session_at_most_every_third_of_heartbeat_s(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A request costs a read; a write only when the heartbeat is due (15 s / 3)."""
+    alice, secret = await keyed(office, "alice")
+    clock.advance(4.9)
+    before = await snapshot(office.store)
+    await office.keys.authenticate(secret, ip=ADDRESS)
+    assert await snapshot(office.store) == before
+    clock.advance(0.1)
+    await office.keys.authenticate(secret, ip=ADDRESS)
+    session = await office.presence.session(alice.session_id or "")
+    assert session.heartbeat_at == clock.now
+
+
+async def test_a_keys_session_goes_offline_without_requests_and_comes_back_with_one(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    _, secret = await keyed(office, "alice")
+    clock.advance(office.settings.offline_after_s)
+    assert [p.online for p in await office.presence.who(include_offline=True)] == [False, False]
+    await office.keys.authenticate(secret, ip=ADDRESS)
+    assert [p.name for p in await office.presence.who()] == ["alice"]
+
+
+async def test_an_http_session_carries_where_the_agent_works(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, secret = await keyed(office, "alice")
+    clock.advance(1)  # `who` shows the freshest session
+    session = await office.presence.open_http_session(
+        alice,
+        host="build-7",
+        project="shop",
+        worktree="/src/shop",
+        branch="main",
+        objective="release",
+    )
+    assert session.id != alice.session_id
+    assert (session.transport, session.host, session.pid) == ("http", "build-7", None)
+    named = await office.keys.authenticate(secret, ip=ADDRESS, session=session.id)
+    assert named.session_id == session.id
+    (present,) = [p for p in await office.presence.who() if p.name == "alice"]
+    assert (present.project, present.branch, present.objective) == ("shop", "main", "release")
+    assert (await office.directory.me(alice)).project == "shop"  # as a local session's does
+
+
+async def test_a_named_session_must_be_a_live_session_of_the_same_agent(
+    office: PostOffice,
+) -> None:
+    alice, _ = await keyed(office, "alice")
+    _, bob_secret = await keyed(office, "bob")
+    session = await office.presence.open_http_session(alice, host="laptop")
+    for name in (session.id, "s_unknown"):
+        await refused_without_change(
+            office,
+            ErrorCode.NOT_FOUND,
+            office.keys.authenticate(bob_secret, ip=ADDRESS, session=name),
+        )
+    await office.presence.end_session(session.id)
+    _, alice_secret = await keyed(office, "alice-2")
+    await refused_without_change(
+        office,
+        ErrorCode.NOT_FOUND,
+        office.keys.authenticate(alice_secret, ip=ADDRESS, session=session.id),
+    )
+
+
+async def test_an_ended_session_of_alice_is_not_found_for_her_either(office: PostOffice) -> None:
+    admin = await owner(office)
+    alice, _ = await keyed(office, "alice")
+    spare = await office.keys.issue(admin, "alice")
+    session = await office.presence.open_http_session(alice, host="laptop")
+    await office.presence.end_session(session.id)
+    await refused_without_change(
+        office,
+        ErrorCode.NOT_FOUND,
+        office.keys.authenticate(spare.key, ip=ADDRESS, session=session.id),
+    )
+
+
+async def test_a_keys_own_session_comes_back_after_the_agent_is_enabled_again(
+    office: PostOffice,
+) -> None:
+    admin = await owner(office)
+    alice, secret = await keyed(office, "alice")
+    await office.admin.disable_agent(admin, "alice")
+    assert (await office.presence.session(alice.session_id or "")).ended_at is not None
+    await office.admin.enable_agent(admin, "alice")
+    again = await office.keys.authenticate(secret, ip=ADDRESS)
+    assert again.session_id == alice.session_id
+    assert (await office.presence.session(again.session_id or "")).ended_at is None
+
+
+async def test_an_agent_heartbeats_and_ends_only_sessions_of_its_own(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, _ = await keyed(office, "alice")
+    bob, _ = await keyed(office, "bob")
+    session = await office.presence.open_http_session(alice, host="laptop")
+    clock.advance(30)
+    await office.presence.heartbeat_of(alice, session.id)
+    assert (await office.presence.session(session.id)).heartbeat_at == clock.now
+    for call in (
+        office.presence.heartbeat_of(bob, session.id),
+        office.presence.end_session_of(bob, session.id),
+        office.presence.heartbeat_of(alice, "s_unknown"),
+    ):
+        await refused_without_change(office, ErrorCode.NOT_FOUND, call)
+    await office.presence.end_session_of(alice, session.id)
+    ended = await office.presence.session(session.id)
+    assert ended.ended_at == clock.now
+    await office.presence.end_session_of(alice, session.id)  # again: nothing more to do
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.presence.heartbeat_of(alice, session.id)
+    )
+
+
+@pytest.mark.parametrize(
+    ("context", "code"),
+    [
+        ({"host": "h" * 256}, ErrorCode.TOO_LARGE),
+        ({"host": "laptop", "objective": "o" * 2001}, ErrorCode.TOO_LARGE),
+        ({"host": "laptop", "project": "Not A Project"}, ErrorCode.INVALID_ARGUMENT),
+    ],
+)
+async def test_an_http_session_with_bad_context_is_refused(
+    office: PostOffice, context: dict[str, str], code: ErrorCode
+) -> None:
+    alice, _ = await keyed(office, "alice")
+    await refused_without_change(office, code, office.presence.open_http_session(alice, **context))
+
+
+# -- the owner's key -------------------------------------------------------------------------------
+
+
+async def test_installing_the_admin_key_is_idempotent(office: PostOffice) -> None:
+    first = await office.keys.install_admin_key(ADMIN_SECRET)
+    before = await snapshot(office.store)
+    assert await office.keys.install_admin_key(ADMIN_SECRET) == first
+    assert await snapshot(office.store) == before
+    assert (first.agent, first.admin, first.revoked_at) == ("owner", True, None)
+
+
+@pytest.mark.parametrize("secret", ["short", "x" * 15, "sixteen chars ok"])
+async def test_an_admin_key_under_sixteen_visible_characters_is_refused(
+    office: PostOffice, secret: str
+) -> None:
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.keys.install_admin_key(secret)
+    )
+
+
+async def test_a_revoked_admin_key_stays_revoked_when_installed_again(office: PostOffice) -> None:
+    """Revocation is for good: a leaked key must not come back with the next restart."""
+    configured = await office.keys.install_admin_key(ADMIN_SECRET)
+    admin = await office.keys.authenticate(ADMIN_SECRET, ip=ADDRESS)
+    second = await office.keys.issue(admin, "owner", admin_key=True)
+    await office.keys.revoke(admin, configured.id)
+    again = await office.keys.install_admin_key(ADMIN_SECRET)
+    assert (again.id, again.revoked_at is not None) == (configured.id, True)
+    with pytest.raises(AgentpostError):
+        await office.keys.authenticate(ADMIN_SECRET, ip=ADDRESS)
+    assert (await office.keys.authenticate(second.key, ip=ADDRESS)).admin
+
+
+async def test_an_agents_key_cannot_be_installed_as_the_admin_key(office: PostOffice) -> None:
+    _, secret = await keyed(office, "alice")
+    await refused_without_change(office, ErrorCode.CONFLICT, office.keys.install_admin_key(secret))
+
+
+# -- issuing and revoking ------------------------------------------------------------------------
+
+
+async def test_an_agent_may_hold_several_keys_and_listing_never_shows_a_secret(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    admin = await owner(office)
+    _, first = await office.admin.create_agent(admin, "alice")
+    clock.advance(1)
+    laptop = await office.keys.issue(admin, "alice", label="laptop")
+    for issued in (first, laptop):
+        assert (await office.keys.authenticate(issued.key, ip=ADDRESS)).agent == "alice"
+    listed = await office.keys.list_keys(admin, "alice")
+    assert [(k.id, k.label) for k in listed] == [(first.id, "first key"), (laptop.id, "laptop")]
+    assert set(listed[0].to_dict()) == {
+        "id",
+        "agent",
+        "label",
+        "admin",
+        "created_at",
+        "revoked_at",
+        "last_used_at",
+    }
+    everyone = await office.keys.list_keys(admin)
+    assert {k.agent for k in everyone} == {"owner", "alice"}
+
+
+async def test_admin_keys_belong_to_the_owner(office: PostOffice) -> None:
+    admin = await owner(office)
+    await keyed(office, "alice")
+    await refused_without_change(
+        office,
+        ErrorCode.INVALID_ARGUMENT,
+        office.keys.issue(admin, "alice", admin_key=True),
+    )
+
+
+@pytest.mark.parametrize(
+    ("agent", "code"),
+    [
+        ("nobody", ErrorCode.NOT_FOUND),
+        ("system", ErrorCode.NOT_FOUND),
+        ("Not A Name", ErrorCode.INVALID_ARGUMENT),
+        ("alice", ErrorCode.GONE),
+    ],
+)
+async def test_a_key_only_goes_to_an_enabled_agent(
+    office: PostOffice, agent: str, code: ErrorCode
+) -> None:
+    admin = await owner(office)
+    await keyed(office, "alice")
+    await office.admin.disable_agent(admin, "alice")
+    await refused_without_change(office, code, office.keys.issue(admin, agent))
+
+
+async def test_an_overlong_label_is_refused(office: PostOffice) -> None:
+    admin = await owner(office)
+    await keyed(office, "alice")
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.keys.issue(admin, "alice", label="l" * 201)
+    )
+
+
+async def test_revoking_an_unknown_key_is_not_found(office: PostOffice) -> None:
+    admin = await owner(office)
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.keys.revoke(admin, "k_unknown")
+    )
+
+
+async def test_revoking_a_revoked_key_changes_nothing(office: PostOffice) -> None:
+    admin = await owner(office)
+    _, issued = await office.admin.create_agent(admin, "alice")
+    first = await office.keys.revoke(admin, issued.id)
+    before = await snapshot(office.store)
+    assert await office.keys.revoke(admin, issued.id) == first
+    assert await snapshot(office.store) == before
+
+
+async def test_the_last_admin_key_cannot_be_revoked(office: PostOffice) -> None:
+    admin = await owner(office)
+    (configured,) = await office.keys.list_keys(admin, "owner")
+    await refused_without_change(
+        office, ErrorCode.CONFLICT, office.keys.revoke(admin, configured.id)
+    )
+    await office.keys.issue(admin, "owner", admin_key=True)
+    assert (await office.keys.revoke(admin, configured.id)).revoked_at is not None
+
+
+# -- self-registration ---------------------------------------------------------------------------
+
+
+async def test_self_registration_is_forbidden_unless_the_owner_opens_it(office: PostOffice) -> None:
+    assert office.settings.open_registration is False
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.keys.self_register("drifter", ip=ADDRESS)
+    )
+
+
+async def test_a_self_registered_agent_is_untrusted_and_its_key_works_at_once(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(open_registration=True)
+    issued = await office.keys.self_register(
+        "drifter", description="a stranger", project="shop", ip=ADDRESS
+    )
+    caller = await office.keys.authenticate(issued.key, ip=ADDRESS)
+    assert (caller.agent, caller.trust, caller.admin) == ("drifter", Trust.UNTRUSTED, False)
+    me = await office.directory.me(caller)
+    assert (me.description, me.project, me.trust) == ("a stranger", "shop", "untrusted")
+    (entry,) = await office.admin.audit_log(await owner(office), action="agent.registered")
+    assert (entry.actor, entry.target, entry.ip) == ("drifter", "drifter", ADDRESS)
+
+
+async def test_registration_is_limited_per_address_and_hour(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(open_registration=True, register_rate_per_hour=2)
+    clock.now -= clock.now % 3600  # on the hour, so what is left of it is easy to say
+    await office.keys.self_register("first", ip=ADDRESS)
+    await office.keys.self_register("second", ip=ADDRESS)
+    limited = await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.keys.self_register("third", ip=ADDRESS)
+    )
+    assert limited.retry_after_s == 3600
+    await office.keys.self_register("elsewhere", ip="198.51.100.1")
+    clock.advance(3600)
+    await office.keys.self_register("third", ip=ADDRESS)
+
+
+async def test_the_default_registration_rate_is_ten_an_hour(open_office: OpenOffice) -> None:
+    office = await open_office(open_registration=True)
+    for n in range(10):
+        await office.keys.self_register(f"agent-{n}", ip=ADDRESS)
+    await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.keys.self_register("agent-10", ip=ADDRESS)
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("alice", ErrorCode.CONFLICT),
+        ("gone", ErrorCode.CONFLICT),
+        ("owner", ErrorCode.FORBIDDEN),
+        ("agentpost", ErrorCode.FORBIDDEN),
+        ("Bad Name", ErrorCode.INVALID_ARGUMENT),
+    ],
+)
+async def test_a_taken_reserved_or_malformed_name_cannot_be_registered(
+    open_office: OpenOffice, name: str, code: ErrorCode
+) -> None:
+    office = await open_office(open_registration=True)
+    admin = await owner(office)
+    await keyed(office, "alice")
+    await keyed(office, "gone")
+    await office.admin.disable_agent(admin, "gone")  # names are never reused
+    await refused_without_change(office, code, office.keys.self_register(name, ip=ADDRESS))
+
+
+async def test_with_a_roster_only_its_names_may_register(open_office: OpenOffice) -> None:
+    office = await open_office(open_registration=True, agents=["alice"])
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.keys.self_register("drifter", ip=ADDRESS)
+    )
+    assert (await office.keys.self_register("alice", ip=ADDRESS)).agent == "alice"

@@ -1,0 +1,447 @@
+"""Webhooks against a real HTTP receiver on 127.0.0.1 that checks every signature itself.
+
+The receiver is a few lines of HTTP/1.1 over a TCP listener: it answers what each test scripts
+(500, a redirect, 200), and records what came. The dispatcher runs as `serve` runs it; retries
+are due by the store's clock, which the tests move.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+import pytest
+from anyio.abc import SocketAttribute
+
+from agentpost.domain.errors import ErrorCode
+from agentpost.domain.events import MAX_WEBHOOKS, HookState, WebhookDelivery
+from agentpost.domain.models import Caller
+from agentpost.services import PostOffice
+from agentpost.store import webhooks as webhook_rows
+from backends import FakeClock, OpenOffice, refused_without_change
+from webhook_receiver import Receiver, listening
+
+pytestmark = pytest.mark.anyio
+
+T = TypeVar("T")
+DAY = 86_400
+
+
+@asynccontextmanager
+async def running(office: PostOffice, receiver: Receiver) -> AsyncIterator[None]:
+    """The receiver listening on 127.0.0.1 (its url set), and the office's dispatcher."""
+    async with listening(receiver), anyio.create_task_group() as tg:
+        tg.start_soon(office.webhooks.run_dispatcher)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+
+
+async def until(office: PostOffice, check: Callable[[], Awaitable[T | None]]) -> T:
+    """What `check` answers once it answers something: asked again after each commit (the
+    dispatcher's too), for ten seconds at most."""
+    with anyio.fail_after(10):
+        while True:
+            version = office.store.version
+            if found := await check():
+                return found
+            await office.store.wait_changed(version, 1)
+
+
+async def hook(office: PostOffice, caller: Caller, receiver: Receiver, *types: str) -> str:
+    """A webhook of the caller's to the receiver (which learns its secret); returns its id."""
+    created, secret = await office.webhooks.create(
+        caller, receiver.url, list(types) or ["message.created"]
+    )
+    receiver.secret = secret
+    return created.id
+
+
+def log_when(
+    office: PostOffice,
+    caller: Caller,
+    webhook: str,
+    done: Callable[[WebhookDelivery], bool],
+    count: int = 1,
+) -> Callable[[], Awaitable[list[WebhookDelivery] | None]]:
+    """A check for `until`: the delivery log, once it holds `count` deliveries, each `done`."""
+
+    async def check() -> list[WebhookDelivery] | None:
+        found = await office.webhooks.deliveries(caller, webhook)
+        return found if len(found) == count and all(done(d) for d in found) else None
+
+    return check
+
+
+def delivered(d: WebhookDelivery) -> bool:
+    return d.state is HookState.DELIVERED
+
+
+async def agents(office: PostOffice, *names: str) -> list[Caller]:
+    return [await office.presence.ensure_agent(name) for name in names]
+
+
+# -- delivering -------------------------------------------------------------------------------
+
+
+async def test_a_webhook_receives_its_agents_events_signed_with_its_secret(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver()
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver)
+        first = await office.mailbox.send(alice, "bob", "plans for friday", subject="hello")
+        second = await office.mailbox.send(alice, "bob", "two")
+        log = await until(office, log_when(office, bob, webhook, delivered, count=2))
+    assert len(receiver.requests) == 2
+    assert all(r.signed for r in receiver.requests)
+    by_message = {r.payload["message_id"]: r for r in receiver.requests}
+    one = by_message[first.id]
+    assert one.path == "/hook"
+    assert one.headers["x-agentpost-event"] == "message.created"
+    assert one.headers["content-type"] == "application/json"
+    assert one.headers["x-agentpost-signature"].startswith(f"t={int(clock())},v1=")
+    assert one.payload["delivery_id"] == one.headers["x-agentpost-delivery"]
+    assert {k: one.payload[k] for k in ("webhook_id", "agent", "type", "at")} == {
+        "webhook_id": webhook,
+        "agent": "bob",
+        "type": "message.created",
+        "at": clock(),
+    }
+    assert one.payload["data"]["from"] == "alice"
+    assert one.payload["data"]["subject"] == "hello"
+    assert b"plans for friday" not in one.body, "the body stays in the inbox"
+    assert second.id in by_message
+    ids = {r.headers["x-agentpost-delivery"] for r in receiver.requests}
+    assert ids == {d.id for d in log}
+    assert len(ids) == 2, "one delivery id per event"
+    assert all((d.attempts, d.last_status, d.delivered_at) == (1, 200, clock()) for d in log)
+
+
+async def test_a_webhook_receives_only_the_event_types_it_subscribed_to(
+    office: PostOffice,
+) -> None:
+    alice, bob, _carol = await agents(office, "alice", "bob", "carol")
+    receiver = Receiver()
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver, "message.acked")
+        await office.mailbox.send(alice, "bob", "bob hears of this, the webhook does not")
+        await office.mailbox.send(alice, "carol", "not bob's at all")
+        asked = await office.mailbox.send(bob, "alice", "please ack")
+        await office.mailbox.inbox(alice)  # message.read: not subscribed either
+        await office.mailbox.ack(alice, [asked.id])
+        (only,) = await until(office, log_when(office, bob, webhook, delivered))
+    assert only.event == "message.acked"
+    assert [(r.payload["type"], r.payload["message_id"]) for r in receiver.requests] == [
+        ("message.acked", asked.id)
+    ]
+    assert receiver.requests[0].payload["data"] == {"to": "alice"}
+
+
+async def test_a_webhook_hears_only_what_happens_after_it_is_created(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "before the webhook")
+    receiver = Receiver()
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver)
+        after = await office.mailbox.send(alice, "bob", "after")
+        await until(office, log_when(office, bob, webhook, delivered))
+    assert [r.payload["message_id"] for r in receiver.requests] == [after.id]
+
+
+async def test_a_failed_delivery_is_retried_with_the_same_id_until_it_lands(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver(answers=[(500, {})])
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver)
+        await office.mailbox.send(alice, "bob", "try again")
+        (failed,) = await until(office, log_when(office, bob, webhook, lambda d: d.attempts == 1))
+        assert (failed.state, failed.last_status, failed.last_error) == (
+            HookState.PENDING,
+            500,
+            "HTTP 500",
+        )
+        assert failed.next_attempt_at == clock() + 1  # then 2 s, 4 s …
+        clock.advance(1)
+        (landed,) = await until(office, log_when(office, bob, webhook, delivered))
+    assert (landed.id, landed.attempts, landed.last_status, landed.last_error) == (
+        failed.id,
+        2,
+        200,
+        None,
+    )
+    first, second = receiver.requests
+    assert first.headers["x-agentpost-delivery"] == second.headers["x-agentpost-delivery"]
+    assert first.headers["x-agentpost-delivery"] == failed.id
+    assert first.body == second.body
+    assert first.signed
+    assert second.signed
+
+
+async def test_a_delivery_fails_after_its_last_attempt(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(webhook_max_attempts=2)
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver(answers=[(503, {}), (500, {}), (200, {})])
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver)
+        await office.mailbox.send(alice, "bob", "doomed")
+        await until(office, log_when(office, bob, webhook, lambda d: d.attempts == 1))
+        clock.advance(1)
+        (gone,) = await until(
+            office, log_when(office, bob, webhook, lambda d: d.state is not HookState.PENDING)
+        )
+    assert (gone.state, gone.attempts, gone.last_status, gone.next_attempt_at) == (
+        HookState.FAILED,
+        2,
+        500,
+        None,
+    )
+    assert len(receiver.requests) == 2
+
+
+async def test_a_redirect_is_not_followed_and_counts_as_a_failure(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(webhook_max_attempts=1)
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver()
+    async with running(office, receiver):
+        receiver.answers = [(307, {"Location": f"http://127.0.0.1:{receiver.port}/elsewhere"})]
+        webhook = await hook(office, bob, receiver)
+        await office.mailbox.send(alice, "bob", "go away")
+        (failed,) = await until(
+            office, log_when(office, bob, webhook, lambda d: d.state is HookState.FAILED)
+        )
+        await anyio.sleep(0.2)  # a followed redirect would arrive now
+    assert (failed.last_status, failed.attempts) == (307, 1)
+    assert "redirect" in (failed.last_error or "")
+    assert [r.path for r in receiver.requests] == ["/hook"]
+
+
+async def test_an_unreachable_receiver_is_recorded_as_an_error_and_retried(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    closed = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = closed.extra(SocketAttribute.local_port)
+    await closed.aclose()  # nothing listens there now
+    receiver = Receiver()
+    async with running(office, receiver):
+        url = f"http://127.0.0.1:{port}/"
+        created, _ = await office.webhooks.create(bob, url, ["message.created"])
+        await office.mailbox.send(alice, "bob", "anyone there?")
+        (failed,) = await until(
+            office, log_when(office, bob, created.id, lambda d: d.attempts == 1)
+        )
+    assert failed.state is HookState.PENDING
+    assert failed.last_status is None
+    assert failed.last_error
+    assert failed.next_attempt_at == clock() + 1
+
+
+async def test_a_name_is_resolved_checked_and_the_checked_address_is_the_one_used(
+    office: PostOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    real = anyio.getaddrinfo
+
+    async def resolve(host: Any, port: Any, **options: Any) -> Any:
+        if host == "receiver.test":
+            return await real("127.0.0.1", port, **options)
+        return await real(host, port, **options)
+
+    monkeypatch.setattr(anyio, "getaddrinfo", resolve)
+    receiver = Receiver()
+    async with running(office, receiver):
+        created, receiver.secret = await office.webhooks.create(
+            bob, f"http://receiver.test:{receiver.port}/named", ["message.created"]
+        )
+        await office.mailbox.send(alice, "bob", "by name")
+        await until(office, log_when(office, bob, created.id, delivered))
+    (request,) = receiver.requests
+    assert request.headers["host"] == f"receiver.test:{receiver.port}"
+    assert request.path == "/named"
+    assert request.signed
+
+
+async def test_a_name_that_resolves_to_a_forbidden_address_is_refused_at_delivery(
+    open_office: OpenOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    office = await open_office(webhook_max_attempts=1)
+    alice, bob = await agents(office, "alice", "bob")
+    real = anyio.getaddrinfo
+
+    async def resolve(host: Any, port: Any, **options: Any) -> Any:
+        if host == "sneaky.test":  # a name that points at the metadata service
+            return await real("169.254.169.254", port, **options)
+        return await real(host, port, **options)
+
+    monkeypatch.setattr(anyio, "getaddrinfo", resolve)
+    receiver = Receiver()
+    async with running(office, receiver):
+        created, _ = await office.webhooks.create(
+            bob, "http://sneaky.test/hook", ["message.created"]
+        )
+        await office.mailbox.send(alice, "bob", "for the metadata service?")
+        (refused,) = await until(
+            office, log_when(office, bob, created.id, lambda d: d.attempts == 1)
+        )
+    assert refused.state is HookState.FAILED
+    assert "metadata" in (refused.last_error or "")
+    assert receiver.requests == []
+
+
+async def test_a_deleted_webhook_receives_nothing_more_and_its_pending_deliveries_fail(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver(answers=[(500, {})])
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver)
+        await office.mailbox.send(alice, "bob", "fails once")
+        (pending,) = await until(office, log_when(office, bob, webhook, lambda d: d.attempts == 1))
+        await office.webhooks.delete(bob, webhook)
+        clock.advance(60)
+        await office.mailbox.send(alice, "bob", "after the delete")
+        await anyio.sleep(0.3)
+    assert len(receiver.requests) == 1
+    assert await office.webhooks.list(bob) == []
+    # The log of a deleted webhook is no one's to read any more; the rows stay until retention.
+    failed = await office.store.read(lambda conn: webhook_rows.deliveries_of(conn, webhook, 10))
+    assert [(d.id, d.state, d.last_error) for d in failed] == [
+        (pending.id, HookState.FAILED, "webhook deleted")
+    ]
+
+
+# -- creating, listing, deleting ----------------------------------------------------------------
+
+
+async def test_a_webhook_is_listed_without_its_secret_which_is_shown_once(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    (bob,) = await agents(office, "bob")
+    created, secret = await office.webhooks.create(
+        bob, " https://hooks.example.com/in ", ["message.read", "message.created", "message.read"]
+    )
+    assert secret.startswith("whsec_")
+    assert len(secret) > 40
+    assert created.url == "https://hooks.example.com/in"
+    assert created.events == ["message.read", "message.created"]
+    assert created.created_at == clock()
+    assert created.id.startswith("wh_")
+    assert await office.webhooks.list(bob) == [created]
+    assert secret not in json.dumps([w.to_dict() for w in await office.webhooks.list(bob)])
+
+
+async def test_another_agent_cannot_see_delete_or_read_the_log_of_your_webhook(
+    office: PostOffice,
+) -> None:
+    bob, mallory = await agents(office, "bob", "mallory")
+    created, _ = await office.webhooks.create(bob, "http://127.0.0.1:9/", ["message.created"])
+    assert await office.webhooks.list(mallory) == []
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.webhooks.delete(mallory, created.id)
+    )
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.webhooks.deliveries(mallory, created.id)
+    )
+    assert await office.webhooks.list(bob) == [created]
+    await office.webhooks.delete(bob, created.id)
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.webhooks.delete(bob, created.id)
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://169.254.1.1:8080/",
+        "http://[fe80::1]/",
+        "http://[fd00:ec2::254]/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://metadata.google.internal/computeMetadata/v1/",
+        "http://METADATA.google.internal./",
+        "http://2852039166/",
+        "http://0xA9FEA9FE/",
+        "http://224.0.0.1/",
+        "http://[ff02::1]/",
+        "http://0.0.0.0:8080/",
+        "http://[::]/",
+        "http://255.255.255.255/",
+    ],
+)
+async def test_a_link_local_or_metadata_url_is_refused_at_create_and_nothing_stored(
+    office: PostOffice, url: str
+) -> None:
+    (bob,) = await agents(office, "bob")
+    create = office.webhooks.create(bob, url, ["message.created"])
+    await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, create)
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/", "not a url", "http:///no-host", "", "/relative", 42, None]
+)
+async def test_a_url_that_is_no_http_url_is_refused(office: PostOffice, url: Any) -> None:
+    (bob,) = await agents(office, "bob")
+    create = office.webhooks.create(bob, url, ["message.created"])
+    await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, create)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost:8080/hook",
+        "http://127.0.0.1:9000/",
+        "http://[::1]:9000/",
+        "http://10.1.2.3/",
+        "http://192.168.1.20/in",
+        "https://hooks.example.com/in",
+    ],
+)
+async def test_loopback_private_and_public_urls_are_allowed(office: PostOffice, url: str) -> None:
+    (bob,) = await agents(office, "bob")
+    created, _ = await office.webhooks.create(bob, url, ["message.created"])
+    assert created.url == url
+
+
+@pytest.mark.parametrize("events", [[], ["message.deleted"], "message.created", [1], None])
+async def test_events_must_be_a_list_of_known_types(office: PostOffice, events: Any) -> None:
+    (bob,) = await agents(office, "bob")
+    create = office.webhooks.create(bob, "http://127.0.0.1:9/", events)
+    await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, create)
+
+
+async def test_an_agent_has_a_bounded_number_of_webhooks(office: PostOffice) -> None:
+    (bob,) = await agents(office, "bob")
+    for i in range(MAX_WEBHOOKS):
+        await office.webhooks.create(bob, f"http://127.0.0.1:9/{i}", ["message.created"])
+    create = office.webhooks.create(bob, "http://127.0.0.1:9/more", ["message.created"])
+    await refused_without_change(office, ErrorCode.CONFLICT, create)
+
+
+async def test_old_finished_deliveries_go_in_the_sweep(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(retention_days=1)
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver()
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver)
+        await office.mailbox.send(alice, "bob", "soon history")
+        await until(office, log_when(office, bob, webhook, delivered))
+    clock.advance(DAY)
+    await office.mailbox.sweep()
+    assert len(await office.webhooks.deliveries(bob, webhook)) == 1  # a day: still kept
+    clock.advance(1)
+    await office.mailbox.sweep()
+    assert await office.webhooks.deliveries(bob, webhook) == []

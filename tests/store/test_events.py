@@ -1,0 +1,166 @@
+"""The event log's rows: written in the mail's own transactions, read by cursor, kept by age."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sqlalchemy import Connection
+
+from agentpost.domain.events import Event
+from agentpost.store import events, mail
+from agentpost.store.database import Store
+from backends import FakeClock
+from store.test_mail import put
+
+pytestmark = pytest.mark.anyio
+
+
+async def log_of(store: Store, agent: str, after: int = 0) -> list[Event]:
+    return await store.read(lambda c: events.events_after(c, agent, after, 500))
+
+
+async def kinds(store: Store, agent: str) -> list[tuple[str, str | None, dict[str, object]]]:
+    return [(e.type, e.message_id, e.data) for e in await log_of(store, agent)]
+
+
+async def test_a_delivery_writes_message_created_into_each_recipients_log_only(
+    store: Store,
+) -> None:
+    mid, _ = await put(store, "alice", ["bob", "carol"], subject="lunch?", thread="t1")
+    about = {
+        "from": "alice",
+        "subject": "lunch?",
+        "thread_id": "t1",
+        "kind": "message",
+        "priority": "normal",
+        "channel": None,
+    }
+    assert await kinds(store, "bob") == [("message.created", mid, about)]
+    assert await kinds(store, "carol") == [("message.created", mid, about)]
+    assert await kinds(store, "alice") == []
+
+
+@pytest.mark.parametrize(
+    "subject", ['say "hi"\\n', "line one\nline two", "ünïcødé ✓ 🚀", "'); DROP TABLE events;--"]
+)
+async def test_any_subject_survives_the_events_json_unchanged(store: Store, subject: str) -> None:
+    await put(store, "alice", ["bob"], subject=subject, channel="ops")
+    (created,) = await log_of(store, "bob")
+    assert created.data["subject"] == subject
+    assert created.data["channel"] == "#ops"
+
+
+async def test_a_rolled_back_send_leaves_no_event(store: Store) -> None:
+    class Refused(Exception):
+        pass
+
+    def tx(conn: Connection) -> None:
+        seq = mail.insert_message(
+            conn,
+            id="m_refused",
+            sender="alice",
+            recipients='["bob"]',
+            kind="message",
+            body="never",
+            thread_id="m_refused",
+            priority="normal",
+            must_read=False,
+            created_at=store.clock(),
+            trust="verified",
+        )
+        mail.insert_deliveries(conn, seq, ["bob"], urgent=False, expires_at=None)
+        raise Refused
+
+    with pytest.raises(Refused):
+        await store.write(tx)
+    assert await log_of(store, "bob") == []
+
+
+async def test_reading_tells_the_sender_once_which_recipient_read(
+    store: Store, clock: FakeClock
+) -> None:
+    mid, seq = await put(store, "alice", ["bob", "carol"])
+    clock.advance(5)
+    for _ in range(2):  # the second mark finds nothing queued: no second event
+        await store.write(lambda c: mail.mark_read(c, "bob", [seq], clock()))
+    (read,) = await log_of(store, "alice")
+    assert (read.type, read.message_id, read.data, read.at) == (
+        "message.read",
+        mid,
+        {"to": "bob"},
+        clock(),
+    )
+
+
+async def test_an_ack_tells_the_sender_once_and_a_refused_ack_not_at_all(
+    store: Store, clock: FakeClock
+) -> None:
+    mine, _ = await put(store, "alice", ["bob"], "mine")
+    await put(store, "alice", ["carol"], "theirs")
+    for _ in range(2):
+        await store.write(lambda c: mail.ack(c, "bob", [mine, "m_nope"], clock()))
+    assert await kinds(store, "alice") == [("message.acked", mine, {"to": "bob"})]
+
+
+async def test_expiry_tells_each_sender_whose_recipient_let_mail_expire(
+    store: Store, clock: FakeClock
+) -> None:
+    short, _ = await put(store, "alice", ["bob", "carol"], ttl=10)
+    other, _ = await put(store, "dave", ["bob"], ttl=10)
+    await put(store, "alice", ["bob"], "forever")
+    clock.advance(10)
+    assert await store.write(lambda c: mail.expire_due(c, clock())) == 3
+    assert await store.write(lambda c: mail.expire_due(c, clock())) == 0
+    assert sorted(await kinds(store, "alice"), key=json.dumps) == [
+        ("message.expired", short, {"to": "bob"}),
+        ("message.expired", short, {"to": "carol"}),
+    ]
+    assert await kinds(store, "dave") == [("message.expired", other, {"to": "bob"})]
+
+
+async def test_events_after_a_cursor_are_exactly_the_later_ones_oldest_first(
+    store: Store,
+) -> None:
+    for i in range(5):
+        await put(store, "alice", ["bob"], str(i))
+    everything = await log_of(store, "bob")
+    seqs = [e.seq for e in everything]
+    assert seqs == sorted(set(seqs))
+    assert await log_of(store, "bob", after=seqs[1]) == everything[2:]
+    page = await store.read(lambda c: events.events_after(c, "bob", seqs[0], 2))
+    assert page == everything[1:3]
+    assert await store.read(lambda c: events.newest_for(c, "bob")) == seqs[-1]
+    assert await store.read(lambda c: events.newest_for(c, "nobody")) == 0
+
+
+async def test_touched_names_each_agent_with_its_newest_event_and_the_newest_seen(
+    store: Store,
+) -> None:
+    start = await store.read(events.newest)
+    await put(store, "alice", ["bob", "carol"])
+    await put(store, "alice", ["bob"])
+    bob, carol = await log_of(store, "bob"), await log_of(store, "carol")
+    found, seen = await store.read(lambda c: events.touched(c, start, 100))
+    assert found == {"bob": bob[-1].seq, "carol": carol[-1].seq}
+    assert seen == bob[-1].seq
+    assert await store.read(lambda c: events.touched(c, seen, 100)) == ({}, seen)
+    assert await store.read(lambda c: events.touched(c, 2**62, 100)) == ({}, seen)
+    first, cut = await store.read(lambda c: events.touched(c, start, 1))
+    assert len(first) == 1
+    assert cut > start
+
+
+async def test_purging_takes_old_events_but_keeps_the_newest_so_cursors_never_restart(
+    store: Store, clock: FakeClock
+) -> None:
+    await put(store, "alice", ["bob"], "old")
+    await put(store, "alice", ["bob"], "old too")
+    newest_old = (await log_of(store, "bob"))[-1].seq
+    clock.advance(100)
+    assert await store.write(lambda c: events.purge_before(c, clock(), 500)) == 1
+    assert [e.seq for e in await log_of(store, "bob")] == [newest_old]
+    await put(store, "alice", ["bob"], "new")
+    assert (await log_of(store, "bob"))[-1].seq > newest_old
+    assert await store.write(lambda c: events.purge_before(c, clock() - 1, 500)) == 1
+    assert await store.write(lambda c: events.purge_before(c, clock() - 1, 500)) == 0
