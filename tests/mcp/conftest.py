@@ -15,6 +15,7 @@ import pytest
 
 from agentpost.config import Settings
 from agentpost.services import PostOffice
+from service_process import service  # noqa: F401 - a fixture, registered by being imported
 from stdio_agents import LEGACY, MODERN, Agents, Ledger
 
 

@@ -40,9 +40,8 @@ What we found in the SDK (2.3.0) while writing this:
 from __future__ import annotations
 
 import logging
-import os
-import stat
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -54,14 +53,16 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver.tools import Tool as _FunctionTool
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.applications import Starlette
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.mcp.pipes import StdinLines, StdoutLines
 
-__all__ = ["MailboxServer", "ToolOutput"]
+__all__ = ["HttpRequest", "MailboxServer", "ToolOutput", "current_http_request"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,39 @@ class ToolOutput:
 
     text: str
     structured: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """The HTTP request an MCP message arrived on, as plain values (None over stdio).
+
+    `state` is the ASGI scope's state: what the application's own middleware learnt about the
+    request (who sent it), handed through untouched.
+    """
+
+    headers: Mapping[str, str]
+    query: Mapping[str, str]
+    client_ip: str | None
+    state: Mapping[str, Any]
+
+
+_current_request: ContextVar[HttpRequest | None] = ContextVar("mcp_http_request", default=None)
+
+
+def _http_request_of(ctx: _Ctx) -> HttpRequest | None:
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    headers = getattr(request, "headers", {})
+    query = getattr(request, "query_params", {})
+    client = scope.get("client")
+    return HttpRequest(
+        headers={k.lower(): v for k, v in headers.items()},
+        query=dict(query.items()),
+        client_ip=client[0] if client else None,
+        state=scope.get("state") or {},
+    )
 
 
 def _connection_of(ctx: _Ctx) -> Connection:
@@ -144,7 +178,8 @@ class _LowLevelServer(Server[dict[str, Any]]):
 
 
 class _LegacyPeers:
-    """2025-era connections that can take server-initiated messages, each with its subscribed URIs.
+    """2025-era connections that can take server-initiated messages, each with its subscribed URIs
+    and its audience (whose mail it may be told of; None over stdio, where there is one).
 
     Keyed by the SDK `Connection` (one per client connection on that revision), so a repeated
     subscribe is idempotent and unsubscribe finds the entry a different request created.
@@ -152,105 +187,57 @@ class _LegacyPeers:
 
     def __init__(self) -> None:
         self._uris: dict[Connection, set[str]] = {}
+        self._audience: dict[Connection, str | None] = {}
 
-    def track(self, connection: Connection) -> set[str]:
+    def track(self, connection: Connection, audience: str | None) -> set[str]:
         uris = self._uris.get(connection)
         if uris is None:
             uris = self._uris[connection] = set()
-            connection.exit_stack.callback(self._uris.pop, connection, None)
+            connection.exit_stack.callback(self._forget, connection)
+        self._audience[connection] = audience
         return uris
 
-    def all(self) -> list[Connection]:
-        return list(self._uris)
+    def _forget(self, connection: Connection) -> None:
+        self._uris.pop(connection, None)
+        self._audience.pop(connection, None)
 
-    def subscribed_to(self, uri: str) -> list[Connection]:
-        return [connection for connection, uris in self._uris.items() if uri in uris]
+    def all(self, audience: str | None = None) -> list[Connection]:
+        return [c for c in self._uris if audience is None or self._audience.get(c) == audience]
+
+    def subscribed_to(self, uri: str, audience: str | None = None) -> list[Connection]:
+        return [
+            connection for connection in self.all(audience) if uri in self._uris.get(connection, ())
+        ]
 
 
-class _StdinLines:
-    """stdin as lines of text, read on the event loop so that cancelling the read works.
+class _AudienceListen:
+    """`subscriptions/listen` with one bus per audience, so a listener hears only its own news.
 
-    The SDK's own stdin reader blocks a worker thread in `readline()`, which no cancellation
-    interrupts: on SIGTERM the server would stay up, its session online, until the client
-    closed stdin.
+    Over stdio there is one audience (None); over HTTP each agent is one.
     """
 
-    def __init__(self) -> None:
-        self._fd = os.dup(0)
-        os.set_blocking(self._fd, False)
-        self._buffer = b""
-        self._eof = False
+    def __init__(self, audience: Callable[[], str | None]) -> None:
+        self._audience = audience
+        self._handlers: dict[str | None, ListenHandler] = {}
+        self._buses: dict[str | None, InMemorySubscriptionBus] = {}
 
-    @classmethod
-    def for_pipe(cls) -> _StdinLines | None:
-        """For a pipe or socket (what MCP clients give); None (the SDK's reader) otherwise,
-        since a file or /dev/null cannot be polled."""
-        try:
-            mode = os.fstat(0).st_mode
-        except OSError:
-            return None
-        return cls() if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else None
+    def _handler(self, audience: str | None) -> ListenHandler:
+        handler = self._handlers.get(audience)
+        if handler is None:
+            bus = self._buses[audience] = InMemorySubscriptionBus()
+            handler = self._handlers[audience] = ListenHandler(bus)
+        return handler
 
-    def __aiter__(self) -> _StdinLines:
-        return self
+    async def __call__(
+        self, ctx: _Ctx, params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        return await self._handler(self._audience())(ctx, params)
 
-    async def __anext__(self) -> str:
-        while b"\n" not in self._buffer and not self._eof:
-            await anyio.wait_readable(self._fd)
-            try:
-                chunk = os.read(self._fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            self._eof = not chunk
-            self._buffer += chunk
-        if not self._buffer:
-            raise StopAsyncIteration
-        line, newline, self._buffer = self._buffer.partition(b"\n")
-        return (line + newline).decode("utf-8", errors="replace")
-
-    def close(self) -> None:
-        os.set_blocking(self._fd, True)  # the pipe's description is shared with fd 0
-        os.close(self._fd)
-
-
-class _StdoutLines:
-    """stdout written on the event loop: the SDK's writer hands every line and every flush to
-    a worker thread, two thread hops per message.
-
-    The protocol keeps a private copy of fd 1, and fd 1 itself is pointed at stderr while we
-    serve (as the SDK does), so a stray print cannot corrupt the wire.
-    """
-
-    def __init__(self) -> None:
-        self._fd = os.dup(1)
-        os.dup2(2, 1)
-        os.set_blocking(self._fd, False)
-
-    @classmethod
-    def for_pipe(cls) -> _StdoutLines | None:
-        try:
-            mode = os.fstat(1).st_mode
-        except OSError:
-            return None
-        return cls() if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) else None
-
-    async def write(self, text: str) -> None:
-        data = memoryview(text.encode("utf-8"))
-        while data:
-            try:
-                written = os.write(self._fd, data)
-            except BlockingIOError:
-                await anyio.wait_writable(self._fd)
-                continue
-            data = data[written:]
-
-    async def flush(self) -> None:
-        """Every write already reached the pipe."""
-
-    def close(self) -> None:
-        os.set_blocking(self._fd, True)
-        os.dup2(self._fd, 1)
-        os.close(self._fd)
+    async def publish(self, uri: str, audience: str | None) -> None:
+        targets = self._buses.values() if audience is None else [self._buses.get(audience)]
+        for bus in targets:
+            if bus is not None:
+                await bus.publish(ResourceUpdated(uri=uri))
 
 
 async def _push_all(
@@ -285,12 +272,19 @@ class MailboxServer:
         resource_uris: Sequence[str] = ("agentpost://inbox",),
         *,
         experimental_capabilities: Mapping[str, Mapping[str, Any]] | None = None,
+        audience: Callable[[], str | None] = lambda: None,
+        offered_tools: Callable[[], Collection[str] | None] = lambda: None,
     ) -> None:
+        """`audience` says, inside a request, whose news the requesting connection may hear;
+        `offered_tools`, which tools it may list and call (None: all of them). Both are asked
+        in the request's context, where `current_http_request()` answers."""
         self._read = read_resource
         self._resource_uris = tuple(resource_uris)
         self._tools: dict[str, _FunctionTool] = {}
         self._peers = _LegacyPeers()
-        self._bus = InMemorySubscriptionBus()
+        self._audience = audience
+        self._offered = offered_tools
+        self._listen = _AudienceListen(audience)
         self._server = _LowLevelServer(
             name,
             version=version,
@@ -302,7 +296,7 @@ class MailboxServer:
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
-            on_subscriptions_listen=ListenHandler(self._bus),
+            on_subscriptions_listen=self._listen,
         )
         if experimental_capabilities:
             self._server.experimental_capabilities = {
@@ -338,24 +332,29 @@ class MailboxServer:
 
     # -- push ---------------------------------------------------------------------------------
 
-    async def notify_resource_updated(self, uri: str) -> None:
-        """Tell every client subscribed to `uri` that it changed, in both protocol revisions.
+    async def notify_resource_updated(self, uri: str, audience: str | None = None) -> None:
+        """Tell every client subscribed to `uri` that it changed, in both protocol revisions;
+        with `audience`, only that audience's clients.
 
         Safe to call from a background task with no request in flight; a client that has gone
         away or stopped reading is skipped rather than awaited.
         """
-        await self._bus.publish(ResourceUpdated(uri=uri))
+        await self._listen.publish(uri, audience)
         await _push_all(
-            self._peers.subscribed_to(uri), "notifications/resources/updated", {"uri": uri}
+            self._peers.subscribed_to(uri, audience),
+            "notifications/resources/updated",
+            {"uri": uri},
         )
 
-    async def send_custom_notification(self, method: str, params: Mapping[str, Any]) -> int:
+    async def send_custom_notification(
+        self, method: str, params: Mapping[str, Any], audience: str | None = None
+    ) -> int:
         """Send an off-spec notification (e.g. `notifications/claude/channel`) to 2025-era clients.
 
         Returns how many connections it was offered to. Clients that do not know the method drop
         it; 2026-era clients are never sent one (see the module docstring).
         """
-        connections = self._peers.all()
+        connections = self._peers.all(audience)
         await _push_all(connections, method, params)
         return len(connections)
 
@@ -363,8 +362,8 @@ class MailboxServer:
 
     async def run_stdio(self) -> None:
         """Serve one client over stdin/stdout; returns once stdin closes, or when cancelled."""
-        stdin = _StdinLines.for_pipe()
-        stdout = _StdoutLines.for_pipe()
+        stdin = StdinLines.for_pipe()
+        stdout = StdoutLines.for_pipe()
         try:
             # The SDK only iterates its stdin and writes its stdout; see the two classes above.
             async with stdio_server(
@@ -381,27 +380,60 @@ class MailboxServer:
                 stdout.close()
 
     def streamable_http_app(
-        self, *, path: str = "/mcp", stateless: bool = False, json_response: bool = False
+        self,
+        *,
+        path: str = "/mcp",
+        stateless: bool = False,
+        json_response: bool = False,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
+        max_request_bytes: int | None = None,
     ) -> Starlette:
         """A Starlette app serving Streamable HTTP at `path`.
 
         When mounted inside another app, that app must run this one's lifespan (it owns the
-        session manager). The SDK turns on DNS-rebinding protection for localhost hosts.
+        session manager). Host and Origin headers are checked (DNS-rebinding protection):
+        loopback names always pass, others only when listed.
         """
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts],
+            allowed_origins=[
+                "http://127.0.0.1:*",
+                "http://localhost:*",
+                "http://[::1]:*",
+                *allowed_origins,
+            ],
+        )
+        extra: dict[str, Any] = {}
+        if max_request_bytes is not None:
+            extra["max_request_body_size"] = max_request_bytes
         return self._server.streamable_http_app(
-            streamable_http_path=path, stateless_http=stateless, json_response=json_response
+            streamable_http_path=path,
+            stateless_http=stateless,
+            json_response=json_response,
+            transport_security=security,
+            **extra,
         )
 
     # -- SDK handlers -------------------------------------------------------------------------
 
     async def _remember_connection(self, ctx: _Ctx, call_next: CallNext) -> HandlerResult:
-        connection = _connection_of(ctx)
-        if (
-            connection.protocol_version not in MODERN_PROTOCOL_VERSIONS
-            and connection.has_standalone_channel
-        ):
-            self._peers.track(connection)
-        return await call_next(ctx)
+        token = _current_request.set(_http_request_of(ctx))
+        try:
+            connection = _connection_of(ctx)
+            if (
+                connection.protocol_version not in MODERN_PROTOCOL_VERSIONS
+                and connection.has_standalone_channel
+            ):
+                self._peers.track(connection, self._audience())
+            return await call_next(ctx)
+        finally:
+            _current_request.reset(token)
+
+    def _is_offered(self, name: str) -> bool:
+        offered = self._offered()
+        return offered is None or name in offered
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
         tool = self._tools.get(name)
@@ -414,6 +446,7 @@ class MailboxServer:
             tools=[
                 types.Tool(name=t.name, description=t.description, input_schema=t.parameters)
                 for t in self._tools.values()
+                if self._is_offered(t.name)
             ]
         )
 
@@ -421,7 +454,8 @@ class MailboxServer:
         self, ctx: _Ctx, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         tool = self._tools.get(params.name)
-        if tool is None:
+        if tool is None or not self._is_offered(params.name):
+            # A tool this connection is not offered is as unknown to it as one that is not.
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         try:
             arguments = tool.fn_metadata.validate_arguments(params.arguments or {})
@@ -474,11 +508,16 @@ class MailboxServer:
         self, ctx: _Ctx, params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
         # Any URI is accepted: one nobody publishes simply never fires (as on the listen path).
-        self._peers.track(_connection_of(ctx)).add(params.uri)
+        self._peers.track(_connection_of(ctx), self._audience()).add(params.uri)
         return types.EmptyResult()
 
     async def _unsubscribe(
         self, ctx: _Ctx, params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        self._peers.track(_connection_of(ctx)).discard(params.uri)
+        self._peers.track(_connection_of(ctx), self._audience()).discard(params.uri)
         return types.EmptyResult()
+
+
+def current_http_request() -> HttpRequest | None:
+    """The HTTP request being handled, inside a tool, resource or listing; None over stdio."""
+    return _current_request.get()

@@ -1,0 +1,113 @@
+"""Administration, for admin keys only: agents, keys, the audit log, limits, blocks, usage.
+
+The services refuse a caller without an admin key (`forbidden`); these routes only translate.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from agentpost.domain.limits import MAX_SEQ
+from agentpost.http.deps import Me, Office
+from agentpost.http.schemas import CreateAgentBody, IssueKeyBody, LimitsBody
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+
+@router.post("/agents", status_code=201, operation_id="admin_create_agent")
+async def create_agent(body: CreateAgentBody, office: Office, me: Me) -> dict[str, Any]:
+    """Create an agent and its first key; the key is shown in this answer only."""
+    agent, issued = await office.admin.create_agent(
+        me,
+        body.name,
+        description=body.description,
+        project=body.project,
+        capabilities=body.capabilities,
+    )
+    return {"agent": agent.to_dict(), "key": issued.to_dict()}
+
+
+@router.get("/agents", operation_id="admin_list_agents")
+async def list_agents(office: Office, me: Me) -> dict[str, Any]:
+    """Every agent, disabled ones too."""
+    return {"agents": [a.to_dict() for a in await office.admin.list_agents(me)]}
+
+
+@router.post("/agents/{name}/disable", operation_id="admin_disable_agent")
+async def disable_agent(name: str, office: Office, me: Me) -> dict[str, Any]:
+    """Disable an agent (never deleted): its keys stop working on the next request."""
+    return (await office.admin.disable_agent(me, name)).to_dict()
+
+
+@router.post("/agents/{name}/enable", operation_id="admin_enable_agent")
+async def enable_agent(name: str, office: Office, me: Me) -> dict[str, Any]:
+    """Enable a disabled agent again."""
+    return (await office.admin.enable_agent(me, name)).to_dict()
+
+
+@router.post("/agents/{name}/vouch", operation_id="admin_vouch_agent")
+async def vouch(name: str, office: Office, me: Me) -> dict[str, Any]:
+    """Vouch for a self-registered agent: its mail is `verified` from now on."""
+    return (await office.admin.vouch(me, name)).to_dict()
+
+
+@router.put("/agents/{name}/limits", operation_id="admin_set_limits")
+async def set_limits(name: str, body: LimitsBody, office: Office, me: Me) -> dict[str, Any]:
+    """Per-agent send rate and inbox cap; a null goes back to the configured default."""
+    limits = await office.admin.set_limits(
+        me, name, send_rate_per_minute=body.send_rate_per_minute, max_unacked=body.max_unacked
+    )
+    return limits.to_dict()
+
+
+@router.post("/agents/{name}/keys", status_code=201, operation_id="admin_issue_key")
+async def issue_key(name: str, body: IssueKeyBody, office: Office, me: Me) -> dict[str, Any]:
+    """Issue another key for an agent; shown in this answer only."""
+    issued = await office.keys.issue(me, name, label=body.label, admin_key=body.admin)
+    return issued.to_dict()
+
+
+@router.get("/keys", operation_id="admin_list_keys")
+async def list_keys(office: Office, me: Me, agent: str | None = None) -> dict[str, Any]:
+    """Keys (never their secrets), of one agent or of all."""
+    return {"keys": [k.to_dict() for k in await office.keys.list_keys(me, agent)]}
+
+
+@router.delete("/keys/{key_id}", operation_id="admin_revoke_key")
+async def revoke_key(key_id: str, office: Office, me: Me) -> dict[str, Any]:
+    """Revoke a key: refused from the next request on."""
+    return (await office.keys.revoke(me, key_id)).to_dict()
+
+
+@router.get("/audit", operation_id="admin_audit_log")
+async def audit_log(
+    office: Office,
+    me: Me,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    before: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+    actor: str | None = None,
+    action: str | None = None,
+) -> dict[str, Any]:
+    """The audit log, newest first: administration, failed authentications, sends."""
+    found = await office.admin.audit_log(me, limit=limit, before=before, actor=actor, action=action)
+    return {"entries": [e.to_dict() for e in found]}
+
+
+@router.put("/blocks/{recipient}/{sender}", operation_id="admin_block")
+async def admin_block(recipient: str, sender: str, office: Office, me: Me) -> dict[str, Any]:
+    """Drop `sender`'s mail to `recipient`."""
+    return await office.admin.set_block(me, recipient, sender, True)
+
+
+@router.delete("/blocks/{recipient}/{sender}", operation_id="admin_unblock")
+async def admin_unblock(recipient: str, sender: str, office: Office, me: Me) -> dict[str, Any]:
+    """Let `sender`'s mail reach `recipient` again."""
+    return await office.admin.set_block(me, recipient, sender, False)
+
+
+@router.get("/usage", operation_id="admin_usage")
+async def admin_usage(office: Office, me: Me, agent: str | None = None) -> dict[str, Any]:
+    """Usage of every agent, or of one."""
+    return {"usage": [u.to_dict() for u in await office.admin.usage(me, agent)]}

@@ -1,0 +1,119 @@
+"""Agents: the directory, presence, your own profile, sessions, blocks, usage, and (when the
+owner allows it) self-registration."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from agentpost.domain.limits import MAX_LIMIT
+from agentpost.http.deps import Me, Office, client_ip
+from agentpost.http.schemas import ProfileBody, RegisterBody, SessionBody
+
+router = APIRouter(prefix="/v1", tags=["agents"])
+
+
+@router.get("/agents", operation_id="directory")
+async def directory(
+    office: Office,
+    me: Me,
+    q: Annotated[str | None, Query(max_length=200)] = None,
+    project: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+) -> dict[str, Any]:
+    """The address book: search by name, description, project or capability."""
+    found = await office.directory.search(me, q, project=project, limit=limit)
+    return {"agents": [a.to_dict() for a in found]}
+
+
+@router.get("/presence", operation_id="who")
+async def who(
+    office: Office, me: Me, project: str | None = None, include_offline: bool = False
+) -> dict[str, Any]:
+    """Who is at work: each agent's project, branch, objective, status and presence."""
+    found = await office.presence.who(project, include_offline)
+    return {"agents": [p.to_dict() for p in found]}
+
+
+@router.get("/me", operation_id="me")
+async def me_(office: Office, me: Me) -> dict[str, Any]:
+    """Your agent: profile, trust, and the session this request speaks for."""
+    out = (await office.directory.me(me)).to_dict()
+    out["session_id"] = me.session_id
+    return out
+
+
+@router.patch("/me", operation_id="update_me")
+async def update_me(body: ProfileBody, office: Office, me: Me) -> dict[str, Any]:
+    """Change your description, project or capabilities, and your session's status/objective."""
+    await office.presence.update_profile(me, status=body.status, objective=body.objective)
+    info = await office.directory.update_profile(
+        me, description=body.description, project=body.project, capabilities=body.capabilities
+    )
+    out = info.to_dict()
+    out["session_id"] = me.session_id
+    return out
+
+
+@router.post("/sessions", status_code=201, operation_id="open_session")
+async def open_session(
+    body: SessionBody, office: Office, me: Me, request: Request
+) -> dict[str, Any]:
+    """Mint a session handle; send it as `Agentpost-Session` to speak for that session."""
+    session = await office.presence.open_http_session(
+        me,
+        host=client_ip(request) or "unknown",
+        project=body.project,
+        worktree=body.worktree,
+        branch=body.branch,
+        objective=body.objective,
+    )
+    return {"session_id": session.id, "agent": session.agent, "project": session.project}
+
+
+@router.post("/sessions/{session_id}/heartbeat", operation_id="heartbeat")
+async def heartbeat(session_id: str, office: Office, me: Me) -> dict[str, Any]:
+    """Say a session is alive (any request on it does too)."""
+    await office.presence.heartbeat_of(me, session_id)
+    return {"session_id": session_id, "online": True}
+
+
+@router.delete("/sessions/{session_id}", operation_id="end_session")
+async def end_session(session_id: str, office: Office, me: Me) -> dict[str, Any]:
+    """End a session: it shows offline at once."""
+    await office.presence.end_session_of(me, session_id)
+    return {"session_id": session_id, "online": False}
+
+
+@router.get("/blocks", operation_id="blocked")
+async def blocked(office: Office, me: Me) -> dict[str, Any]:
+    """The agents whose mail you drop."""
+    return {"blocked": await office.directory.blocked(me)}
+
+
+@router.put("/blocks/{agent}", operation_id="block")
+async def block(agent: str, office: Office, me: Me) -> dict[str, Any]:
+    """Drop this agent's mail to you from now on, silently (the sender is not told)."""
+    return {"blocked": await office.directory.block(me, agent)}
+
+
+@router.delete("/blocks/{agent}", operation_id="unblock")
+async def unblock(agent: str, office: Office, me: Me) -> dict[str, Any]:
+    """Take this agent's mail again."""
+    return {"blocked": await office.directory.unblock(me, agent)}
+
+
+@router.get("/usage", operation_id="usage")
+async def usage(office: Office, me: Me) -> dict[str, Any]:
+    """What you sent and received, your unread and unacknowledged mail, and your limits."""
+    return (await office.directory.usage(me)).to_dict()
+
+
+@router.post("/register", status_code=201, operation_id="register")
+async def register(body: RegisterBody, office: Office, request: Request) -> dict[str, Any]:
+    """Create your own agent and get its key, once (only when the owner opened registration)."""
+    issued = await office.keys.self_register(
+        body.name, description=body.description, project=body.project, ip=client_ip(request)
+    )
+    return issued.to_dict()

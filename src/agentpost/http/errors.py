@@ -1,0 +1,89 @@
+"""Refusals as HTTP answers: `{"error": {"code", "message", "details"?}}` with the status
+DESIGN.md gives each stable code, and `Retry-After` where waiting helps."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse, Response
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+
+STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_ARGUMENT: 400,
+    ErrorCode.UNAUTHENTICATED: 401,
+    ErrorCode.FORBIDDEN: 403,
+    ErrorCode.NOT_FOUND: 404,
+    ErrorCode.UNKNOWN_RECIPIENT: 404,
+    ErrorCode.CONFLICT: 409,
+    ErrorCode.GONE: 410,
+    ErrorCode.TOO_LARGE: 413,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.INBOX_FULL: 429,
+    ErrorCode.LOCKED_OUT: 429,
+    ErrorCode.UNAVAILABLE: 503,
+}
+
+# Statuses Starlette raises itself (no route, wrong method), in our codes.
+_FROM_STATUS: dict[int, ErrorCode] = {
+    400: ErrorCode.INVALID_ARGUMENT,
+    401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND,
+    405: ErrorCode.NOT_FOUND,
+    409: ErrorCode.CONFLICT,
+    413: ErrorCode.TOO_LARGE,
+    429: ErrorCode.RATE_LIMITED,
+    503: ErrorCode.UNAVAILABLE,
+}
+
+
+def error_response(err: AgentpostError) -> JSONResponse:
+    body: dict[str, Any] = err.to_dict()
+    headers: dict[str, str] = {}
+    if err.retry_after_s is not None:
+        body["retry_after_s"] = err.retry_after_s
+        headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
+    if err.code is ErrorCode.UNAUTHENTICATED:
+        headers["WWW-Authenticate"] = 'Bearer realm="agentpost"'
+    return JSONResponse({"error": body}, status_code=STATUS[err.code], headers=headers)
+
+
+def _validation_problems(exc: RequestValidationError) -> AgentpostError:
+    # Where and why only: the rejected values are the caller's data.
+    problems = [
+        (".".join(str(part) for part in e["loc"] if part != "body") or "body", e["msg"])
+        for e in exc.errors()
+    ]
+    return AgentpostError(
+        ErrorCode.INVALID_ARGUMENT,
+        "; ".join(f"{field}: {msg}" for field, msg in problems) or "invalid request",
+        details={"fields": [{"field": field, "problem": msg} for field, msg in problems]},
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def refused(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, AgentpostError)
+        return error_response(exc)
+
+    async def invalid_request(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return error_response(_validation_problems(exc))
+
+    async def http_error(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = _FROM_STATUS.get(exc.status_code, ErrorCode.INVALID_ARGUMENT)
+        message = exc.detail if isinstance(exc.detail, str) else code.value
+        response = error_response(AgentpostError(code, message))
+        if exc.status_code == 405:  # keep the method's truth, in our shape
+            response.status_code = 405
+        return response
+
+    app.add_exception_handler(AgentpostError, refused)
+    app.add_exception_handler(RequestValidationError, invalid_request)
+    app.add_exception_handler(HTTPException, http_error)

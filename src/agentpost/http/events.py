@@ -1,0 +1,97 @@
+"""Being told: the server-sent event stream of your mail and receipts, and webhooks.
+
+Event ids are cursors into your event log: a client that reconnects with `Last-Event-ID` (or
+`?after=`) gets everything after it, nothing missed and nothing twice. A comment line every
+15 s keeps proxies from closing an idle stream.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from agentpost.domain.errors import invalid
+from agentpost.domain.limits import MAX_LIMIT, MAX_SEQ, check_seq
+from agentpost.http.deps import Me, Office
+from agentpost.http.schemas import WebhookBody
+
+router = APIRouter(prefix="/v1", tags=["events"])
+
+KEEPALIVE_S = 15
+
+
+def _cursor(last_event_id: str | None, after: int | None) -> int | None:
+    if last_event_id is not None and last_event_id.strip():
+        if not last_event_id.strip().isdigit():
+            raise invalid("Last-Event-ID must be an event id from this stream")
+        return check_seq(int(last_event_id), "Last-Event-ID")
+    return after
+
+
+@router.get(
+    "/events",
+    operation_id="events",
+    response_class=EventSourceResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
+async def events(
+    office: Office,
+    me: Me,
+    last_event_id: Annotated[str | None, Header(max_length=32)] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
+) -> EventSourceResponse:
+    """Your events as they happen: `message.created` (new mail), `message.read|acked|expired`
+    (receipts of what you sent). Without a cursor the stream starts at now; its first line
+    (an `id` without data) says where, so a reconnect misses nothing."""
+    cursor = _cursor(last_event_id, after)
+    if cursor is None:
+        cursor = await office.events.newest(me)
+    start = cursor
+
+    async def stream() -> AsyncIterator[ServerSentEvent]:
+        # An id with no data moves a client's Last-Event-ID to where this stream starts, so a
+        # reconnect before the first event resumes here instead of at a later "now".
+        yield ServerSentEvent(id=str(start), comment="agentpost events")
+        beat = office.settings.heartbeat_s
+        async for event in office.events.follow(me, start, heartbeat_s=beat):
+            yield ServerSentEvent(
+                data=json.dumps(event.to_dict()), event=event.type, id=str(event.seq)
+            )
+
+    return EventSourceResponse(stream(), ping=KEEPALIVE_S)
+
+
+@router.post("/webhooks", status_code=201, operation_id="create_webhook")
+async def create_webhook(body: WebhookBody, office: Office, me: Me) -> dict[str, Any]:
+    """Register a URL for your events; the signing secret is shown in this answer only."""
+    hook, secret = await office.webhooks.create(me, body.url, body.events)
+    return {**hook.to_dict(), "secret": secret}
+
+
+@router.get("/webhooks", operation_id="webhooks")
+async def webhooks(office: Office, me: Me) -> dict[str, Any]:
+    """Your webhooks (never their secrets)."""
+    return {"webhooks": [h.to_dict() for h in await office.webhooks.list(me)]}
+
+
+@router.delete("/webhooks/{webhook_id}", operation_id="delete_webhook")
+async def delete_webhook(webhook_id: str, office: Office, me: Me) -> dict[str, Any]:
+    """Stop delivering to a webhook."""
+    await office.webhooks.delete(me, webhook_id)
+    return {"deleted": webhook_id}
+
+
+@router.get("/webhooks/{webhook_id}/deliveries", operation_id="webhook_deliveries")
+async def deliveries(
+    webhook_id: str,
+    office: Office,
+    me: Me,
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+) -> dict[str, Any]:
+    """The delivery log of one webhook, newest first: attempts, last status, last error."""
+    found = await office.webhooks.deliveries(me, webhook_id, limit)
+    return {"deliveries": [d.to_dict() for d in found]}

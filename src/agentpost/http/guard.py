@@ -1,0 +1,116 @@
+"""The door of the service: who is asking, and how much they may send.
+
+A pure ASGI middleware (not Starlette's `BaseHTTPMiddleware`, which buffers streaming answers
+and would hold server-sent events back). It authenticates every request to /v1 and /mcp by its
+bearer key before any route or the MCP SDK sees it, and puts the caller in the ASGI scope's
+state; the REST routes and the MCP face read it from there. It also refuses request bodies over
+`max_request_bytes`, whether or not they announce their length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller
+from agentpost.http.errors import error_response
+
+CALLER = "caller"
+"""The key of the authenticated `Caller` in the ASGI scope's state."""
+SESSION_HEADER = "agentpost-session"
+"""Names a session minted by `POST /v1/sessions`; without it a key speaks for its own session."""
+
+OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+OPEN_POSTS = frozenset({"/v1/register"})
+
+Authenticate = Callable[[str | None, str | None, str | None], Awaitable[Caller]]
+
+
+def bearer(headers: dict[str, str]) -> str | None:
+    value = headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def _needs_key(scope: Scope) -> bool:
+    path: str = scope["path"]
+    if path in OPEN_PATHS or (scope["method"] == "POST" and path in OPEN_POSTS):
+        return False
+    return path == "/mcp" or path.startswith(("/v1", "/mcp/"))
+
+
+class Guard:
+    def __init__(self, app: ASGIApp, *, authenticate: Authenticate, max_body_bytes: int) -> None:
+        self.app = app
+        self.authenticate = authenticate
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            self._check_length(headers)
+            if _needs_key(scope):
+                client = scope.get("client")
+                caller = await self.authenticate(
+                    bearer(headers), client[0] if client else None, headers.get(SESSION_HEADER)
+                )
+                scope.setdefault("state", {})[CALLER] = caller
+        except AgentpostError as err:
+            await error_response(err)(scope, receive, send)
+            return
+        await self._forward(scope, receive, send)
+
+    def _check_length(self, headers: dict[str, str]) -> None:
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            raise self._too_large()
+
+    def _too_large(self) -> AgentpostError:
+        return AgentpostError(
+            ErrorCode.TOO_LARGE, f"the request body is over {self.max_body_bytes} bytes"
+        )
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, counting its body; past the limit, answer 413 at once and let
+        the application see a client that went away."""
+        received = 0
+        answered = started = False
+
+        async def counted_receive() -> Message:
+            nonlocal received, answered
+            if answered:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    answered = True
+                    if not started:
+                        await error_response(self._too_large())(scope, receive, send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if answered:  # once we answered 413, the application's answer goes nowhere
+                return
+            started = True
+            await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)
+
+
+def caller_of(state: dict[str, Any]) -> Caller:
+    """The caller the guard let in; a route reached without one is a wiring bug."""
+    caller = state.get(CALLER)
+    if not isinstance(caller, Caller):
+        raise AgentpostError(ErrorCode.UNAUTHENTICATED, "no key was presented")
+    return caller

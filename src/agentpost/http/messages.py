@@ -1,0 +1,110 @@
+"""Mail: send, the inbox (list, peek, wait, ack), one message, threads, sent, search."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+
+from agentpost.domain.limits import MAX_LIMIT
+from agentpost.http.deps import Me, Office
+from agentpost.http.schemas import AckBody, SendBody
+
+router = APIRouter(prefix="/v1", tags=["messages"])
+
+Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
+
+
+def _page(messages: list[Any], **extra: Any) -> dict[str, Any]:
+    return {"messages": [m.to_dict() for m in messages], **extra}
+
+
+@router.post("/messages", status_code=201, operation_id="send")
+async def send(
+    body: SendBody,
+    office: Office,
+    me: Me,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> dict[str, Any]:
+    """Send a message; `Idempotency-Key` makes a retried send store it once (24 h, per agent)."""
+    sent = await office.mailbox.send(
+        me,
+        body.to,
+        body.body,
+        subject=body.subject,
+        data=body.data,
+        thread_id=body.thread_id,
+        reply_to=body.reply_to,
+        priority=body.priority,
+        ttl_s=body.ttl_s,
+        must_read=body.must_read,
+        idempotency_key=idempotency_key,
+    )
+    return sent.to_dict()
+
+
+@router.get("/inbox", operation_id="inbox")
+async def inbox(
+    office: Office,
+    me: Me,
+    unread_only: bool = True,
+    limit: Limit = 20,
+    thread_id: str | None = None,
+    urgent_only: bool = False,
+    peek: bool = False,
+) -> dict[str, Any]:
+    """Your mail, oldest first; marked read unless `peek`."""
+    found = await office.mailbox.inbox(
+        me,
+        unread_only=unread_only,
+        limit=limit,
+        thread_id=thread_id,
+        urgent_only=urgent_only,
+        peek=peek,
+    )
+    return _page(found.messages, unread=found.unread)
+
+
+@router.get("/inbox/wait", operation_id="wait")
+async def wait(
+    office: Office,
+    me: Me,
+    timeout_s: Annotated[float, Query(ge=0)] = 60,
+    thread_id: str | None = None,
+) -> dict[str, Any]:
+    """Long-poll: answers as soon as unread mail is there (marked read), or at the timeout."""
+    found = await office.mailbox.wait(me, timeout_s=timeout_s, thread_id=thread_id)
+    return _page(found.messages, unread=found.unread, timed_out=found.timed_out)
+
+
+@router.post("/inbox/ack", operation_id="ack")
+async def ack(body: AckBody, office: Office, me: Me) -> dict[str, Any]:
+    """Acknowledge messages you handled; ids that are not yours come back in `not_found`."""
+    return (await office.mailbox.ack(me, body.ids)).to_dict()
+
+
+@router.get("/messages/{message_id}", operation_id="get_message")
+async def get_message(message_id: str, office: Office, me: Me) -> dict[str, Any]:
+    """One message you may see (as a recipient, its sender, or a member of its channel)."""
+    return (await office.mailbox.get(me, message_id)).to_dict()
+
+
+@router.get("/threads/{thread_id}", operation_id="thread")
+async def thread(thread_id: str, office: Office, me: Me, limit: Limit = 50) -> dict[str, Any]:
+    """Every message of a thread that you may see, oldest first."""
+    found = await office.mailbox.thread(me, thread_id, limit)
+    return _page(found, thread_id=thread_id)
+
+
+@router.get("/sent", operation_id="sent")
+async def sent(office: Office, me: Me, limit: Limit = 20) -> dict[str, Any]:
+    """Your sent messages, newest first, each with its recipients' receipts."""
+    return _page(await office.mailbox.sent(me, limit))
+
+
+@router.get("/search", operation_id="search")
+async def search(
+    office: Office, me: Me, q: Annotated[str, Query(max_length=500)], limit: Limit = 20
+) -> dict[str, Any]:
+    """Full-text search over the messages you may see, newest first."""
+    return _page(await office.mailbox.search(me, q, limit))

@@ -1,0 +1,150 @@
+"""Tools of the service only: the address book and your profile (group `profile`), and
+administration (group `admin`, offered only on an admin key's connection)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from agentpost.mcp.adapter import MailboxServer, ToolOutput
+from agentpost.mcp.desk import LocalDesk
+from agentpost.mcp.presenting import answer
+
+ToolFn = Callable[..., Awaitable[ToolOutput]]
+
+
+def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
+    directory_service = desk.office.directory
+
+    async def reply(structured: dict[str, object], summary: str) -> ToolOutput:
+        return answer(dict(structured), summary, await desk.notices())
+
+    async def directory(query: str | None = None, project: str | None = None) -> ToolOutput:
+        """The address book: agents by name, description, project or capability."""
+        found = await directory_service.search(desk.caller, query, project=project)
+        lines = [f"- {a.name}: {a.description or '-'} ({a.project or 'no project'})" for a in found]
+        return await reply(
+            {"agents": [a.to_dict() for a in found]},
+            "\n".join([f"{len(found)} agents", *lines]),
+        )
+
+    async def update_profile(
+        description: str | None = None,
+        project: str | None = None,
+        capabilities: list[str] | None = None,
+    ) -> ToolOutput:
+        """Change what the address book says about you."""
+        info = await directory_service.update_profile(
+            desk.caller, description=description, project=project, capabilities=capabilities
+        )
+        return await reply(info.to_dict(), f"Profile of {info.name} updated.")
+
+    async def block(agent: str) -> ToolOutput:
+        """Drop an agent's mail to you from now on (the sender is not told)."""
+        names = await directory_service.block(desk.caller, agent)
+        return await reply({"blocked": names}, f"Blocked {agent}.")
+
+    async def unblock(agent: str) -> ToolOutput:
+        """Take an agent's mail again."""
+        names = await directory_service.unblock(desk.caller, agent)
+        return await reply({"blocked": names}, f"Unblocked {agent}.")
+
+    async def blocked() -> ToolOutput:
+        """The agents whose mail you drop."""
+        names = await directory_service.blocked(desk.caller)
+        return await reply({"blocked": names}, f"Blocked: {', '.join(names) or 'nobody'}.")
+
+    async def usage() -> ToolOutput:
+        """What you sent and received, your unread and unacknowledged mail, and your limits."""
+        found = await directory_service.usage(desk.caller)
+        return await reply(found.to_dict(), f"Usage of {found.agent}.")
+
+    for fn in (directory, update_profile, block, unblock, blocked, usage):
+        server.add_tool(fn)
+
+
+def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
+    admin, keys = desk.office.admin, desk.office.keys
+
+    async def reply(structured: dict[str, object], summary: str) -> ToolOutput:
+        return answer(dict(structured), summary, await desk.notices())
+
+    async def admin_create_agent(
+        name: str,
+        description: str = "",
+        project: str | None = None,
+        capabilities: list[str] | None = None,
+    ) -> ToolOutput:
+        """Create an agent and its first key (shown in this answer only)."""
+        agent, issued = await admin.create_agent(
+            desk.caller, name, description=description, project=project, capabilities=capabilities
+        )
+        return await reply(
+            {"agent": agent.to_dict(), "key": issued.to_dict()},
+            f"Created {agent.name}; its key is in the structured result, shown once.",
+        )
+
+    async def admin_issue_key(agent: str, label: str = "", admin_key: bool = False) -> ToolOutput:
+        """Issue another key for an agent (shown in this answer only)."""
+        issued = await keys.issue(desk.caller, agent, label=label, admin_key=admin_key)
+        return await reply(issued.to_dict(), f"Issued key {issued.id} for {agent}.")
+
+    async def admin_revoke_key(key_id: str) -> ToolOutput:
+        """Revoke a key: it is refused from the next request on."""
+        info = await keys.revoke(desk.caller, key_id)
+        return await reply(info.to_dict(), f"Revoked {key_id}.")
+
+    async def admin_disable_agent(name: str) -> ToolOutput:
+        """Disable an agent (never deleted): its keys stop working."""
+        info = await admin.disable_agent(desk.caller, name)
+        return await reply(info.to_dict(), f"Disabled {name}.")
+
+    async def admin_enable_agent(name: str) -> ToolOutput:
+        """Enable a disabled agent again."""
+        info = await admin.enable_agent(desk.caller, name)
+        return await reply(info.to_dict(), f"Enabled {name}.")
+
+    async def admin_list_agents() -> ToolOutput:
+        """Every agent, disabled ones too."""
+        found = await admin.list_agents(desk.caller)
+        return await reply({"agents": [a.to_dict() for a in found]}, f"{len(found)} agents.")
+
+    async def admin_audit_log(
+        limit: int = 50, actor: str | None = None, action: str | None = None
+    ) -> ToolOutput:
+        """The audit log, newest first."""
+        found = await admin.audit_log(desk.caller, limit=limit, actor=actor, action=action)
+        return await reply({"entries": [e.to_dict() for e in found]}, f"{len(found)} entries.")
+
+    async def admin_set_limits(
+        name: str, send_rate_per_minute: int | None = None, max_unacked: int | None = None
+    ) -> ToolOutput:
+        """Per-agent send rate and inbox cap; omitted goes back to the default."""
+        limits = await admin.set_limits(
+            desk.caller, name, send_rate_per_minute=send_rate_per_minute, max_unacked=max_unacked
+        )
+        return await reply(limits.to_dict(), f"Limits of {name} set.")
+
+    async def admin_set_block(recipient: str, sender: str, blocked: bool = True) -> ToolOutput:
+        """Drop (or stop dropping) `sender`'s mail to `recipient`."""
+        done = await admin.set_block(desk.caller, recipient, sender, blocked)
+        return await reply(done, f"{'Blocked' if blocked else 'Unblocked'} {sender} → {recipient}.")
+
+    async def admin_usage(agent: str | None = None) -> ToolOutput:
+        """Usage of every agent, or of one."""
+        found = await admin.usage(desk.caller, agent)
+        return await reply({"usage": [u.to_dict() for u in found]}, f"Usage of {len(found)}.")
+
+    tools: tuple[ToolFn, ...] = (
+        admin_create_agent,
+        admin_issue_key,
+        admin_revoke_key,
+        admin_disable_agent,
+        admin_enable_agent,
+        admin_list_agents,
+        admin_audit_log,
+        admin_set_limits,
+        admin_set_block,
+        admin_usage,
+    )
+    for fn in tools:
+        server.add_tool(fn)

@@ -1,0 +1,154 @@
+"""MCP over Streamable HTTP: the connections of many agents in one process.
+
+Nothing here remembers who a connection is. Every request is authenticated before it reaches
+the SDK (the service's guard), and each tool call, listing and subscription asks afresh who
+sent it (`RequestCaller`), so two connections never share an identity, whatever session ids
+they present. Which tools a connection sees is chosen per connection (`/mcp?tools=core,profile`)
+or by the `tool_groups` setting; the `admin` group only ever reaches an admin key.
+
+Push: each agent's connections are one audience. A background task follows the event log and
+tells exactly the agents with news that their inbox changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+
+import anyio
+
+from agentpost import __version__
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.domain.models import Caller
+from agentpost.mcp.account_tools import register_admin_tools, register_profile_tools
+from agentpost.mcp.adapter import HttpRequest, MailboxServer, current_http_request
+from agentpost.mcp.desk import LocalDesk
+from agentpost.mcp.presenting import INBOX_URI, inbox_resource, render_instructions
+from agentpost.mcp.tools import register_tools
+from agentpost.services import PostOffice
+
+log = logging.getLogger(__name__)
+
+GROUPS: dict[str, tuple[str, ...]] = {
+    "core": (
+        "register",
+        "whoami",
+        "who",
+        "set_status",
+        "send",
+        "inbox",
+        "ack",
+        "wait",
+        "thread",
+        "sent",
+        "search",
+    ),
+    "channels": ("channels", "join", "leave", "read_channel"),
+    "profile": ("directory", "update_profile", "block", "unblock", "blocked", "usage"),
+    "admin": (
+        "admin_create_agent",
+        "admin_issue_key",
+        "admin_revoke_key",
+        "admin_disable_agent",
+        "admin_enable_agent",
+        "admin_list_agents",
+        "admin_audit_log",
+        "admin_set_limits",
+        "admin_set_block",
+        "admin_usage",
+    ),
+}
+"""Tool groups and their members; docs/MCP.md lists the same (a test keeps them equal)."""
+
+
+def parse_groups(value: str | None, default: Collection[str]) -> list[str]:
+    """The groups a connection asked for (`?tools=core,profile`), or the default ones."""
+    names = [g.strip() for g in value.split(",") if g.strip()] if value else list(default)
+    unknown = [g for g in names if g not in GROUPS]
+    if unknown:
+        raise invalid(
+            f"unknown tool group {', '.join(unknown)}; the groups are {', '.join(GROUPS)}",
+            groups=list(GROUPS),
+        )
+    return names
+
+
+CallerOf = Callable[[HttpRequest], Caller]
+
+
+class RequestCaller:
+    """The caller of the request in hand: whoever its key says."""
+
+    def __init__(self, caller_of: CallerOf) -> None:
+        self._caller_of = caller_of
+
+    @property
+    def caller(self) -> Caller:
+        request = current_http_request()
+        if request is None:
+            raise AgentpostError(ErrorCode.UNAUTHENTICATED, "no HTTP request in hand")
+        return self._caller_of(request)
+
+    def rename(self, caller: Caller) -> None:
+        """A key's agent is its name; the services refuse renaming such a session."""
+
+
+def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
+    desk = LocalDesk(office, RequestCaller(caller_of))
+    default_groups = office.settings.tool_groups
+
+    def audience() -> str | None:
+        request = current_http_request()
+        return None if request is None else caller_of(request).agent
+
+    def offered_tools() -> Collection[str] | None:
+        request = current_http_request()
+        if request is None:
+            return None
+        caller = caller_of(request)
+        asked = request.query.get("tools")
+        try:
+            groups = parse_groups(asked, default_groups)
+        except AgentpostError:
+            groups = list(default_groups)  # the service answered 400 before we got here
+        if caller.admin and not asked:
+            groups.append("admin")  # an admin key's connection lists them unless it chose
+        elif not caller.admin:
+            groups = [g for g in groups if g != "admin"]
+        return {tool for group in groups for tool in GROUPS[group]}
+
+    async def read_resource(uri: str) -> str:
+        return await inbox_resource(desk)
+
+    instructions = render_instructions(office.settings.instructions, "(the agent of your key)", [])
+    server = MailboxServer(
+        "agentpost",
+        __version__,
+        instructions,
+        read_resource,
+        (INBOX_URI,),
+        audience=audience,
+        offered_tools=offered_tools,
+    )
+    register_tools(server, desk)
+    register_profile_tools(server, desk)
+    register_admin_tools(server, desk)
+    return server
+
+
+async def push_news(office: PostOffice, server: MailboxServer) -> None:
+    """Tell each agent's subscribed connections when its inbox changed; runs until cancelled."""
+    cursor: int | None = None
+    while True:
+        try:
+            if cursor is None:
+                cursor = await office.events.newest_overall()
+            version = office.store.version
+            touched, cursor = await office.events.touched(cursor)
+            for agent in touched:
+                await server.notify_resource_updated(INBOX_URI, audience=agent)
+            if not touched:
+                await office.store.wait_changed(version, None)
+        except AgentpostError as err:  # a busy database: look again shortly
+            log.warning("watching for news failed, will retry: %s", err)
+            await anyio.sleep(1)

@@ -1,0 +1,215 @@
+"""`agentpost serve`: the REST face and the MCP face as one ASGI application over one post office.
+
+This is the composition root, the one module above the faces: it opens the post office when the
+server starts, mounts `/mcp` (the MCP face) beside `/v1` (the HTTP face) behind one guard that
+authenticates every request, and runs what the service does in the background: push to MCP
+connections, webhook deliveries, and the hourly sweep. On a SQLite file the store also watches
+the file's change signal, so local stdio agents on the same file share this post office.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import uvicorn
+
+from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller
+from agentpost.http.app import build_rest_app
+from agentpost.http.errors import error_response
+from agentpost.http.guard import Guard, caller_of
+from agentpost.mcp.http import build_http_server, parse_groups, push_news
+from agentpost.services import PostOffice
+
+log = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+SWEEP_EVERY_S = 3600
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+ADMIN_KEY_FILE = "admin.key"
+
+
+def admin_key_path(settings: Settings) -> Path:
+    return settings.home / ADMIN_KEY_FILE
+
+
+def load_or_create_admin_key(settings: Settings) -> tuple[str, bool]:
+    """The owner's key: configured, else the one in `$AGENTPOST_HOME/admin.key`, else a new one
+    written there (0600). Returns it and whether it was just created."""
+    if settings.admin_key:
+        return settings.admin_key, False
+    path = admin_key_path(settings)
+    if path.exists():
+        return path.read_text().strip(), False
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    key = "ap_" + secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(key + "\n")
+    return key, True
+
+
+def first_start_note(settings: Settings, key: str, host: str, port: int) -> str:
+    base = f"http://{host}:{port}"
+    return f"""\
+agentpost: created the admin key, stored in {admin_key_path(settings)} (0600):
+
+    {key}
+
+Create an agent and its key:
+
+    curl -s -X POST {base}/v1/admin/agents -H "Authorization: Bearer {key}" \\
+         -H "Content-Type: application/json" -d '{{"name": "alice"}}'
+
+Connect Claude Code as that agent, with the key from the answer:
+
+    claude mcp add --transport http agentpost {base}/mcp --header "Authorization: Bearer ap_…"
+"""
+
+
+class Service:
+    """The ASGI application of `agentpost serve`."""
+
+    def __init__(self, settings: Settings, *, on_admin_key: Callable[[str, bool], None]) -> None:
+        self.settings = settings
+        self._on_admin_key = on_admin_key
+        self.office: PostOffice | None = None
+        self._rest: ASGIApp | None = None
+        self._mcp: ASGIApp | None = None
+        self._guard = Guard(
+            self._dispatch,
+            authenticate=self._authenticate,
+            max_body_bytes=settings.max_request_bytes,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        else:
+            await self._guard(scope, receive, send)
+
+    async def _authenticate(
+        self, secret: str | None, ip: str | None, session: str | None
+    ) -> Caller:
+        assert self.office is not None
+        return await self.office.keys.authenticate(secret, ip=ip, session=session)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self._rest is not None
+        assert self._mcp is not None
+        path: str = scope["path"]
+        if path == "/mcp" or path.startswith("/mcp/"):
+            try:
+                parse_groups(_query_value(scope, "tools"), self.settings.tool_groups)
+            except AgentpostError as err:
+                await error_response(err)(scope, receive, send)
+                return
+            await self._mcp(scope, receive, send)
+        else:
+            await self._rest(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        await receive()  # lifespan.startup
+        try:
+            async with self._running():
+                await send({"type": "lifespan.startup.complete"})
+                await receive()  # lifespan.shutdown
+        except Exception as exc:
+            log.exception("agentpost could not start")
+            await send({"type": "lifespan.startup.failed", "message": str(exc)})
+            return
+        await send({"type": "lifespan.shutdown.complete"})
+
+    @contextlib.asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        office = await PostOffice.open(self.settings)
+        try:
+            key, created = load_or_create_admin_key(self.settings)
+            await office.keys.install_admin_key(key)
+            self._on_admin_key(key, created)
+            self.office = office
+            self._rest = build_rest_app(office)
+            server = build_http_server(office, lambda request: caller_of(dict(request.state)))
+            mcp_app = server.streamable_http_app(
+                allowed_hosts=self.settings.allowed_hosts,
+                allowed_origins=self.settings.allowed_origins,
+                max_request_bytes=self.settings.max_request_bytes,
+            )
+            self._mcp = mcp_app
+            async with mcp_app.router.lifespan_context(mcp_app), anyio.create_task_group() as tg:
+                tg.start_soon(push_news, office, server)
+                tg.start_soon(office.webhooks.run_dispatcher)
+                tg.start_soon(_sweep_periodically, office)
+                try:
+                    yield
+                finally:
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await office.aclose()
+
+
+def _query_value(scope: Scope, name: str) -> str | None:
+    from urllib.parse import parse_qs
+
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
+    return values[-1] if values else None
+
+
+async def _sweep_periodically(office: PostOffice) -> None:
+    while True:
+        try:
+            await office.mailbox.sweep()
+        except AgentpostError as err:
+            log.warning("sweep failed, will retry: %s", err)
+        await anyio.sleep(SWEEP_EVERY_S)
+
+
+def check_bind(host: str, allow_remote: bool) -> None:
+    """Beyond loopback only when asked: a post office is private until its owner says so."""
+    if host not in LOOPBACK and not allow_remote:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"refusing to listen on {host}: only loopback without --allow-remote",
+        )
+
+
+class _Server(uvicorn.Server):
+    """Says how to connect once it listens, when the port (maybe chosen by the kernel) is known."""
+
+    note: Callable[[int], None] | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.note is not None and self.servers and self.servers[0].sockets:
+            self.note(self.servers[0].sockets[0].getsockname()[1])
+
+
+def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = False) -> None:
+    """Run the service until interrupted."""
+    check_bind(host, allow_remote)
+    server: _Server
+
+    def announce(key: str, created: bool) -> None:
+        if created:
+            server.note = lambda bound: print(
+                first_start_note(settings, key, host, bound), file=sys.stderr, flush=True
+            )
+
+    app = Service(settings, on_admin_key=announce)
+    server = _Server(uvicorn.Config(app, host=host, port=port, lifespan="on", log_level="info"))
+    server.run()

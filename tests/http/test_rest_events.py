@@ -1,0 +1,82 @@
+"""Server-sent events: new mail and receipts as they happen; `Last-Event-ID` resumes with
+nothing missed and nothing twice."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from service_process import Service
+
+pytestmark = pytest.mark.anyio
+
+
+async def read_events(client: httpx.AsyncClient, count: int, **headers: str) -> list[Any]:
+    """The first `count` events of a fresh stream, as (id, event, data)."""
+    found: list[Any] = []
+    current: dict[str, str] = {}
+    with anyio.fail_after(20):
+        async with client.stream("GET", "/v1/events", headers=headers) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            async for line in stream.aiter_lines():
+                if not line.strip():
+                    if "data" in current:
+                        found.append(
+                            (int(current["id"]), current["event"], json.loads(current["data"]))
+                        )
+                        if len(found) == count:
+                            return found
+                    current = {}
+                    continue
+                field, _, value = line.partition(":")
+                current[field] = value.strip()
+    return found
+
+
+async def test_a_stream_tells_of_new_mail_and_of_receipts(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    told: list[Any] = []
+
+    async def listen() -> None:
+        told.extend(await read_events(alice, 2, **{"Last-Event-ID": "0"}))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(listen)
+        sent = (await alice.post("/v1/messages", json={"to": "bob", "body": "hi"})).json()
+        await bob.get("/v1/inbox")
+        await bob.post("/v1/inbox/ack", json={"ids": [sent["id"]]})
+    assert [event for _, event, _ in told] == ["message.read", "message.acked"]
+    assert {data["message_id"] for _, _, data in told} == {sent["id"]}
+
+
+async def test_last_event_id_resumes_with_nothing_missed(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    for n in range(3):
+        await alice.post("/v1/messages", json={"to": "bob", "body": f"m{n}"})
+    everything = await read_events(bob, 3, **{"Last-Event-ID": "0"})
+    assert [e for _, e, _ in everything] == ["message.created"] * 3
+    first_id = everything[0][0]
+    resumed = await read_events(bob, 2, **{"Last-Event-ID": str(first_id)})
+    assert [i for i, _, _ in resumed] == [i for i, _, _ in everything[1:]]
+
+
+async def test_a_stream_without_a_cursor_says_where_it_starts(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    await alice.post("/v1/messages", json={"to": "bob", "body": "before the stream"})
+    before = await read_events(bob, 1, **{"Last-Event-ID": "0"})
+    with anyio.fail_after(20):
+        async with bob.stream("GET", "/v1/events") as stream:
+            lines = stream.aiter_lines()
+            first = [await anext(lines), await anext(lines)]
+    assert f"id: {before[0][0]}" in first  # the start, with no data: nothing is replayed
+    await alice.post("/v1/messages", json={"to": "bob", "body": "after"})
+    (resumed,) = await read_events(bob, 1, **{"Last-Event-ID": str(before[0][0])})
+    assert resumed[0] > before[0][0]

@@ -1,0 +1,138 @@
+"""Keys: who may do what over REST, lockout after failures, and the owner's first start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service_process import Service, running_service
+
+pytestmark = pytest.mark.anyio
+
+
+def error_of(answer: object) -> str:
+    code: str = answer.json()["error"]["code"]  # type: ignore[attr-defined]
+    return code
+
+
+async def test_a_request_without_a_key_is_unauthenticated(service: Service) -> None:
+    answer = await service.client().get("/v1/inbox")
+    assert answer.status_code == 401
+    assert error_of(answer) == "unauthenticated"
+    assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+
+
+async def test_an_unknown_key_is_unauthenticated(service: Service) -> None:
+    answer = await service.client("ap_" + "x" * 43).get("/v1/inbox")
+    assert answer.status_code == 401
+
+
+async def test_a_revoked_key_is_refused_on_the_next_request(service: Service) -> None:
+    created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
+    alice = service.client(created["key"]["key"])
+    assert (await alice.get("/v1/inbox")).status_code == 200
+    revoked = await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+    assert revoked.status_code == 200
+    assert (await alice.get("/v1/inbox")).status_code == 401
+
+
+async def test_an_agent_may_hold_several_keys(service: Service) -> None:
+    await service.create_agent("alice")
+    issued = await service.admin.post("/v1/admin/agents/alice/keys", json={"label": "laptop"})
+    assert issued.status_code == 201
+    second = service.client(issued.json()["key"])
+    me = (await second.get("/v1/me")).json()
+    assert me["name"] == "alice"
+
+
+async def test_a_disabled_agents_keys_stop_working_and_it_is_never_deleted(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    assert (await service.admin.post("/v1/admin/agents/alice/disable")).status_code == 200
+    assert (await alice.get("/v1/inbox")).status_code == 401
+    listed = (await service.admin.get("/v1/admin/agents")).json()["agents"]
+    assert [a["disabled"] for a in listed if a["name"] == "alice"] == [True]
+    assert (await service.admin.post("/v1/admin/agents/alice/enable")).status_code == 200
+    assert (await alice.get("/v1/inbox")).status_code == 200
+
+
+async def test_an_agent_key_cannot_administer(service: Service) -> None:
+    alice = await service.agent("alice")
+    for method, path in [
+        ("POST", "/v1/admin/agents"),
+        ("GET", "/v1/admin/agents"),
+        ("GET", "/v1/admin/audit"),
+        ("GET", "/v1/admin/keys"),
+        ("GET", "/v1/admin/usage"),
+        ("POST", "/v1/admin/agents/alice/disable"),
+    ]:
+        body = {"name": "eve"} if method == "POST" and path.endswith("agents") else None
+        answer = await alice.request(method, path, json=body)
+        assert answer.status_code == 403, (method, path, answer.text)
+        assert error_of(answer) == "forbidden"
+
+
+async def test_ten_failed_authentications_lock_the_address_out_across_a_restart(
+    service: Service,
+) -> None:
+    intruder = service.client("ap_wrong")
+    for _ in range(10):
+        assert (await intruder.get("/v1/inbox")).status_code == 401
+    locked = await service.admin.get("/v1/inbox")  # even a good key, from that address
+    assert locked.status_code == 429
+    assert error_of(locked) == "locked_out"
+    assert int(locked.headers["Retry-After"]) > 800
+    await service.restart()
+    assert (await service.admin.get("/v1/inbox")).status_code == 429
+
+
+async def test_failed_authentications_are_in_the_audit_log(tmp_path: Path) -> None:
+    async with running_service(tmp_path, {"AGENTPOST_LOCKOUT_FAILURES": "50"}) as service:
+        await service.client("ap_wrong").get("/v1/inbox")
+        entries = (await service.admin.get("/v1/admin/audit")).json()["entries"]
+        assert "auth.failed" in [e["action"] for e in entries]
+
+
+async def test_first_start_writes_a_private_admin_key_and_says_how_to_connect(
+    service: Service,
+) -> None:
+    path = service.home / "admin.key"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert service.admin_key.startswith("ap_")
+    log = service.log.read_text()
+    assert service.admin_key in log
+    assert "claude mcp add --transport http agentpost" in log
+    await service.restart()
+    assert (service.home / "admin.key").read_text().strip() == service.admin_key
+    assert log.count(service.admin_key) == service.log.read_text().count(service.admin_key)
+
+
+async def test_a_configured_admin_key_is_used_and_no_file_is_written(tmp_path: Path) -> None:
+    key = "ap_configured-admin-key-for-this-test-only-000000"
+    async with running_service(tmp_path, {"AGENTPOST_ADMIN_KEY": key}) as service:
+        assert (await service.client(key).get("/v1/admin/agents")).status_code == 200
+        assert not (service.home / "admin.key").exists()
+
+
+async def test_self_registration_is_closed_unless_the_owner_opens_it(service: Service) -> None:
+    answer = await service.client().post("/v1/register", json={"name": "drifter"})
+    assert answer.status_code == 403
+
+
+async def test_a_self_registered_agents_mail_is_untrusted_until_vouched(tmp_path: Path) -> None:
+    async with running_service(tmp_path, {"AGENTPOST_OPEN_REGISTRATION": "true"}) as service:
+        bob = await service.agent("bob")
+        registered = await service.client().post(
+            "/v1/register", json={"name": "drifter", "description": "a stranger"}
+        )
+        assert registered.status_code == 201, registered.text
+        drifter = service.client(registered.json()["key"])
+        await drifter.post("/v1/messages", json={"to": "bob", "body": "hello"})
+        assert [m["trust"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == [
+            "untrusted"
+        ]
+        assert (await service.admin.post("/v1/admin/agents/drifter/vouch")).status_code == 200
+        await drifter.post("/v1/messages", json={"to": "bob", "body": "again"})
+        assert [m["trust"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["verified"]

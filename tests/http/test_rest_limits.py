@@ -1,0 +1,133 @@
+"""Abuse limits over REST: each one refuses with its code and status, and changes nothing;
+the ones that must outlive the process (rate windows, idempotency keys) do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service_process import Service, running_service
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_retried_send_with_the_same_idempotency_key_is_stored_once_across_a_restart(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    headers = {"Idempotency-Key": "order-42"}
+    first = await alice.post("/v1/messages", json={"to": "bob", "body": "x"}, headers=headers)
+    await service.restart()
+    again = await alice.post("/v1/messages", json={"to": "bob", "body": "x"}, headers=headers)
+    assert first.status_code == again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    assert len((await bob.get("/v1/inbox")).json()["messages"]) == 1
+
+
+async def test_a_different_body_under_the_same_idempotency_key_is_a_conflict(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    headers = {"Idempotency-Key": "order-42"}
+    await alice.post("/v1/messages", json={"to": "bob", "body": "x"}, headers=headers)
+    other = await alice.post("/v1/messages", json={"to": "bob", "body": "y"}, headers=headers)
+    assert other.status_code == 409
+    assert other.json()["error"]["code"] == "conflict"
+    assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["x"]
+
+
+async def test_sends_over_the_rate_are_refused_with_retry_after_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    async with running_service(tmp_path, {"AGENTPOST_SEND_RATE_PER_MINUTE": "2"}) as service:
+        alice = await service.agent("alice")
+        await service.create_agent("bob")
+        for _ in range(2):
+            ok = await alice.post("/v1/messages", json={"to": "bob", "body": "x"})
+            assert ok.status_code == 201
+        await service.restart()
+        refused = await alice.post("/v1/messages", json={"to": "bob", "body": "x"})
+        assert refused.status_code == 429
+        assert refused.json()["error"]["code"] == "rate_limited"
+        assert 1 <= int(refused.headers["Retry-After"]) <= 60
+
+
+async def test_a_request_body_over_the_limit_is_too_large(tmp_path: Path) -> None:
+    async with running_service(tmp_path, {"AGENTPOST_MAX_REQUEST_BYTES": "4096"}) as service:
+        alice = await service.agent("alice")
+        bob = await service.agent("bob")
+        big = await alice.post("/v1/messages", json={"to": "bob", "body": "x" * 5000})
+        assert big.status_code == 413
+        assert big.json()["error"]["code"] == "too_large"
+
+        async def chunks():  # type: ignore[no-untyped-def]
+            yield b'{"to": "bob", "body": "'
+            for _ in range(10):
+                yield b"y" * 1000
+            yield b'"}'
+
+        streamed = await alice.post(
+            "/v1/messages", content=chunks(), headers={"Content-Type": "application/json"}
+        )
+        assert streamed.status_code == 413
+        assert (await bob.get("/v1/inbox")).json()["messages"] == []
+
+
+async def test_a_body_over_max_body_bytes_is_too_large(service: Service) -> None:
+    alice = await service.agent("alice")
+    await service.create_agent("bob")
+    answer = await alice.post("/v1/messages", json={"to": "bob", "body": "é" * 20000})
+    assert answer.status_code == 413
+    assert answer.json()["error"]["code"] == "too_large"
+
+
+async def test_a_full_inbox_refuses_direct_mail_with_429(tmp_path: Path) -> None:
+    async with running_service(tmp_path, {"AGENTPOST_MAX_UNACKED": "1"}) as service:
+        alice = await service.agent("alice")
+        await service.create_agent("bob")
+        assert (
+            await alice.post("/v1/messages", json={"to": "bob", "body": "1"})
+        ).status_code == 201
+        full = await alice.post("/v1/messages", json={"to": "bob", "body": "2"})
+        assert full.status_code == 429
+        assert full.json()["error"]["code"] == "inbox_full"
+        assert "Retry-After" in full.headers
+
+
+async def test_an_unknown_recipient_is_404(service: Service) -> None:
+    alice = await service.agent("alice")
+    answer = await alice.post("/v1/messages", json={"to": "nobody", "body": "x"})
+    assert answer.status_code == 404
+    assert answer.json()["error"]["code"] == "unknown_recipient"
+
+
+async def test_an_unknown_route_answers_in_the_error_shape(service: Service) -> None:
+    alice = await service.agent("alice")
+    answer = await alice.get("/v1/nothing-here")
+    assert answer.status_code == 404
+    assert answer.json()["error"]["code"] == "not_found"
+
+
+async def test_a_blocked_senders_mail_is_dropped_silently(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    assert (await bob.put("/v1/blocks/alice")).json() == {"blocked": ["alice"]}
+    sent = await alice.post("/v1/messages", json={"to": "bob", "body": "spam"})
+    assert sent.status_code == 201
+    assert (await bob.get("/v1/inbox")).json()["messages"] == []
+    await bob.delete("/v1/blocks/alice")
+    await alice.post("/v1/messages", json={"to": "bob", "body": "hi"})
+    assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["hi"]
+
+
+async def test_every_send_is_audited_without_its_body(service: Service) -> None:
+    alice = await service.agent("alice")
+    await service.create_agent("bob")
+    await alice.post("/v1/messages", json={"to": "bob", "body": "private words"})
+    entries = (await service.admin.get("/v1/admin/audit", params={"actor": "alice"})).json()
+    sends = [e for e in entries["entries"] if e["action"] == "message.sent"]
+    assert len(sends) == 1
+    assert "private words" not in str(sends[0])

@@ -1,0 +1,125 @@
+"""Two agents with their own keys exchange mail over REST, as DESIGN.md describes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from service_process import Service
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_two_agents_exchange_read_and_acknowledge_mail(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+
+    sent = await alice.post("/v1/messages", json={"to": "bob", "body": "lunch?", "data": {"n": 1}})
+    assert sent.status_code == 201, sent.text
+    message_id = sent.json()["id"]
+
+    inbox = (await bob.get("/v1/inbox")).json()
+    assert [(m["id"], m["from"], m["body"], m["data"]) for m in inbox["messages"]] == [
+        (message_id, "alice", "lunch?", {"n": 1})
+    ]
+    assert inbox["messages"][0]["trust"] == "verified"
+    acked = await bob.post("/v1/inbox/ack", json={"ids": [message_id]})
+    assert acked.json() == {"acked": [message_id], "not_found": []}
+
+    receipts = (await alice.get("/v1/sent")).json()["messages"][0]["receipts"]
+    assert [(r["to"], r["state"]) for r in receipts] == [("bob", "acked")]
+
+
+async def test_a_reply_joins_its_parents_thread(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    first = (await alice.post("/v1/messages", json={"to": "bob", "body": "q"})).json()
+    reply = await bob.post(
+        "/v1/messages", json={"to": "alice", "body": "a", "reply_to": first["id"]}
+    )
+    assert reply.json()["thread_id"] == first["thread_id"]
+    thread = (await alice.get(f"/v1/threads/{first['thread_id']}")).json()
+    assert [m["body"] for m in thread["messages"]] == ["q", "a"]
+
+
+async def test_a_from_field_is_refused_and_nothing_is_stored(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    spoof = await alice.post("/v1/messages", json={"to": "bob", "body": "hi", "from": "owner"})
+    assert spoof.status_code == 400
+    assert spoof.json()["error"]["code"] == "invalid_argument"
+    assert (await bob.get("/v1/inbox", params={"peek": True})).json()["messages"] == []
+
+
+async def test_the_sender_is_always_the_keys_agent(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    await alice.post("/v1/messages", json={"to": "bob", "body": "from me"})
+    (message,) = (await bob.get("/v1/inbox")).json()["messages"]
+    assert message["from"] == "alice"
+
+
+async def test_nobody_reads_acks_or_sees_another_agents_mail(service: Service) -> None:
+    alice = await service.agent("alice")
+    await service.agent("bob")
+    mallory = await service.agent("mallory")
+    sent = (await alice.post("/v1/messages", json={"to": "bob", "body": "secret"})).json()
+
+    assert (await mallory.get(f"/v1/messages/{sent['id']}")).status_code == 404
+    assert (await mallory.get(f"/v1/threads/{sent['thread_id']}")).status_code == 404
+    assert (await mallory.post("/v1/inbox/ack", json={"ids": [sent["id"]]})).json() == {
+        "acked": [],
+        "not_found": [sent["id"]],
+    }
+    assert (await mallory.get("/v1/search", params={"q": "secret"})).json()["messages"] == []
+    assert (await mallory.get("/v1/inbox")).json()["messages"] == []
+
+
+async def test_a_channel_broadcast_reaches_members_and_its_history(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    assert (await alice.put("/v1/channels/ops/members/me")).status_code == 200
+    assert (await bob.put("/v1/channels/ops/members/me")).status_code == 200
+    sent = await alice.post("/v1/messages", json={"to": "#ops", "body": "deploying"})
+    assert sent.json()["channel"] == "#ops"
+    assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["deploying"]
+    history = (await bob.get("/v1/channels/ops/messages")).json()
+    assert [m["body"] for m in history["messages"]] == ["deploying"]
+
+
+async def test_wait_answers_as_soon_as_mail_arrives(service: Service) -> None:
+    import anyio
+
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    answers: list[dict[str, object]] = []
+
+    async def wait() -> None:
+        answers.append((await bob.get("/v1/inbox/wait", params={"timeout_s": 20})).json())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait)
+        await anyio.sleep(0.3)
+        await alice.post("/v1/messages", json={"to": "bob", "body": "ping"})
+    (answer,) = answers
+    assert answer["timed_out"] is False
+    assert [m["body"] for m in answer["messages"]] == ["ping"]  # type: ignore[attr-defined]
+
+
+async def test_wait_times_out_with_timed_out_true_never_an_error(service: Service) -> None:
+    bob = await service.agent("bob")
+    answer = await bob.get("/v1/inbox/wait", params={"timeout_s": 0.2})
+    assert answer.status_code == 200
+    assert answer.json() == {"messages": [], "unread": 0, "timed_out": True}
+
+
+async def test_health_answers_without_a_key(service: Service) -> None:
+    answer = await service.client().get("/health")
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "ok"
+
+
+async def test_openapi_and_docs_are_served(service: Service) -> None:
+    anonymous = service.client()
+    spec = (await anonymous.get("/openapi.json")).json()
+    assert "/v1/messages" in spec["paths"]
+    assert (await anonymous.get("/docs")).status_code == 200

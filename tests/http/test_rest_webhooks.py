@@ -1,0 +1,78 @@
+"""Webhooks through `agentpost serve`: registered over REST, delivered by the running service to
+a real receiver on 127.0.0.1 that checks each signature, retried after a failure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from service_process import Service
+from webhook_receiver import Receiver, listening
+
+pytestmark = pytest.mark.anyio
+
+
+async def deliveries(client: httpx.AsyncClient, hook_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = (await client.get(f"/v1/webhooks/{hook_id}/deliveries")).json()[
+        "deliveries"
+    ]
+    return found
+
+
+async def test_new_mail_is_delivered_signed_and_retried_after_a_failure(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    receiver = Receiver(answers=[(500, {})])  # fails once, then takes it
+    async with listening(receiver):
+        created = await bob.post(
+            "/v1/webhooks", json={"url": receiver.url, "events": ["message.created"]}
+        )
+        assert created.status_code == 201, created.text
+        hook = created.json()
+        receiver.secret = hook["secret"]
+        assert receiver.secret.startswith("whsec_")
+        assert "secret" not in (await bob.get("/v1/webhooks")).json()["webhooks"][0]
+
+        sent = (await alice.post("/v1/messages", json={"to": "bob", "body": "hook me"})).json()
+        with anyio.fail_after(20):
+            first, retry = await receiver.received(2)
+
+    assert first.signed
+    assert retry.signed
+    assert first.headers["x-agentpost-delivery"] == retry.headers["x-agentpost-delivery"]
+    assert retry.headers["x-agentpost-event"] == "message.created"
+    assert retry.payload["message_id"] == sent["id"]
+    assert retry.payload["data"]["from"] == "alice"
+    for _ in range(200):  # the service records the outcome just after the receiver answered
+        log = await deliveries(bob, hook["id"])
+        if log[0]["state"] == "delivered":
+            break
+        await anyio.sleep(0.05)
+    assert log[0]["state"] == "delivered"
+    assert log[0]["attempts"] == 2
+
+
+async def test_a_metadata_address_is_refused_and_nothing_is_stored(service: Service) -> None:
+    bob = await service.agent("bob")
+    refused = await bob.post(
+        "/v1/webhooks",
+        json={"url": "http://169.254.169.254/latest/meta-data", "events": ["message.created"]},
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "invalid_argument"
+    assert (await bob.get("/v1/webhooks")).json() == {"webhooks": []}
+
+
+async def test_another_agent_cannot_read_your_webhooks_log(service: Service) -> None:
+    bob = await service.agent("bob")
+    mallory = await service.agent("mallory")
+    hook = (
+        await bob.post(
+            "/v1/webhooks", json={"url": "http://127.0.0.1:9/x", "events": ["message.created"]}
+        )
+    ).json()
+    assert (await mallory.get(f"/v1/webhooks/{hook['id']}/deliveries")).status_code == 404
+    assert (await mallory.delete(f"/v1/webhooks/{hook['id']}")).status_code == 404

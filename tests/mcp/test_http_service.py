@@ -1,0 +1,212 @@
+"""MCP over Streamable HTTP against `agentpost serve`: the SDK's own client, both revisions.
+
+Each agent connects with its own key; identity comes from the key on every request, tool groups
+are chosen per connection, admin tools reach only an admin key, and push reaches exactly the
+agent the news is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import mcp.types as types
+import pytest
+from mcp.client.client import Client
+from mcp.client.session import IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.subscriptions import ResourceUpdated
+
+from service_process import Service
+from stdio_agents import INBOX_URI, LEGACY, WAKE_TIMEOUT_S
+
+pytestmark = pytest.mark.anyio
+
+CORE_AND_CHANNELS = {
+    "register", "whoami", "who", "set_status", "send", "inbox", "ack", "wait", "thread",
+    "sent", "search", "channels", "join", "leave", "read_channel",
+}  # fmt: skip
+PROFILE = {"directory", "update_profile", "block", "unblock", "blocked", "usage"}
+
+
+class HttpAgent:
+    def __init__(self, client: Client, updates: anyio.abc.ObjectReceiveStream[str]) -> None:
+        self.client = client
+        self.updates = updates
+
+    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = await self.client.call_tool(tool, arguments)
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        return result.structured_content
+
+    async def tools(self) -> set[str]:
+        return {tool.name for tool in (await self.client.list_tools()).tools}
+
+
+@asynccontextmanager
+async def connect(
+    service: Service, key: str | None, revision: str, query: str = ""
+) -> AsyncIterator[HttpAgent]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    send, receive = anyio.create_memory_object_stream[str](100)
+
+    async def on_message(message: IncomingMessage) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            send.send_nowait(str(message.params.uri))
+
+    async with (
+        send,
+        receive,
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(
+            streamable_http_client(f"{service.url}/mcp{query}", http_client=http),
+            mode="legacy" if revision == LEGACY else "auto",
+            read_timeout_seconds=30,
+            message_handler=on_message,
+        ) as client,
+    ):
+        assert client.protocol_version == revision
+        yield HttpAgent(client, receive)
+
+
+async def test_two_agents_exchange_mail_over_mcp_http(service: Service, revision: str) -> None:
+    alice_key = await service.create_agent("alice")
+    bob_key = await service.create_agent("bob")
+    async with (
+        connect(service, alice_key, revision) as alice,
+        connect(service, bob_key, revision) as bob,
+    ):
+        sent = await alice.call("send", to="bob", body="hello over http")
+        inbox = await bob.call("inbox")
+        assert [(m["id"], m["from"]) for m in inbox["messages"]] == [(sent["id"], "alice")]
+        assert (await bob.call("whoami"))["agent"] == "bob"
+        assert (await alice.call("whoami"))["agent"] == "alice"
+
+
+async def test_mail_crosses_between_rest_and_mcp(service: Service, revision: str) -> None:
+    alice_key = await service.create_agent("alice")
+    bob = await service.agent("bob")
+    async with connect(service, alice_key, revision) as alice:
+        await alice.call("send", to="bob", body="from mcp")
+        assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["from mcp"]
+        await bob.post("/v1/messages", json={"to": "alice", "body": "from rest"})
+        assert [m["body"] for m in (await alice.call("inbox"))["messages"]] == ["from rest"]
+
+
+async def test_admin_tools_are_listed_only_on_an_admin_keys_connection(
+    service: Service, revision: str
+) -> None:
+    alice_key = await service.create_agent("alice")
+    async with connect(service, alice_key, revision) as alice:
+        assert await alice.tools() == CORE_AND_CHANNELS | PROFILE
+        with pytest.raises(MCPError, match="Unknown tool: admin_list_agents"):
+            await alice.client.call_tool("admin_list_agents", {})
+    async with connect(service, service.admin_key, revision) as owner:
+        tools = await owner.tools()
+        assert {"admin_create_agent", "admin_revoke_key", "admin_usage"} <= tools
+        listed = await owner.call("admin_list_agents")
+        assert "alice" in [a["name"] for a in listed["agents"]]
+
+
+async def test_a_connection_chooses_its_tool_groups(service: Service, revision: str) -> None:
+    key = await service.create_agent("alice")
+    async with connect(service, key, revision, "?tools=core") as alice:
+        tools = await alice.tools()
+        assert "send" in tools
+        assert "join" not in tools
+        assert "directory" not in tools
+
+
+async def test_an_unknown_tool_group_is_refused_before_mcp(service: Service) -> None:
+    key = await service.create_agent("alice")
+    answer = await service.client(key).post("/mcp?tools=core,nonsense", json={})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["code"] == "invalid_argument"
+
+
+async def test_mcp_without_a_key_is_unauthenticated(service: Service) -> None:
+    answer = await service.client().post("/mcp", json={})
+    assert answer.status_code == 401
+    assert answer.json()["error"]["code"] == "unauthenticated"
+
+
+async def test_a_foreign_host_header_is_refused(service: Service) -> None:
+    key = await service.create_agent("alice")
+    answer = await service.client(key, Host="evil.example").post(
+        "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    )
+    assert answer.status_code in (400, 403, 421)
+
+
+async def test_register_over_http_cannot_take_another_agents_name(
+    service: Service, revision: str
+) -> None:
+    key = await service.create_agent("alice")
+    await service.create_agent("bob")
+    async with connect(service, key, revision) as alice:
+        refused = await alice.client.call_tool("register", {"name": "bob"})
+        assert refused.is_error
+        assert (await alice.call("whoami"))["agent"] == "alice"
+
+
+async def test_push_reaches_the_addressee_and_nobody_else(service: Service, revision: str) -> None:
+    alice = await service.agent("alice")
+    bob_key = await service.create_agent("bob")
+    carol_key = await service.create_agent("carol")
+    async with (
+        connect(service, bob_key, revision) as bob,
+        connect(service, carol_key, revision) as carol,
+        subscribed(bob, revision) as bob_updates,
+        subscribed(carol, revision) as carol_updates,
+    ):
+        await alice.post("/v1/messages", json={"to": "bob", "body": "for bob"})
+        with anyio.fail_after(WAKE_TIMEOUT_S):
+            assert await bob_updates() == INBOX_URI
+        with anyio.move_on_after(0.5):
+            await carol_updates()
+            pytest.fail("carol was told of bob's mail")
+
+
+@asynccontextmanager
+async def subscribed(agent: HttpAgent, revision: str) -> AsyncIterator[Any]:
+    if revision == LEGACY:
+        with pytest.warns(MCPDeprecationWarning):
+            await agent.client.subscribe_resource(INBOX_URI)
+
+        async def next_notification() -> str:
+            return await agent.updates.receive()
+
+        yield next_notification
+        return
+    async with agent.client.listen(resource_subscriptions=[INBOX_URI]) as subscription:
+
+        async def next_event() -> str:
+            event = await anext(subscription)
+            assert isinstance(event, ResourceUpdated), event
+            return event.uri
+
+        yield next_event
+
+
+async def test_a_local_stdio_agents_send_wakes_a_rest_wait_on_the_same_file(
+    service: Service, agents: Any
+) -> None:
+    bob = await service.agent("bob")
+    local = await agents.start("local-dev")
+    answers: list[dict[str, Any]] = []
+
+    async def wait() -> None:
+        answers.append((await bob.get("/v1/inbox/wait", params={"timeout_s": 20})).json())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait)
+        await anyio.sleep(0.3)
+        await local.call("send", to="bob", body="from the terminal next door")
+    (answer,) = answers
+    assert answer["timed_out"] is False
+    assert [(m["from"], m["trust"]) for m in answer["messages"]] == [("local-dev", "verified")]

@@ -1,0 +1,38 @@
+"""docs/SERVICE.md is checked against the service: its REST table must list exactly the
+operations of the OpenAPI, and its tool-group table exactly the groups `/mcp` offers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentpost.config import Settings
+from agentpost.http.app import build_rest_app
+from agentpost.mcp.http import GROUPS
+from agentpost.services import PostOffice
+from test_docs import code, section, table
+
+SERVICE_DOC = Path(__file__).resolve().parents[1] / "docs" / "SERVICE.md"
+
+
+@pytest.mark.anyio
+async def test_the_rest_table_lists_exactly_the_operations_of_the_openapi() -> None:
+    office = await PostOffice.open(Settings())
+    try:
+        spec = build_rest_app(office).openapi()
+    finally:
+        await office.aclose()
+    served = {(method.upper(), path) for path, item in spec["paths"].items() for method in item}
+    rows = table(section(SERVICE_DOC, "REST"))
+    documented = {(code(row["method"]), code(row["path"])) for row in rows}
+    assert documented == served
+
+
+def test_the_tool_group_table_lists_exactly_the_groups() -> None:
+    rows = table(section(SERVICE_DOC, "MCP over HTTP"))
+    documented = {
+        code(row["group"]): tuple(t.strip().strip("`") for t in row["tools"].split(","))
+        for row in rows
+    }
+    assert documented == GROUPS
