@@ -20,18 +20,26 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "agentpost"
 ROOT = "agentpost"
 
-# What each layer may import of ours. `agentpost` itself holds only the version and imports
-# nothing of ours (MAY_IMPORT[ROOT] is empty), so every layer but the domain may read it.
+# What each layer may import of ours. `agentpost` itself holds the version and, lazily, the
+# client's two classes (it imports nothing else of ours), so every layer but the domain may read it.
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "domain": frozenset({"domain"}),
     "config": frozenset({"config", "domain"}),
     "store": frozenset({"store", "domain", "config", ROOT}),
     "services": frozenset({"services", "store", "domain", "config", ROOT}),
-    "mcp": frozenset({"mcp", "services", "domain", "config", ROOT}),
-    "cli": frozenset({"cli", "services", "domain", "config", ROOT}),
-    ROOT: frozenset(),
+    # The Python client speaks to a service over HTTP only: never the services or the store.
+    "client": frozenset({"client", "domain", "config", ROOT}),
+    "mcp": frozenset({"mcp", "services", "client", "domain", "config", ROOT}),
+    "http": frozenset({"http", "services", "domain", "config", ROOT}),
+    "cli": frozenset({"cli", "services", "client", "domain", "config", ROOT}),
+    # The composition root of `agentpost serve`: the one module that puts faces side by side.
+    "service": frozenset({"http", "mcp", "services", "domain", "config", ROOT}),
+    # `agentpost.Client` and `agentpost.AsyncClient`: imported on first use (the package's
+    # `__getattr__`) and for type checkers; tests/test_public_api.py checks that importing
+    # `agentpost` does not load the client.
+    ROOT: frozenset({"client"}),
 }
-FACES = frozenset({"mcp", "cli"})
+FACES = frozenset({"mcp", "http", "cli"})
 
 # (importer, imported, the function the import must sit in): the only crossings between faces.
 ALLOWED_CROSSINGS: frozenset[tuple[str, str, str]] = frozenset(
@@ -39,6 +47,11 @@ ALLOWED_CROSSINGS: frozenset[tuple[str, str, str]] = frozenset(
         # `agentpost mcp` runs the MCP face's stdio entry point; the CLI imports it inside that
         # one function, so no other command loads the MCP SDK.
         ("agentpost.cli.entry", "agentpost.mcp.stdio", "serve_mcp"),
+        # `agentpost mcp --url` runs the remote-backed stdio entry point, in the same function;
+        # a separate import, so the local start never loads the client (nor httpx for it).
+        ("agentpost.cli.entry", "agentpost.mcp.remote", "serve_mcp"),
+        # `agentpost serve` starts the assembled service, inside that one command.
+        ("agentpost.cli.main", "agentpost.service", "serve"),
     }
 )
 
@@ -61,7 +74,10 @@ DOMAIN_STDLIB: frozenset[str] = frozenset(
 # Each third-party library, and the only modules (or packages) that may import it.
 HOMES: dict[str, tuple[str, ...]] = {
     "mcp": ("agentpost.mcp.adapter",),
-    "starlette": ("agentpost.mcp.adapter",),
+    "starlette": ("agentpost.mcp.adapter", "agentpost.http"),
+    "fastapi": ("agentpost.http",),
+    "sse_starlette": ("agentpost.http.events",),
+    "uvicorn": ("agentpost.service",),
     "sqlalchemy": ("agentpost.store",),
     "alembic": ("agentpost.store",),
     "asyncpg": ("agentpost.store",),
@@ -69,6 +85,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "rich": ("agentpost.cli",),
     "pydantic_settings": ("agentpost.config",),
     "inotify_simple": ("agentpost.store.signal",),
+    "httpx": ("agentpost.services.webhooks", "agentpost.client"),
 }
 
 

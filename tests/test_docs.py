@@ -94,6 +94,8 @@ def shown(value: Any) -> str:
         return f"{value:g}"
     if isinstance(value, Path):
         return str(value).replace(str(Path.home()), "~", 1)
+    if isinstance(value, list):
+        return json.dumps(value)
     return str(value)
 
 

@@ -7,11 +7,21 @@ from types import ModuleType
 import pytest
 
 import agentpost
+import agentpost.client
 import agentpost.services
 
 PUBLIC = {
-    agentpost: ["__version__"],
-    agentpost.services: ["Inbox", "Mailbox", "Notices", "PostOffice"],
+    agentpost: ["AsyncClient", "Client", "__version__"],
+    agentpost.client: ["AsyncClient", "Client"],
+    agentpost.services: [
+        "Admin",
+        "Directory",
+        "Events",
+        "Keys",
+        "Mailbox",
+        "PostOffice",
+        "Webhooks",
+    ],
 }
 
 
@@ -29,3 +39,18 @@ def test_the_version_is_the_distributions() -> None:
     from importlib.metadata import version
 
     assert agentpost.__version__ == version("agentpost")
+
+
+def test_the_clients_are_the_packages_own() -> None:
+    assert agentpost.Client is agentpost.client.Client
+    assert agentpost.AsyncClient is agentpost.client.AsyncClient
+
+
+def test_importing_agentpost_does_not_load_the_client() -> None:
+    """Every module imports `agentpost` for its version: the client (and httpx) come only on use."""
+    import subprocess
+    import sys
+
+    code = "import sys, agentpost; print('agentpost.client' in sys.modules, 'httpx' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False"]

@@ -30,13 +30,31 @@ EXIT_CODES = {
 }
 
 
-def serve_mcp() -> int:
-    """Serve this session over stdio; returns the exit status (refusals go to stderr)."""
-    from agentpost.mcp.stdio import serve_stdio
+def serve_mcp(url: str | None = None, key: str | None = None) -> int:
+    """Serve this session over stdio, on the local post office or, given a URL (the option, else
+    the `url` setting), on that remote service; returns the exit status (refusals go to stderr).
 
+    The remote face is imported only when a URL is given: the local start never loads the client.
+    """
     try:
-        anyio.run(serve_stdio, Settings())
-    except AgentpostError as err:  # e.g. a name off the roster
+        settings = Settings()
+        if url is not None or key is not None:
+            settings = settings.model_copy(
+                update={"url": url or settings.url, "key": key or settings.key}
+            )
+        if key is not None and not settings.url:
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT, "--key is for a remote post office: add --url"
+            )
+        if settings.url:
+            from agentpost.mcp.remote import serve_remote_stdio
+
+            anyio.run(serve_remote_stdio, settings)
+        else:
+            from agentpost.mcp.stdio import serve_stdio
+
+            anyio.run(serve_stdio, settings)
+    except AgentpostError as err:  # e.g. a name off the roster, a refused key
         print(f"error: {err.code.value}: {err.message}", file=sys.stderr)
         return EXIT_CODES[err.code]
     return 0

@@ -1,6 +1,8 @@
 """`agentpost`: the command line. Each command is one service call, shown as text or JSON.
 
-Acts as `--as NAME` (default `AGENTPOST_AGENT`, else `owner`). Exit status 0 on success; a
+The mailbox commands act as `--as NAME` (default `AGENTPOST_AGENT`, else `owner`) on the local
+post office, or, given `--url` (or `AGENTPOST_URL`), as the agent of `--key` (or
+`AGENTPOST_KEY`) on that remote service, through the Python client. Exit status 0 on success; a
 refusal prints `error: <code>: <message>` and exits with the code's status (see EXIT_CODES).
 """
 
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
@@ -16,7 +19,7 @@ import typer
 from agentpost.cli.entry import EXIT_CODES, serve_mcp
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.domain.models import Caller
+from agentpost.domain.models import Caller, Inbox
 from agentpost.domain.names import OWNER
 
 T = TypeVar("T")
@@ -35,53 +38,116 @@ AsOption = Annotated[
     typer.Option("--as", help="Act as this agent (default AGENTPOST_AGENT, else owner)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+UrlOption = Annotated[
+    str | None,
+    typer.Option("--url", help="Act on this remote post office (default AGENTPOST_URL)."),
+]
+KeyOption = Annotated[
+    str | None,
+    typer.Option("--key", help="Your agent key for --url (default AGENTPOST_KEY)."),
+]
 
-if TYPE_CHECKING:  # the services are imported when a command runs, to keep --help quick
+if TYPE_CHECKING:  # the services and the client are imported when a command runs: --help is quick
+    from agentpost.client import AsyncClient
     from agentpost.services import PostOffice
 
+Local = Callable[["PostOffice", Caller], Awaitable[T]]
+Remote = Callable[["AsyncClient"], Awaitable[T]]
 
-def _run(
-    as_: str | None,
-    as_json: bool,
-    action: Callable[[PostOffice, Caller], Awaitable[T]],
-    *,
-    create: bool = False,
-) -> T:
-    """Open the post office, act as the chosen agent, close; refusals become an exit status.
 
-    Only a command that sends (`create`) brings a new identity into being; reading as a name
-    nobody has used is `not_found`, so a typo in `--as` leaves no agent behind.
+@dataclass(frozen=True)
+class Speaker:
+    """Who a mailbox command speaks as, and where: the options every mailbox command takes."""
+
+    as_: str | None
+    as_json: bool
+    url: str | None
+    key: str | None
+
+
+def _run(speaker: Speaker, local: Local[T], remote: Remote[T], *, create: bool = False) -> T:
+    """Act as the speaker, on the local post office or a remote one; refusals become an exit
+    status.
+
+    Locally, only a command that sends (`create`) brings a new identity into being; reading as
+    a name nobody has used is `not_found`, so a typo in `--as` leaves no agent behind. Remotely
+    the key says who speaks, so `--as` is refused there rather than ignored.
     """
     from agentpost.cli.render import emit_json, errors
-    from agentpost.services import PostOffice
 
     async def main() -> T:
         settings = Settings()
+        url = speaker.url or settings.url
+        if url:
+            return await _remote(url, speaker, settings, remote)
+        if speaker.key:
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT, "--key is for a remote post office: add --url"
+            )
+        from agentpost.services import PostOffice
+
         office = await PostOffice.open(settings)
         try:
-            name = as_ or settings.agent or OWNER
+            name = speaker.as_ or settings.agent or OWNER
             if create or name == OWNER:
                 caller = await office.presence.ensure_agent(name)
             else:
                 caller = await office.presence.existing_agent(name)
-            return await action(office, caller)
+            return await local(office, caller)
         finally:
             await office.aclose()
 
     try:
         return anyio.run(main)
     except AgentpostError as err:
-        if as_json:
+        if speaker.as_json:
             emit_json({"error": err.to_dict()})
         else:
             errors.print(f"[red]error:[/red] {err.code.value}: {err.message}", markup=True)
         raise typer.Exit(EXIT_CODES[err.code]) from None
 
 
+async def _remote(url: str, speaker: Speaker, settings: Settings, action: Remote[T]) -> T:
+    from agentpost.client import AsyncClient
+
+    if speaker.as_:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--as names an agent of the local post office; with --url your key says who you are",
+        )
+    async with AsyncClient(url, speaker.key or settings.key) as client:
+        return await action(client)
+
+
 @app.command()
-def mcp() -> None:
+def mcp(
+    url: Annotated[
+        str | None,
+        typer.Option(help="Serve the tools of this remote post office (default AGENTPOST_URL)."),
+    ] = None,
+    key: KeyOption = None,
+) -> None:
     """Serve this agent session's mailbox over MCP on stdio (started by the MCP client)."""
-    raise typer.Exit(serve_mcp())
+    raise typer.Exit(serve_mcp(url=url, key=key))
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8470,
+    allow_remote: Annotated[
+        bool, typer.Option("--allow-remote", help="Allow listening beyond loopback.")
+    ] = False,
+) -> None:
+    """Serve the post office: REST under /v1, MCP at /mcp, /health; keys required."""
+    from agentpost.cli.render import errors
+    from agentpost.service import serve as run_service
+
+    try:
+        run_service(Settings(), host=host, port=port, allow_remote=allow_remote)
+    except AgentpostError as err:
+        errors.print(f"[red]error:[/red] {err.code.value}: {err.message}", markup=True)
+        raise typer.Exit(EXIT_CODES[err.code]) from None
 
 
 @app.command()
@@ -90,11 +156,17 @@ def who(
     all_: Annotated[bool, typer.Option("--all", help="Include offline agents.")] = False,
     as_: AsOption = None,
     as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
 ) -> None:
     """Who is at work: agents, projects, branches, objectives, presence."""
     from agentpost.cli.render import emit_json, show_presence
 
-    found = _run(as_, as_json, lambda o, c: o.presence.who(project, all_))
+    found = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.presence.who(project, all_),
+        lambda client: client.who(project, include_offline=all_),
+    )
     if as_json:
         emit_json({"agents": [p.to_dict() for p in found]})
     else:
@@ -125,27 +197,32 @@ def send(
     must_read: Annotated[bool, typer.Option(help="Never expires unread.")] = False,
     as_: AsOption = None,
     as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
 ) -> None:
     """Send a message to agents or a #channel."""
     from agentpost.cli.render import console, emit_json
 
     targets: str | list[str] = to if to.startswith("#") or "," not in to else to.split(",")
 
-    async def action(office: PostOffice, caller: Caller) -> Any:
-        return await office.mailbox.send(
-            caller,
-            targets,
-            body,
-            subject=subject,
-            data=_parse_data(data),
-            thread_id=thread,
-            reply_to=reply_to,
-            priority="urgent" if urgent else "normal",
-            ttl_s=ttl,
-            must_read=must_read,
-        )
+    def fields() -> dict[str, Any]:
+        """Read inside `_run`, so that `--data` that is not JSON is refused like any input."""
+        return {
+            "subject": subject,
+            "data": _parse_data(data),
+            "thread_id": thread,
+            "reply_to": reply_to,
+            "priority": "urgent" if urgent else "normal",
+            "ttl_s": ttl,
+            "must_read": must_read,
+        }
 
-    result = _run(as_, as_json, action, create=True)
+    result = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.mailbox.send(c, targets, body, **fields()),
+        lambda client: client.send(targets, body, **fields()),
+        create=True,
+    )
     if as_json:
         emit_json(result.to_dict())
     else:
@@ -159,14 +236,19 @@ def inbox(
     limit: Annotated[int, typer.Option(help="At most this many.")] = 20,
     as_: AsOption = None,
     as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
 ) -> None:
     """Read your mail, oldest first (marked read unless --peek)."""
     from agentpost.cli.render import emit_json, show_messages
 
+    async def local(office: PostOffice, caller: Caller) -> Inbox:
+        return await office.mailbox.inbox(caller, unread_only=not all_, limit=limit, peek=peek)
+
     found = _run(
-        as_,
-        as_json,
-        lambda o, c: o.mailbox.inbox(c, unread_only=not all_, limit=limit, peek=peek),
+        Speaker(as_, as_json, url, key),
+        local,
+        lambda client: client.inbox(unread_only=not all_, limit=limit, peek=peek),
     )
     if as_json:
         emit_json({"messages": [m.to_dict() for m in found.messages], "unread": found.unread})
@@ -179,11 +261,17 @@ def ack(
     ids: Annotated[list[str], typer.Argument(help="Message ids you handled.")],
     as_: AsOption = None,
     as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
 ) -> None:
     """Acknowledge messages you handled."""
     from agentpost.cli.render import console, emit_json
 
-    done = _run(as_, as_json, lambda o, c: o.mailbox.ack(c, ids))
+    done = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.mailbox.ack(c, ids),
+        lambda client: client.ack(ids),
+    )
     if as_json:
         emit_json(done.to_dict())
     else:
@@ -198,11 +286,17 @@ def thread(
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
     as_: AsOption = None,
     as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
 ) -> None:
     """A thread's messages, oldest first."""
     from agentpost.cli.render import emit_json, show_messages
 
-    found = _run(as_, as_json, lambda o, c: o.mailbox.thread(c, thread_id, limit))
+    found = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.mailbox.thread(c, thread_id, limit),
+        lambda client: client.thread(thread_id, limit=limit),
+    )
     if as_json:
         emit_json({"thread_id": thread_id, "messages": [m.to_dict() for m in found]})
     else:
@@ -214,11 +308,17 @@ def sent(
     limit: Annotated[int, typer.Option(help="At most this many.")] = 20,
     as_: AsOption = None,
     as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
 ) -> None:
     """Your sent messages with each recipient's state."""
     from agentpost.cli.render import emit_json, show_sent
 
-    found = _run(as_, as_json, lambda o, c: o.mailbox.sent(c, limit))
+    found = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.mailbox.sent(c, limit),
+        lambda client: client.sent(limit=limit),
+    )
     if as_json:
         emit_json({"messages": [s.to_dict() for s in found]})
     else:
@@ -231,11 +331,17 @@ def search(
     limit: Annotated[int, typer.Option(help="At most this many.")] = 20,
     as_: AsOption = None,
     as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
 ) -> None:
     """Full-text search over the messages you may see."""
     from agentpost.cli.render import emit_json, show_messages
 
-    found = _run(as_, as_json, lambda o, c: o.mailbox.search(c, query, limit))
+    found = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.mailbox.search(c, query, limit),
+        lambda client: client.search(query, limit=limit),
+    )
     if as_json:
         emit_json({"messages": [m.to_dict() for m in found]})
     else:
@@ -243,11 +349,20 @@ def search(
 
 
 @app.command()
-def channels(as_: AsOption = None, as_json: JsonOption = False) -> None:
+def channels(
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
     """The channels and their member counts."""
     from agentpost.cli.render import console, emit_json
 
-    found = _run(as_, as_json, lambda o, c: o.channels.overview(c))
+    found = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.channels.overview(c),
+        lambda client: client.channels(),
+    )
     if as_json:
         emit_json({"channels": [c.to_dict() for c in found]})
     else:

@@ -6,16 +6,37 @@ message inside a fresh frame (domain.framing) so its words stay a colleague's.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentpost.domain.desk import Desk
 from agentpost.domain.framing import frame_messages
-from agentpost.domain.models import Message
+from agentpost.domain.models import Message, Notices
 from agentpost.mcp.adapter import ToolOutput
-from agentpost.services import Notices
 
 PREVIEW_CHARS = 200
+INBOX_URI = "agentpost://inbox"
+
+
+def render_instructions(template: str, agent: str, others: list[str]) -> str:
+    """Fill `{agent}` and `{agents}` only, so other braces in a custom template stay as written."""
+    return template.replace("{agent}", agent).replace("{agents}", ", ".join(others) or "none yet")
+
+
+async def inbox_resource(desk: Desk) -> str:
+    """The `agentpost://inbox` resource: the newest unread mail, raw and framed, never marked."""
+    found = await desk.inbox(peek=True, limit=50)
+    return json.dumps(
+        {
+            "agent": desk.agent,
+            "unread": found.unread,
+            "messages": messages_json(found.messages),
+            # What a model should be shown: the same messages inside their frames.
+            "framed": frame_messages(found.messages, title=f"{found.unread} unread"),
+        }
+    )
 
 
 def _shortened(message: Message) -> Message:

@@ -3,73 +3,82 @@
 The process registers its session, heartbeats in the background, pushes "your inbox changed"
 to a subscribed client the moment another process delivers mail, sweeps expired and old mail
 hourly, and ends its session as soon as the client closes stdin or the process is told to stop
-(SIGTERM).
+(SIGTERM). `build_server` and `run_session` serve a remote post office's session too
+(`agentpost.mcp.remote`): the tools only ever see a `Desk`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from agentpost import __version__
 from agentpost.config import Settings
+from agentpost.domain.desk import Desk
 from agentpost.domain.errors import AgentpostError
-from agentpost.domain.framing import frame_messages
 from agentpost.domain.models import Caller
 from agentpost.mcp.adapter import MailboxServer
-from agentpost.mcp.presenting import messages_json
-from agentpost.mcp.tools import Desk, register_tools
+from agentpost.mcp.desk import LocalDesk, SessionCaller
+from agentpost.mcp.presenting import INBOX_URI, inbox_resource, render_instructions
+from agentpost.mcp.tools import register_tools
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import detect
 
-INBOX_URI = "agentpost://inbox"
 log = logging.getLogger(__name__)
 
-
-def render_instructions(template: str, agent: str, others: list[str]) -> str:
-    """Fill `{agent}` and `{agents}` only, so other braces in a custom template stay as written."""
-    return template.replace("{agent}", agent).replace("{agents}", ", ".join(others) or "none yet")
+Background = Callable[[], Coroutine[Any, Any, None]]
 
 
-def build_server(office: PostOffice, desk: Desk, others: list[str]) -> MailboxServer:
+def build_server(desk: Desk, instructions: str, others: list[str]) -> MailboxServer:
     async def read_resource(uri: str) -> str:
-        found = await office.mailbox.inbox(desk.caller, peek=True, limit=50)
-        return json.dumps(
-            {
-                "agent": desk.caller.agent,
-                "unread": found.unread,
-                "messages": messages_json(found.messages),
-                # What a model should be shown: the same messages inside their frames.
-                "framed": frame_messages(found.messages, title=f"{found.unread} unread"),
-            }
-        )
+        return await inbox_resource(desk)
 
-    instructions = render_instructions(office.settings.instructions, desk.caller.agent, others)
-    server = MailboxServer("agentpost", __version__, instructions, read_resource, (INBOX_URI,))
-    register_tools(server, office, desk)
+    text = render_instructions(instructions, desk.agent, others)
+    server = MailboxServer("agentpost", __version__, text, read_resource, (INBOX_URI,))
+    register_tools(server, desk)
     return server
 
 
-async def _heartbeat(office: PostOffice, session_id: str) -> None:
-    while True:
-        await anyio.sleep(office.settings.heartbeat_s)
-        with _survive("heartbeat"):
-            await office.presence.heartbeat(session_id)
+async def run_session(
+    server: MailboxServer,
+    background: Sequence[Background],
+    *,
+    ready: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Serve stdio until the client closes it or SIGTERM, with `background` tasks beside; once
+    `ready` returns, if given (say, when push is listening)."""
+    async with anyio.create_task_group() as group:
+        for task in background:
+            group.start_soon(task)
+        group.start_soon(_stop_on_sigterm, group)
+        if ready is not None:
+            await ready()
+        await server.run_stdio()
+        group.cancel_scope.cancel()
 
 
 @contextmanager
-def _survive(what: str) -> Iterator[None]:
-    """A busy database must not end the session: log it, and the next round tries again."""
+def survive(what: str) -> Iterator[None]:
+    """A busy database (or an unreachable service) must not end the session: log it, and the
+    next round tries again."""
     try:
         yield
     except AgentpostError as err:
         log.warning("%s failed, will retry: %s", what, err)
+
+
+async def every(period_s: float, what: str, action: Callable[[], Awaitable[None]]) -> None:
+    """`action` every `period_s`, forever; a failed round is logged and the next one tries."""
+    while True:
+        await anyio.sleep(period_s)
+        with survive(what):
+            await action()
 
 
 SWEEP_EVERY_S = 3600
@@ -78,15 +87,15 @@ SWEEP_EVERY_S = 3600
 async def _sweep_periodically(office: PostOffice) -> None:
     """TTL tombstones and retention: every local server helps, so no daemon is needed."""
     while True:
-        with _survive("sweep"):
+        with survive("sweep"):
             await office.mailbox.sweep()
         await anyio.sleep(SWEEP_EVERY_S)
 
 
-async def _push_arrivals(office: PostOffice, server: MailboxServer, desk: Desk) -> None:
+async def _push_arrivals(office: PostOffice, server: MailboxServer, callers: SessionCaller) -> None:
     while True:
-        with _survive("watching for new mail"):
-            async for _ in office.mailbox.arrivals(lambda: desk.caller):
+        with survive("watching for new mail"):
+            async for _ in office.mailbox.arrivals(lambda: callers.caller):
                 await server.notify_resource_updated(INBOX_URI)
         await anyio.sleep(1)  # after a failure only
 
@@ -105,16 +114,22 @@ async def serve_stdio(settings: Settings) -> None:
         context = detect(project_override=settings.project)
         session = await office.presence.open_local_session(context, name=settings.agent)
         session_id = session.id
-        desk = Desk(Caller(session.agent, session.id))
+        callers = SessionCaller(Caller(session.agent, session.id))
         others = [n for n in await office.presence.agent_names() if n != session.agent]
-        server = build_server(office, desk, others)
-        async with anyio.create_task_group() as group:
-            group.start_soon(_heartbeat, office, session.id)
-            group.start_soon(_push_arrivals, office, server, desk)
-            group.start_soon(_sweep_periodically, office)
-            group.start_soon(_stop_on_sigterm, group)
-            await server.run_stdio()
-            group.cancel_scope.cancel()
+        server = build_server(LocalDesk(office, callers), settings.instructions, others)
+        heartbeat_id = session.id
+        await run_session(
+            server,
+            [
+                lambda: every(
+                    settings.heartbeat_s,
+                    "heartbeat",
+                    lambda: office.presence.heartbeat(heartbeat_id),
+                ),
+                lambda: _push_arrivals(office, server, callers),
+                lambda: _sweep_periodically(office),
+            ],
+        )
     finally:
         with anyio.CancelScope(shield=True):
             if session_id is not None:

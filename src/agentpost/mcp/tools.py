@@ -1,38 +1,32 @@
-"""The mailbox tools: each translates its arguments to one service call and back, nothing more."""
+"""The mailbox tools: each translates its arguments to one call of the desk and back.
+
+The desk (agentpost.domain.desk) is the services bound to the caller, or the Python client bound
+to a remote service's key: the tools neither know nor care which.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from agentpost.domain.models import Caller, Message
+from agentpost.domain.desk import Desk
+from agentpost.domain.models import Message
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.presenting import answer, messages_json
-from agentpost.services import PostOffice
 
 JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
-
-
-@dataclass
-class Desk:
-    """This connection's identity; `register` may move it to another name."""
-
-    caller: Caller
 
 
 def _count(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> None:
-    mailbox, presence, rooms = office.mailbox, office.presence, office.channels
-
+def register_tools(server: MailboxServer, desk: Desk) -> None:
     async def reply(
         structured: dict[str, Any], summary: str, messages: list[Message] | None = None
     ) -> ToolOutput:
-        return answer(structured, summary, await mailbox.notices(desk.caller), messages or [])
+        return answer(structured, summary, await desk.notices(), messages or [])
 
     tools: list[Callable[..., Awaitable[ToolOutput]]] = []
 
@@ -49,17 +43,15 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
         Sessions are registered automatically; call this only to choose a name (refused while
         another live session holds it) or to set your description and objective.
         """
-        desk.caller = await presence.register(
-            desk.caller, name=name, description=description, objective=objective
-        )
+        await desk.register(name=name, description=description, objective=objective)
         return await whoami()
 
     @tool
     async def whoami() -> ToolOutput:
         """Your agent name, session, project, branch and unread count."""
-        session = await presence.session(desk.caller.session_id or "")
+        session = await desk.whoami()
         out = {
-            "agent": desk.caller.agent,
+            "agent": session.agent,
             "session_id": session.id,
             "project": session.project,
             "branch": session.branch,
@@ -67,12 +59,12 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
             "objective": session.objective,
             "status": session.status.value,
         }
-        return await reply(out, f"You are {desk.caller.agent} (project {session.project}).")
+        return await reply(out, f"You are {session.agent} (project {session.project}).")
 
     @tool
     async def who(project: str | None = None, include_offline: bool = False) -> ToolOutput:
         """Who is at work: each agent's project, branch, worktree, objective, status, presence."""
-        found = await presence.who(project, include_offline)
+        found = await desk.who(project, include_offline)
         lines = [
             f"- {p.name}{'' if p.online else ' (offline)'}: {p.project or '-'}@{p.branch or '-'}"
             # The objective is another agent's free text: quoted, so it reads as data.
@@ -88,7 +80,7 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
         objective: str | None = None,
     ) -> ToolOutput:
         """Tell the others your status (active, idle, blocked, done) and current objective."""
-        await presence.update_profile(desk.caller, status=status, objective=objective)
+        await desk.set_status(status=status, objective=objective)
         return await whoami()
 
     @tool
@@ -108,8 +100,7 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
         `data` carries structured JSON; `reply_to` a message id (the reply joins its thread);
         `ttl_s` lets unread mail expire; `must_read` mail never expires unread.
         """
-        sent = await mailbox.send(
-            desk.caller,
+        sent = await desk.send(
             to,
             body,
             subject=subject,
@@ -132,8 +123,7 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
         peek: bool = False,
     ) -> ToolOutput:
         """Read your mail, oldest first; it is marked read unless `peek`. `ack` what you handled."""
-        found = await mailbox.inbox(
-            desk.caller,
+        found = await desk.inbox(
             unread_only=unread_only,
             limit=limit,
             thread_id=thread_id,
@@ -146,14 +136,14 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
     @tool
     async def ack(ids: list[str]) -> ToolOutput:
         """Acknowledge messages you handled (by id); the sender's receipt shows it."""
-        done = await mailbox.ack(desk.caller, ids)
+        done = await desk.ack(ids)
         summary = f"Acknowledged {len(done.acked)}; not found: {len(done.not_found)}."
         return await reply(done.to_dict(), summary)
 
     @tool
     async def wait(timeout_s: float = 60, thread_id: str | None = None) -> ToolOutput:
         """Block until unread mail arrives (then return it, marked read) or `timeout_s` passes."""
-        found = await mailbox.wait(desk.caller, timeout_s=timeout_s, thread_id=thread_id)
+        found = await desk.wait(timeout_s=timeout_s, thread_id=thread_id)
         summary = (
             "No mail before the timeout."
             if found.timed_out
@@ -165,7 +155,7 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
     @tool
     async def thread(thread_id: str, limit: int = 50) -> ToolOutput:
         """Every message of a thread that you may see, oldest first."""
-        found = await mailbox.thread(desk.caller, thread_id, limit)
+        found = await desk.thread(thread_id, limit)
         summary = f"Thread {thread_id}: {_count(len(found), 'message')}"
         return await reply(
             {"thread_id": thread_id, "messages": messages_json(found)}, summary, found
@@ -174,7 +164,7 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
     @tool
     async def sent(limit: int = 20) -> ToolOutput:
         """Your sent messages, newest first, with each recipient's state and times."""
-        found = await mailbox.sent(desk.caller, limit)
+        found = await desk.sent(limit)
         lines = [
             f"- {s.message.id} to {', '.join(s.message.to)}: "
             + (", ".join(f"{r.to}={r.state.value}" for r in s.receipts) or "no recipients")
@@ -186,14 +176,14 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
     @tool
     async def search(query: str, limit: int = 20) -> ToolOutput:
         """Full-text search over the messages you may see, newest first."""
-        found = await mailbox.search(desk.caller, query, limit)
+        found = await desk.search(query, limit)
         summary = f"{_count(len(found), 'match')} for {query!r}"
         return await reply({"messages": messages_json(found)}, summary, found)
 
     @tool
     async def channels() -> ToolOutput:
         """The channels: #general, project channels and joined ones, with member counts."""
-        found = await rooms.overview(desk.caller)
+        found = await desk.channels()
         lines = [f"- #{c.name} ({c.members} members){' joined' if c.joined else ''}" for c in found]
         summary = "\n".join([_count(len(found), "channel"), *lines])
         return await reply({"channels": [c.to_dict() for c in found]}, summary)
@@ -201,19 +191,19 @@ def register_tools(server: MailboxServer, office: PostOffice, desk: Desk) -> Non
     @tool
     async def join(channel: str) -> ToolOutput:
         """Join a channel (creating it if new): you get its broadcasts and may read its history."""
-        info = await rooms.join(desk.caller, channel)
+        info = await desk.join(channel)
         return await reply(info.to_dict(), f"Joined #{info.name}.")
 
     @tool
     async def leave(channel: str) -> ToolOutput:
         """Leave a channel you joined."""
-        done = await rooms.leave(desk.caller, channel)
-        return await reply(done, f"Left {done['left']}.")
+        left = await desk.leave(channel)
+        return await reply({"left": left}, f"Left {left}.")
 
     @tool
     async def read_channel(channel: str, limit: int = 20, before: str | None = None) -> ToolOutput:
         """A channel's history, oldest first: the newest `limit` messages (before a message id)."""
-        found = await rooms.history(desk.caller, channel, limit, before)
+        found = await desk.read_channel(channel, limit, before)
         summary = f"{channel}: {_count(len(found), 'message')}"
         return await reply({"channel": channel, "messages": messages_json(found)}, summary, found)
 

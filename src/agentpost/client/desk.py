@@ -1,0 +1,210 @@
+"""`RemoteDesk`: the `Desk` of one session on a remote service, over `AsyncClient`.
+
+What `agentpost mcp --url … --key …` serves its tools from. The session is a handle minted for
+this process (`open_session`, with the worktree and branch it runs in), so `who` shows it like a
+local session, and ended when the process ends. What the REST API leaves to the client:
+
+- the piggyback's urgent previews: the unread urgent mail is looked up with each answer and each
+  message is told once per session (the local desk keeps that cursor in the store);
+- the session's own record for `whoami`, kept from what this desk set.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from agentpost.client.async_client import AsyncClient
+from agentpost.domain.desk import PriorityName, StatusName
+from agentpost.domain.errors import forbidden
+from agentpost.domain.models import (
+    AckResult,
+    ChannelInfo,
+    Inbox,
+    Message,
+    Notices,
+    Presence,
+    SendResult,
+    SentMessage,
+    SessionInfo,
+    Status,
+)
+
+URGENT_PREVIEWS = 20
+"""Urgent messages looked at per answer for the piggyback's previews."""
+
+
+class RemoteDesk:
+    """A session of the key's agent on the service `client` speaks to; make one with `open`."""
+
+    def __init__(self, client: AsyncClient, session: SessionInfo) -> None:
+        self.client = client
+        self._session = session
+        self._told: set[str] = set()
+
+    @classmethod
+    async def open(
+        cls,
+        client: AsyncClient,
+        *,
+        project: str | None = None,
+        worktree: str | None = None,
+        branch: str | None = None,
+        objective: str | None = None,
+    ) -> RemoteDesk:
+        """Mint a session for this process and speak for it from now on. A `project` given
+        becomes the agent's project, as a local session's does."""
+        session_id = await client.open_session(
+            project=project, worktree=worktree, branch=branch, objective=objective
+        )
+        client.session = session_id
+        me = await client.me()
+        now = time.time()
+        session = SessionInfo(
+            id=session_id,
+            agent=me.name,
+            transport="http",
+            host=socket.gethostname(),
+            pid=None,
+            project=me.project,
+            worktree=worktree,
+            branch=branch,
+            objective=objective or "",
+            status=Status.ACTIVE,
+            started_at=now,
+            heartbeat_at=now,
+            ended_at=None,
+        )
+        return cls(client, session)
+
+    @property
+    def agent(self) -> str:
+        return self._session.agent
+
+    async def heartbeat(self) -> None:
+        await self.client.heartbeat(self._session.id)
+        self._session = replace(self._session, heartbeat_at=time.time())
+
+    async def close(self) -> None:
+        """End the session: it shows offline at once."""
+        await self.client.end_session(self._session.id)
+
+    async def whoami(self) -> SessionInfo:
+        await self.heartbeat()  # and so a revoked key is told here, not only on the next send
+        return self._session
+
+    async def register(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        objective: str | None = None,
+    ) -> None:
+        if name is not None and name != self.agent:
+            raise forbidden(f"this session speaks for {self.agent!r}, the agent of its key")
+        await self.set_profile(description=description, objective=objective)
+
+    async def set_status(
+        self, *, status: StatusName | None = None, objective: str | None = None
+    ) -> None:
+        await self.set_profile(status=status, objective=objective)
+
+    async def set_profile(
+        self,
+        *,
+        description: str | None = None,
+        status: StatusName | None = None,
+        objective: str | None = None,
+    ) -> None:
+        await self.client.update_me(description=description, status=status, objective=objective)
+        if status is not None:
+            self._session = replace(self._session, status=Status(status))
+        if objective is not None:
+            self._session = replace(self._session, objective=objective)
+
+    async def who(
+        self, project: str | None = None, include_offline: bool = False
+    ) -> list[Presence]:
+        return await self.client.who(project, include_offline=include_offline)
+
+    async def send(
+        self,
+        to: str | list[str],
+        body: str,
+        *,
+        subject: str | None = None,
+        data: Any = None,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+        priority: PriorityName = "normal",
+        ttl_s: float | None = None,
+        must_read: bool = False,
+    ) -> SendResult:
+        return await self.client.send(
+            to,
+            body,
+            subject=subject,
+            data=data,
+            thread_id=thread_id,
+            reply_to=reply_to,
+            priority=priority,
+            ttl_s=ttl_s,
+            must_read=must_read,
+        )
+
+    async def inbox(
+        self,
+        *,
+        unread_only: bool = True,
+        limit: int = 20,
+        thread_id: str | None = None,
+        urgent_only: bool = False,
+        peek: bool = False,
+    ) -> Inbox:
+        return await self.client.inbox(
+            unread_only=unread_only,
+            limit=limit,
+            thread_id=thread_id,
+            urgent_only=urgent_only,
+            peek=peek,
+        )
+
+    async def wait(self, *, timeout_s: float = 60, thread_id: str | None = None) -> Inbox:
+        return await self.client.wait(timeout_s, thread_id=thread_id)
+
+    async def ack(self, ids: Sequence[str]) -> AckResult:
+        return await self.client.ack(ids)
+
+    async def thread(self, thread_id: str, limit: int = 50) -> list[Message]:
+        return await self.client.thread(thread_id, limit=limit)
+
+    async def sent(self, limit: int = 20) -> list[SentMessage]:
+        return await self.client.sent(limit=limit)
+
+    async def search(self, query: str, limit: int = 20) -> list[Message]:
+        return await self.client.search(query, limit=limit)
+
+    async def channels(self) -> list[ChannelInfo]:
+        return await self.client.channels()
+
+    async def join(self, channel: str) -> ChannelInfo:
+        return await self.client.join_channel(channel)
+
+    async def leave(self, channel: str) -> str:
+        return await self.client.leave_channel(channel)
+
+    async def read_channel(
+        self, channel: str, limit: int = 20, before: str | None = None
+    ) -> list[Message]:
+        return await self.client.channel_history(channel, limit=limit, before=before)
+
+    async def notices(self) -> Notices:
+        """The unread count, and the unread urgent mail this session has not been shown yet."""
+        found = await self.client.inbox(urgent_only=True, peek=True, limit=URGENT_PREVIEWS)
+        fresh = [m for m in found.messages if m.id not in self._told]
+        # Mail read since is no longer unread and never will be again: only these need keeping.
+        self._told = {m.id for m in found.messages}
+        return Notices(found.unread, fresh)

@@ -1,0 +1,303 @@
+"""The operations of an agent: mail, the directory and presence, sessions, blocks, channels,
+webhooks. Each answer is read into the domain type the services return.
+
+`MailOperations` lists them under their OpenAPI operation ids; both clients inherit it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentpost.client.operation import Operation, Request, fields, nothing
+from agentpost.domain.accounts import AgentInfo, Usage
+from agentpost.domain.desk import PriorityName, StatusName
+from agentpost.domain.events import Webhook, WebhookDelivery
+from agentpost.domain.models import (
+    AckResult,
+    ChannelInfo,
+    Inbox,
+    Message,
+    Presence,
+    SendResult,
+    SentMessage,
+)
+
+
+def _messages(answer: Any) -> list[Message]:
+    return [Message.from_dict(m) for m in answer["messages"]]
+
+
+# -- mail ---------------------------------------------------------------------------------------
+
+
+def send(
+    to: str | list[str],
+    body: str,
+    *,
+    subject: str | None = None,
+    data: Any = None,
+    thread_id: str | None = None,
+    reply_to: str | None = None,
+    priority: PriorityName = "normal",
+    ttl_s: float | None = None,
+    must_read: bool = False,
+    idempotency_key: str | None = None,
+) -> Request[SendResult]:
+    """Send to a name, a list of names or `#channel`. With `idempotency_key`, a retried send
+    (the same key and body within 24 h) is stored once and answers as the first did."""
+    json = fields(
+        to=to,
+        body=body,
+        subject=subject,
+        data=data,
+        thread_id=thread_id,
+        reply_to=reply_to,
+        priority=priority,
+        ttl_s=ttl_s,
+        must_read=must_read,
+    )
+    headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+    return Request(SendResult.from_dict, json=json, headers=headers)
+
+
+def inbox(
+    *,
+    unread_only: bool = True,
+    limit: int = 20,
+    thread_id: str | None = None,
+    urgent_only: bool = False,
+    peek: bool = False,
+) -> Request[Inbox]:
+    """Your mail, oldest first; marked read unless `peek`."""
+    params = {
+        "unread_only": unread_only,
+        "limit": limit,
+        "thread_id": thread_id,
+        "urgent_only": urgent_only,
+        "peek": peek,
+    }
+    return Request(Inbox.from_dict, params=params)
+
+
+def wait(timeout_s: float = 60, *, thread_id: str | None = None) -> Request[Inbox]:
+    """Long-poll: answers as soon as unread mail is there (marked read), or after `timeout_s`
+    with `timed_out` set (the service caps the wait at its `max_wait_s`)."""
+    params = {"timeout_s": timeout_s, "thread_id": thread_id}
+    return Request(Inbox.from_dict, params=params, wait_s=max(0.0, float(timeout_s)))
+
+
+def ack(ids: Sequence[str]) -> Request[AckResult]:
+    """Acknowledge messages you handled; ids that are not yours come back in `not_found`."""
+    return Request(AckResult.from_dict, json={"ids": list(ids)})
+
+
+def get_message(message_id: str) -> Request[Message]:
+    """One message you may see (as a recipient, its sender, or a member of its channel)."""
+    return Request(Message.from_dict, path_args={"message_id": message_id})
+
+
+def thread(thread_id: str, *, limit: int = 50) -> Request[list[Message]]:
+    """Every message of a thread that you may see, oldest first."""
+    return Request(_messages, path_args={"thread_id": thread_id}, params={"limit": limit})
+
+
+def sent(*, limit: int = 20) -> Request[list[SentMessage]]:
+    """Your sent messages, newest first, each with its recipients' receipts."""
+    return Request(
+        lambda a: [SentMessage.from_dict(m) for m in a["messages"]], params={"limit": limit}
+    )
+
+
+def search(q: str, *, limit: int = 20) -> Request[list[Message]]:
+    """Full-text search over the messages you may see, newest first."""
+    return Request(_messages, params={"q": q, "limit": limit})
+
+
+# -- agents, presence, sessions -----------------------------------------------------------------
+
+
+def directory(
+    q: str | None = None, *, project: str | None = None, limit: int = 50
+) -> Request[list[AgentInfo]]:
+    """The address book: search by name, description, project or capability."""
+    return Request(
+        lambda a: [AgentInfo.from_dict(x) for x in a["agents"]],
+        params={"q": q, "project": project, "limit": limit},
+    )
+
+
+def who(project: str | None = None, *, include_offline: bool = False) -> Request[list[Presence]]:
+    """Who is at work: each agent's project, branch, objective, status and presence."""
+    return Request(
+        lambda a: [Presence.from_dict(x) for x in a["agents"]],
+        params={"project": project, "include_offline": include_offline},
+    )
+
+
+def me() -> Request[AgentInfo]:
+    """Your agent: its profile and trust."""
+    return Request(AgentInfo.from_dict)
+
+
+def update_me(
+    *,
+    description: str | None = None,
+    project: str | None = None,
+    capabilities: list[str] | None = None,
+    status: StatusName | None = None,
+    objective: str | None = None,
+) -> Request[AgentInfo]:
+    """Change your profile (description, project, capabilities) and your session's status and
+    objective; what is left out stays as it is."""
+    json = fields(
+        description=description,
+        project=project,
+        capabilities=capabilities,
+        status=status,
+        objective=objective,
+    )
+    return Request(AgentInfo.from_dict, json=json)
+
+
+def open_session(
+    *,
+    project: str | None = None,
+    worktree: str | None = None,
+    branch: str | None = None,
+    objective: str | None = None,
+) -> Request[str]:
+    """Mint a session of your agent (say, one per worktree); its id. Set it as the client's
+    `session` to speak for it."""
+    json = fields(project=project, worktree=worktree, branch=branch, objective=objective)
+    return Request(lambda a: str(a["session_id"]), json=json)
+
+
+def heartbeat(session_id: str) -> Request[None]:
+    """Keep a session online (any request made for it does too)."""
+    return Request(nothing, path_args={"session_id": session_id})
+
+
+def end_session(session_id: str) -> Request[None]:
+    """End a session: it shows offline at once."""
+    return Request(nothing, path_args={"session_id": session_id})
+
+
+def _blocked(answer: Any) -> list[str]:
+    return [str(name) for name in answer["blocked"]]
+
+
+def blocked() -> Request[list[str]]:
+    """The agents whose mail you drop."""
+    return Request(_blocked)
+
+
+def block(agent: str) -> Request[list[str]]:
+    """Drop this agent's mail to you from now on, silently; whom you block now."""
+    return Request(_blocked, path_args={"agent": agent})
+
+
+def unblock(agent: str) -> Request[list[str]]:
+    """Take this agent's mail again; whom you still block."""
+    return Request(_blocked, path_args={"agent": agent})
+
+
+def usage() -> Request[Usage]:
+    """What you sent and received, your unread and unacknowledged mail, and your limits."""
+    return Request(Usage.from_dict)
+
+
+# -- channels -----------------------------------------------------------------------------------
+
+
+def channels() -> Request[list[ChannelInfo]]:
+    """#general, project channels and the ones you joined, with member counts."""
+    return Request(lambda a: [ChannelInfo.from_dict(c) for c in a["channels"]])
+
+
+def join_channel(channel: str) -> Request[ChannelInfo]:
+    """Join a channel (created if new): you get its broadcasts and may read its history."""
+    return Request(ChannelInfo.from_dict, path_args={"channel": channel.removeprefix("#")})
+
+
+def leave_channel(channel: str) -> Request[str]:
+    """Leave a channel you joined; the channel left, as `#name`."""
+    return Request(lambda a: str(a["left"]), path_args={"channel": channel.removeprefix("#")})
+
+
+def channel_history(
+    channel: str, *, limit: int = 20, before: str | None = None
+) -> Request[list[Message]]:
+    """A channel's newest `limit` messages (before a message id), oldest first."""
+    return Request(
+        _messages,
+        path_args={"channel": channel.removeprefix("#")},
+        params={"limit": limit, "before": before},
+    )
+
+
+# -- webhooks -----------------------------------------------------------------------------------
+
+
+def create_webhook(url: str, events: Sequence[str]) -> Request[tuple[Webhook, str]]:
+    """Register a URL for your events; the webhook and its signing secret (shown only here)."""
+    return Request(
+        lambda a: (Webhook.from_dict(a), str(a["secret"])),
+        json={"url": url, "events": list(events)},
+    )
+
+
+def webhooks() -> Request[list[Webhook]]:
+    """Your webhooks (never their secrets)."""
+    return Request(lambda a: [Webhook.from_dict(h) for h in a["webhooks"]])
+
+
+def delete_webhook(webhook_id: str) -> Request[None]:
+    """Stop delivering to a webhook."""
+    return Request(nothing, path_args={"webhook_id": webhook_id})
+
+
+def webhook_deliveries(webhook_id: str, *, limit: int = 50) -> Request[list[WebhookDelivery]]:
+    """The delivery log of one webhook, newest first: attempts, last status, last error."""
+    return Request(
+        lambda a: [WebhookDelivery.from_dict(d) for d in a["deliveries"]],
+        path_args={"webhook_id": webhook_id},
+        params={"limit": limit},
+    )
+
+
+class MailOperations:
+    """An agent's REST operations, named by their OpenAPI operation ids."""
+
+    send = Operation("POST", "/v1/messages", send)
+    inbox = Operation("GET", "/v1/inbox", inbox)
+    wait = Operation("GET", "/v1/inbox/wait", wait)
+    ack = Operation("POST", "/v1/inbox/ack", ack)
+    get_message = Operation("GET", "/v1/messages/{message_id}", get_message)
+    thread = Operation("GET", "/v1/threads/{thread_id}", thread)
+    sent = Operation("GET", "/v1/sent", sent)
+    search = Operation("GET", "/v1/search", search)
+
+    directory = Operation("GET", "/v1/agents", directory)
+    who = Operation("GET", "/v1/presence", who)
+    me = Operation("GET", "/v1/me", me)
+    update_me = Operation("PATCH", "/v1/me", update_me)
+    open_session = Operation("POST", "/v1/sessions", open_session)
+    heartbeat = Operation("POST", "/v1/sessions/{session_id}/heartbeat", heartbeat)
+    end_session = Operation("DELETE", "/v1/sessions/{session_id}", end_session)
+    blocked = Operation("GET", "/v1/blocks", blocked)
+    block = Operation("PUT", "/v1/blocks/{agent}", block)
+    unblock = Operation("DELETE", "/v1/blocks/{agent}", unblock)
+    usage = Operation("GET", "/v1/usage", usage)
+
+    channels = Operation("GET", "/v1/channels", channels)
+    join_channel = Operation("PUT", "/v1/channels/{channel}/members/me", join_channel)
+    leave_channel = Operation("DELETE", "/v1/channels/{channel}/members/me", leave_channel)
+    channel_history = Operation("GET", "/v1/channels/{channel}/messages", channel_history)
+
+    create_webhook = Operation("POST", "/v1/webhooks", create_webhook)
+    webhooks = Operation("GET", "/v1/webhooks", webhooks)
+    delete_webhook = Operation("DELETE", "/v1/webhooks/{webhook_id}", delete_webhook)
+    webhook_deliveries = Operation(
+        "GET", "/v1/webhooks/{webhook_id}/deliveries", webhook_deliveries
+    )

@@ -1,0 +1,130 @@
+"""`Client`: the REST API of an agentpost service as blocking methods, for scripts.
+
+The same operations as `AsyncClient` (both inherit them, see `operation.py`), performed with a
+blocking httpx client: no event loop, no thread. `events()` is a blocking iterator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Generator
+from types import TracebackType
+from typing import TypeVar
+
+import httpx
+
+from agentpost.client.admin import AdminOperations
+from agentpost.client.mail import MailOperations
+from agentpost.client.operation import Request, SyncBase
+from agentpost.client.wire import (
+    DEFAULT_TIMEOUT_S,
+    MAX_RECONNECT_S,
+    RECONNECT_S,
+    STREAM_TIMEOUT,
+    EventReader,
+    Target,
+    events_headers,
+    read_answer,
+    refusal,
+    retry_stream,
+    timeout,
+    unreachable,
+)
+from agentpost.domain.errors import AgentpostError
+from agentpost.domain.events import Event
+
+T = TypeVar("T")
+
+
+class Client(SyncBase, MailOperations, AdminOperations):
+    """The blocking twin of `AsyncClient`: the same constructor, methods and errors."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        key: str | None = None,
+        *,
+        session: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._target = Target.resolve(url, key, session)
+        self.timeout = timeout
+        self._http = httpx.Client(base_url=self._target.url, timeout=timeout, transport=transport)
+
+    @property
+    def url(self) -> str:
+        return self._target.url
+
+    @property
+    def session(self) -> str | None:
+        """The session this client speaks for (`Agentpost-Session`); None: the key's own."""
+        return self._target.session
+
+    @session.setter
+    def session(self, session_id: str | None) -> None:
+        self._target = dataclasses.replace(self._target, session=session_id)
+
+    def _perform(self, method: str, path: str, request: Request[T]) -> T:
+        try:
+            response = self._http.request(
+                method,
+                request.url(path),
+                params=request.query(),
+                json=request.json,
+                headers={**self._target.headers(), **request.headers},
+                timeout=timeout(self.timeout, request),
+            )
+        except httpx.TransportError as exc:
+            raise unreachable(self.url, exc) from None
+        return read_answer(response, request)
+
+    def events(
+        self, after: int | None = None, *, on_open: Callable[[], object] | None = None
+    ) -> Generator[Event, None, None]:
+        """Your events as they happen, as `AsyncClient.events` yields them: resumed after the
+        last one on a dropped stream, from `after` (else from now) at first; `on_open` is
+        called each time the service accepted the stream."""
+        cursor, delay = after, RECONNECT_S
+        while True:
+            reader = EventReader(cursor=cursor)
+            try:
+                with self._http.stream(
+                    "GET",
+                    "/v1/events",
+                    headers=events_headers(self._target, cursor),
+                    timeout=STREAM_TIMEOUT,
+                ) as response:
+                    if response.status_code >= 400:
+                        content = response.read()
+                        raise refusal(response.status_code, response.headers, content)
+                    delay = RECONNECT_S
+                    if on_open is not None:
+                        on_open()
+                    for line in response.iter_lines():
+                        event = reader.feed(line)
+                        if event is not None:
+                            cursor = reader.cursor
+                            yield event
+            except httpx.TransportError:
+                pass  # dropped, or silent past STREAM_IDLE_S: reopen after the cursor
+            except AgentpostError as err:
+                if not retry_stream(err):
+                    raise
+            time.sleep(reader.retry_s or delay)
+            delay = min(delay * 2, MAX_RECONNECT_S)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

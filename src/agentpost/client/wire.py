@@ -1,0 +1,204 @@
+"""What both clients share on the wire: settings, headers, answers and refusals, server-sent events.
+
+Every failure reaches the caller as an `AgentpostError` with a stable code, as the services
+raise it: a refusal keeps the service's code, message, details and `Retry-After`; a service that
+cannot be reached, or answers something that is not agentpost, is `unavailable`. So a caller
+handles one exception type, whether the post office is local or remote.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+from agentpost import __version__
+from agentpost.client.operation import Request
+from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.events import Event
+
+T = TypeVar("T")
+
+SESSION_HEADER = "Agentpost-Session"
+DEFAULT_TIMEOUT_S = 30.0
+RECONNECT_S = 1.0
+MAX_RECONNECT_S = 30.0
+"""An event stream that dropped is reopened after RECONNECT_S, doubling up to this."""
+STREAM_IDLE_S = 60.0
+"""The service sends a keep-alive comment every 15 s: a stream silent for this long is dead."""
+
+_BY_STATUS: dict[int, ErrorCode] = {
+    400: ErrorCode.INVALID_ARGUMENT,
+    401: ErrorCode.UNAUTHENTICATED,
+    403: ErrorCode.FORBIDDEN,
+    404: ErrorCode.NOT_FOUND,
+    409: ErrorCode.CONFLICT,
+    410: ErrorCode.GONE,
+    413: ErrorCode.TOO_LARGE,
+    429: ErrorCode.RATE_LIMITED,
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the client speaks and as whom: the service's URL, the key, the session."""
+
+    url: str
+    key: str | None
+    session: str | None
+
+    @classmethod
+    def resolve(cls, url: str | None, key: str | None, session: str | None) -> Target:
+        """The given URL and key, else the settings' (`AGENTPOST_URL`, `AGENTPOST_KEY`). The
+        configured key goes only to the configured service: a client made for another URL
+        without a key sends none, rather than hand that service the key of this one."""
+        if url is None or key is None:
+            settings = Settings()
+            same_service = url is None or _same(url, settings.url)
+            url = url or settings.url
+            if key is None and same_service:
+                key = settings.key
+        if not url:
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT,
+                "no service URL: pass one, or set AGENTPOST_URL (or `url` in the config file)",
+            )
+        return cls(url.rstrip("/"), key or None, session)
+
+    def headers(self) -> dict[str, str]:
+        headers = {"User-Agent": f"agentpost-client/{__version__}"}
+        if self.key:
+            headers["Authorization"] = f"Bearer {self.key}"
+        if self.session:
+            headers[SESSION_HEADER] = self.session
+        return headers
+
+
+def _same(url: str, other: str | None) -> bool:
+    return other is not None and url.rstrip("/") == other.rstrip("/")
+
+
+def timeout(default_s: float, request: Request[Any]) -> httpx.Timeout:
+    """The client's timeout, stretched on reads by the time a long-poll may be held open."""
+    return httpx.Timeout(default_s, read=default_s + request.wait_s)
+
+
+def unreachable(url: str, exc: httpx.TransportError) -> AgentpostError:
+    return AgentpostError(
+        ErrorCode.UNAVAILABLE, f"cannot reach the post office at {url}: {exc or type(exc).__name__}"
+    )
+
+
+def _retry_after(headers: Mapping[str, str], body: Mapping[str, Any]) -> float | None:
+    value = headers.get("retry-after")
+    if value is not None:
+        if value.strip().isdigit():
+            return float(value.strip())
+        when = email.utils.parsedate_to_datetime(value) if value.strip() else None
+        if when is not None:
+            return max(0.0, when.timestamp() - time.time())
+    found = body.get("retry_after_s")
+    return float(found) if isinstance(found, int | float) else None
+
+
+def refusal(status: int, headers: Mapping[str, str], content: bytes) -> AgentpostError:
+    """The service's refusal as the exception the services raise: `{"error": {...}}`, its
+    stable code (else one read from the status) and `Retry-After`."""
+    try:
+        body = json.loads(content).get("error")
+    except (ValueError, AttributeError):
+        body = None
+    if not isinstance(body, dict):
+        code = _BY_STATUS.get(status, ErrorCode.UNAVAILABLE)
+        text = content[:200].decode("utf-8", errors="replace")
+        return AgentpostError(code, f"HTTP {status} from the post office: {text}")
+    try:
+        code = ErrorCode(str(body.get("code")))
+    except ValueError:  # a code this client does not know yet: the status says what kind
+        code = _BY_STATUS.get(status, ErrorCode.UNAVAILABLE)
+    details = body.get("details")
+    return AgentpostError(
+        code,
+        str(body.get("message", code.value)),
+        details=details if isinstance(details, dict) else None,
+        retry_after_s=_retry_after(headers, body),
+    )
+
+
+def read_answer(response: httpx.Response, request: Request[T]) -> T:
+    if response.status_code >= 400:
+        raise refusal(response.status_code, response.headers, response.content)
+    try:
+        return request.parse(response.json())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise AgentpostError(
+            ErrorCode.UNAVAILABLE,
+            f"the answer from {response.request.url} is not agentpost's ({exc!r})",
+        ) from None
+
+
+def events_headers(target: Target, cursor: int | None) -> dict[str, str]:
+    headers = {**target.headers(), "Accept": "text/event-stream"}
+    if cursor is not None:
+        headers["Last-Event-ID"] = str(cursor)
+    return headers
+
+
+STREAM_TIMEOUT = httpx.Timeout(DEFAULT_TIMEOUT_S, read=STREAM_IDLE_S)
+
+
+def retry_stream(err: AgentpostError) -> bool:
+    """Whether an event stream refused with `err` is worth reopening: only when the service is
+    away for a while, never when the key is wrong."""
+    return err.code is ErrorCode.UNAVAILABLE
+
+
+@dataclass
+class EventReader:
+    """Server-sent events (the WHATWG format) read line by line into agentpost events.
+
+    Remembers the id of the last event, so a reopened stream resumes after it
+    (`Last-Event-ID`), and the `retry` the server asked for.
+    """
+
+    cursor: int | None = None
+    retry_s: float | None = None
+    _data: list[str] = field(default_factory=list)
+    _id: int | None = None
+
+    def feed(self, line: str) -> Event | None:
+        """One line of the stream (without its line break); the event it completes, if any."""
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):
+            return None  # a comment: the service's keep-alive
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._data.append(value)
+        elif name == "id" and value.isdigit():
+            self._id = int(value)
+        elif name == "retry" and value.isdigit():
+            self.retry_s = int(value) / 1000
+        return None  # `event` names the type, which the data carries too
+
+    def _dispatch(self) -> Event | None:
+        if self._id is not None:  # as browsers do: an id alone moves the cursor
+            self.cursor = self._id
+        if not self._data:
+            return None
+        data, self._data = "\n".join(self._data), []
+        try:
+            event = Event.from_dict(json.loads(data))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AgentpostError(
+                ErrorCode.UNAVAILABLE, f"an event from the post office is not agentpost's ({exc!r})"
+            ) from None
+        self.cursor = event.seq if self._id is None else self._id
+        return event

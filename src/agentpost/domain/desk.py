@@ -1,0 +1,111 @@
+"""The desk: one agent session's mailbox as the tools use it, wherever the post office is.
+
+The MCP tools speak to a `Desk` and never learn where the post office lives: a local desk is the
+services bound to one caller (`agentpost.mcp.desk.LocalDesk`), a remote desk is the Python client
+bound to one key and session (`agentpost.client.desk.RemoteDesk`). So `agentpost mcp` serves the
+same tools, with the same answers and the same refusals, on this machine's SQLite file or on a
+service across the network. The methods are the tools' operations, with the caller implied:
+neither implementation accepts a sender, so no argument can speak for someone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+from agentpost.domain.models import (
+    AckResult,
+    ChannelInfo,
+    Inbox,
+    Message,
+    Notices,
+    Presence,
+    SendResult,
+    SentMessage,
+    SessionInfo,
+)
+
+StatusName = Literal["active", "idle", "blocked", "done"]
+PriorityName = Literal["normal", "urgent"]
+
+
+class Desk(Protocol):
+    """What one agent session can do with its mail. Refusals are `AgentpostError`s."""
+
+    @property
+    def agent(self) -> str:
+        """The agent this desk speaks for (a local session may take another name)."""
+        ...
+
+    async def whoami(self) -> SessionInfo:
+        """This session: its agent, project, branch, worktree, objective and status."""
+        ...
+
+    async def register(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        objective: str | None = None,
+    ) -> None:
+        """Take a name (only a local session may change it) and say what you are doing."""
+        ...
+
+    async def set_status(
+        self, *, status: StatusName | None = None, objective: str | None = None
+    ) -> None: ...
+
+    async def who(
+        self, project: str | None = None, include_offline: bool = False
+    ) -> list[Presence]: ...
+
+    async def send(
+        self,
+        to: str | list[str],
+        body: str,
+        *,
+        subject: str | None = None,
+        data: Any = None,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+        priority: PriorityName = "normal",
+        ttl_s: float | None = None,
+        must_read: bool = False,
+    ) -> SendResult: ...
+
+    async def inbox(
+        self,
+        *,
+        unread_only: bool = True,
+        limit: int = 20,
+        thread_id: str | None = None,
+        urgent_only: bool = False,
+        peek: bool = False,
+    ) -> Inbox: ...
+
+    async def wait(self, *, timeout_s: float = 60, thread_id: str | None = None) -> Inbox: ...
+
+    async def ack(self, ids: Sequence[str]) -> AckResult: ...
+
+    async def thread(self, thread_id: str, limit: int = 50) -> list[Message]: ...
+
+    async def sent(self, limit: int = 20) -> list[SentMessage]: ...
+
+    async def search(self, query: str, limit: int = 20) -> list[Message]: ...
+
+    async def channels(self) -> list[ChannelInfo]: ...
+
+    async def join(self, channel: str) -> ChannelInfo: ...
+
+    async def leave(self, channel: str) -> str:
+        """Leave a channel; the channel left, as `#name`."""
+        ...
+
+    async def read_channel(
+        self, channel: str, limit: int = 20, before: str | None = None
+    ) -> list[Message]: ...
+
+    async def notices(self) -> Notices:
+        """The unread count and urgent mail this session was not told of yet (each told once):
+        what rides along on every tool answer."""
+        ...

@@ -1,0 +1,165 @@
+"""The local desk: the services bound to one caller, as the MCP tools use them.
+
+`LocalDesk` is the `Desk` (agentpost.domain.desk) of a post office opened in this process; the
+remote one is `agentpost.client.desk.RemoteDesk`. Who the caller is comes from a `CallerSource`:
+fixed per stdio connection (`SessionCaller`, which `register` may rename), asked afresh on each
+request over HTTP (`agentpost.mcp.http.RequestCaller`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agentpost.domain.desk import PriorityName, StatusName
+from agentpost.domain.models import (
+    AckResult,
+    Caller,
+    ChannelInfo,
+    Inbox,
+    Message,
+    Notices,
+    Presence,
+    SendResult,
+    SentMessage,
+    SessionInfo,
+)
+from agentpost.services import PostOffice
+
+
+class CallerSource(Protocol):
+    """Who is calling: fixed per stdio connection, asked per request over HTTP."""
+
+    @property
+    def caller(self) -> Caller: ...
+
+    def rename(self, caller: Caller) -> None:
+        """`register` took another name; refused where identity comes from a key."""
+
+
+@dataclass
+class SessionCaller:
+    """A stdio connection's identity; `register` may move it to another name."""
+
+    caller: Caller
+
+    def rename(self, caller: Caller) -> None:
+        self.caller = caller
+
+
+class LocalDesk:
+    """The services of `office`, each call made as the caller `callers` names at that moment."""
+
+    def __init__(self, office: PostOffice, callers: CallerSource) -> None:
+        self.office = office
+        self.callers = callers
+
+    @property
+    def caller(self) -> Caller:
+        return self.callers.caller
+
+    @property
+    def agent(self) -> str:
+        return self.caller.agent
+
+    async def whoami(self) -> SessionInfo:
+        return await self.office.presence.session(self.caller.session_id or "")
+
+    async def register(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        objective: str | None = None,
+    ) -> None:
+        renamed = await self.office.presence.register(
+            self.caller, name=name, description=description, objective=objective
+        )
+        self.callers.rename(renamed)
+
+    async def set_status(
+        self, *, status: StatusName | None = None, objective: str | None = None
+    ) -> None:
+        await self.office.presence.update_profile(self.caller, status=status, objective=objective)
+
+    async def who(
+        self, project: str | None = None, include_offline: bool = False
+    ) -> list[Presence]:
+        return await self.office.presence.who(project, include_offline)
+
+    async def send(
+        self,
+        to: str | list[str],
+        body: str,
+        *,
+        subject: str | None = None,
+        data: Any = None,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+        priority: PriorityName = "normal",
+        ttl_s: float | None = None,
+        must_read: bool = False,
+    ) -> SendResult:
+        return await self.office.mailbox.send(
+            self.caller,
+            to,
+            body,
+            subject=subject,
+            data=data,
+            thread_id=thread_id,
+            reply_to=reply_to,
+            priority=priority,
+            ttl_s=ttl_s,
+            must_read=must_read,
+        )
+
+    async def inbox(
+        self,
+        *,
+        unread_only: bool = True,
+        limit: int = 20,
+        thread_id: str | None = None,
+        urgent_only: bool = False,
+        peek: bool = False,
+    ) -> Inbox:
+        return await self.office.mailbox.inbox(
+            self.caller,
+            unread_only=unread_only,
+            limit=limit,
+            thread_id=thread_id,
+            urgent_only=urgent_only,
+            peek=peek,
+        )
+
+    async def wait(self, *, timeout_s: float = 60, thread_id: str | None = None) -> Inbox:
+        return await self.office.mailbox.wait(self.caller, timeout_s=timeout_s, thread_id=thread_id)
+
+    async def ack(self, ids: Sequence[str]) -> AckResult:
+        return await self.office.mailbox.ack(self.caller, ids)
+
+    async def thread(self, thread_id: str, limit: int = 50) -> list[Message]:
+        return await self.office.mailbox.thread(self.caller, thread_id, limit)
+
+    async def sent(self, limit: int = 20) -> list[SentMessage]:
+        return await self.office.mailbox.sent(self.caller, limit)
+
+    async def search(self, query: str, limit: int = 20) -> list[Message]:
+        return await self.office.mailbox.search(self.caller, query, limit)
+
+    async def channels(self) -> list[ChannelInfo]:
+        return await self.office.channels.overview(self.caller)
+
+    async def join(self, channel: str) -> ChannelInfo:
+        return await self.office.channels.join(self.caller, channel)
+
+    async def leave(self, channel: str) -> str:
+        return str((await self.office.channels.leave(self.caller, channel))["left"])
+
+    async def read_channel(
+        self, channel: str, limit: int = 20, before: str | None = None
+    ) -> list[Message]:
+        return await self.office.channels.history(self.caller, channel, limit, before)
+
+    async def notices(self) -> Notices:
+        return await self.office.mailbox.notices(self.caller)

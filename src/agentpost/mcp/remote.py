@@ -1,0 +1,78 @@
+"""`agentpost mcp --url URL --key KEY`: the stdio tools, backed by a remote agentpost service.
+
+For MCP clients that only speak stdio, or a machine that should not hold the post office: the
+same tools as a local session, through the Python client. The process mints a session of the
+key's agent with this worktree's project and branch, heartbeats it, pushes `agentpost://inbox`
+updates from the service's event stream (new mail only: receipts do not change the inbox), and
+ends the session when the client closes stdin or the process is told to stop.
+"""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+
+import anyio
+
+from agentpost.client import AsyncClient
+from agentpost.client.desk import RemoteDesk
+from agentpost.config import Settings
+from agentpost.domain.events import EventType
+from agentpost.mcp.adapter import MailboxServer
+from agentpost.mcp.presenting import INBOX_URI
+from agentpost.mcp.stdio import build_server, every, run_session, survive
+from agentpost.services.local_identity import detect
+
+DIRECTORY_NAMES = 200
+"""How many colleagues the instructions may name."""
+LISTEN_S = 10
+"""How long serving waits for the event stream to open; after that it serves without push
+until the stream opens (the tools, `wait` and the piggyback still work)."""
+GOODBYE_S = 5
+"""How long ending the session may take when the process stops (the service may be gone)."""
+
+
+async def _push_new_mail(
+    client: AsyncClient, server: MailboxServer, listening: anyio.Event
+) -> None:
+    """Tell the client its inbox changed on every `message.created` event. The stream reopens
+    itself after a dropped connection; a refusal (the key was revoked) is retried slowly."""
+    cursor: int | None = None
+    while True:
+        with survive("following the service's events"):
+            async with aclosing(client.events(after=cursor, on_open=listening.set)) as events:
+                async for event in events:
+                    cursor = event.seq
+                    if event.type == EventType.MESSAGE_CREATED:
+                        await server.notify_resource_updated(INBOX_URI)
+        await anyio.sleep(5)  # after a refusal only
+
+
+async def serve_remote_stdio(settings: Settings) -> None:
+    context = detect(project_override=settings.project)
+    async with AsyncClient(settings.url, settings.key) as client:
+        desk = await RemoteDesk.open(
+            client, project=context.project, worktree=context.worktree, branch=context.branch
+        )
+        try:
+            agents = await client.directory(limit=DIRECTORY_NAMES)
+            others = [a.name for a in agents if a.name != desk.agent]
+            server = build_server(desk, settings.instructions, others)
+            listening = anyio.Event()
+
+            async def push_is_listening() -> None:
+                """Mail sent once the client is served must be pushed: the stream starts now."""
+                with anyio.move_on_after(LISTEN_S):
+                    await listening.wait()
+
+            await run_session(
+                server,
+                [
+                    lambda: every(settings.heartbeat_s, "heartbeat", desk.heartbeat),
+                    lambda: _push_new_mail(client, server, listening),
+                ],
+                ready=push_is_listening,
+            )
+        finally:
+            with anyio.CancelScope(shield=True) as scope, survive("ending the session"):
+                scope.deadline = anyio.current_time() + GOODBYE_S
+                await desk.close()

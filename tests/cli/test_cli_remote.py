@@ -1,0 +1,97 @@
+"""The mailbox commands on a remote post office: `--url URL --key KEY` (or `AGENTPOST_URL` and
+`AGENTPOST_KEY`), run as the installed script against a real `agentpost serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from service_process import Service
+
+pytestmark = pytest.mark.anyio
+
+AGENTPOST = Path(sys.executable).with_name("agentpost")
+
+
+class Remote:
+    """The command line of one agent of the test's service."""
+
+    def __init__(self, service: Service, key: str) -> None:
+        self.url = service.url
+        self.key = key
+
+    async def run(self, *args: str, env: dict[str, str] | None = None) -> Any:
+        """Run with `--url/--key` (or none, given `env`); the finished process."""
+        where = [] if env else ["--url", self.url, "--key", self.key]
+        with anyio.fail_after(30):
+            return await anyio.run_process(
+                [str(AGENTPOST), *args, *where], check=False, env={**os.environ, **(env or {})}
+            )
+
+    async def json(self, *args: str, env: dict[str, str] | None = None) -> Any:
+        done = await self.run(*args, "--json", env=env)
+        assert done.returncode == 0, done.stderr.decode()
+        return json.loads(done.stdout)
+
+
+async def test_the_mailbox_commands_act_on_the_remote_service(service: Service) -> None:
+    alice = Remote(service, await service.create_agent("alice"))
+    bob = Remote(service, await service.create_agent("bob"))
+
+    sent = await alice.json("send", "bob", "the parser is fixed", "--subject", "parser")
+    found = await bob.json("inbox")
+    assert [(m["id"], m["from"], m["subject"]) for m in found["messages"]] == [
+        (sent["id"], "alice", "parser")
+    ]
+    reply = await bob.json("send", "alice", "thanks", "--reply-to", sent["id"])
+    assert (await bob.json("ack", sent["id"]))["acked"] == [sent["id"]]
+
+    thread = await alice.json("thread", sent["thread_id"])
+    assert [m["id"] for m in thread["messages"]] == [sent["id"], reply["id"]]
+    receipts = (await alice.json("sent"))["messages"][0]["receipts"]
+    assert [(r["to"], r["state"]) for r in receipts] == [("bob", "acked")]
+    assert [m["id"] for m in (await alice.json("search", "parser"))["messages"]] == [sent["id"]]
+    assert "#general" in [c["name"] for c in (await alice.json("channels"))["channels"]]
+    assert {"alice", "bob"} <= {a["name"] for a in (await alice.json("who"))["agents"]}
+
+
+async def test_the_environment_names_the_service_and_the_key(
+    service: Service, tmp_path: Path
+) -> None:
+    alice = Remote(service, await service.create_agent("alice"))
+    elsewhere = tmp_path / "no-local-post-office"
+    env = {
+        "AGENTPOST_URL": service.url,
+        "AGENTPOST_KEY": alice.key,
+        "AGENTPOST_HOME": str(elsewhere),
+    }
+    sent = await alice.json("send", "#general", "hello everyone", env=env)
+    assert sent["channel"] == "#general"
+    assert [m["id"] for m in (await alice.json("sent"))["messages"]] == [sent["id"]]
+    assert not elsewhere.exists(), "a remote command opened a local post office"
+
+
+async def test_refusals_exit_with_their_codes_status(service: Service) -> None:
+    alice = Remote(service, await service.create_agent("alice"))
+
+    unknown = await alice.run("send", "nobody", "hello?")
+    assert unknown.returncode == 4
+    assert b"error: unknown_recipient" in unknown.stderr
+
+    stranger = await Remote(service, "ap_" + "x" * 43).run("inbox", "--json")
+    assert stranger.returncode == 3
+    assert json.loads(stranger.stdout)["error"]["code"] == "unauthenticated"
+
+    as_someone = await alice.run("inbox", "--as", "bob")
+    assert as_someone.returncode == 2
+    assert b"--as" in as_someone.stderr
+
+    key_alone = await anyio.run_process([str(AGENTPOST), "inbox", "--key", alice.key], check=False)
+    assert key_alone.returncode == 2
+    assert b"--url" in key_alone.stderr

@@ -1,0 +1,210 @@
+"""`AsyncClient` against a real `agentpost serve`: what an agent does with its mail, as domain
+types, and what the owner does with agents and keys."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from agentpost.domain.accounts import AgentInfo, IssuedKey
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import (
+    AckResult,
+    ChannelInfo,
+    DeliveryState,
+    Inbox,
+    Message,
+    Priority,
+    SendResult,
+    Trust,
+)
+from remote_office import Office
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_mail_goes_from_send_to_inbox_to_ack_with_receipts(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+
+    sent = await alice.send("bob", "the parser is fixed", subject="parser", data={"pr": 42})
+    assert isinstance(sent, SendResult)
+    assert (sent.to, sent.thread_id, sent.channel) == (["bob"], sent.id, None)
+
+    found = await bob.inbox()
+    assert isinstance(found, Inbox)
+    [message] = found.messages
+    assert isinstance(message, Message)
+    assert (message.id, message.sender, message.to) == (sent.id, "alice", ["bob"])
+    assert (message.subject, message.body, message.data) == (
+        "parser",
+        "the parser is fixed",
+        {"pr": 42},
+    )
+    assert (message.state, message.trust, message.priority) == (
+        DeliveryState.READ,
+        Trust.VERIFIED,
+        Priority.NORMAL,
+    )
+    assert found.unread == 0
+
+    done = await bob.ack([sent.id, "m_nobody"])
+    assert done == AckResult(acked=[sent.id], not_found=["m_nobody"])
+
+    [receipted] = await alice.sent()
+    assert receipted.message.id == sent.id
+    assert [(r.to, r.state) for r in receipted.receipts] == [("bob", DeliveryState.ACKED)]
+    assert (await bob.get_message(sent.id)).state is DeliveryState.ACKED
+
+
+async def test_peek_reads_without_marking_and_unread_counts_the_rest(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    first = await alice.send("bob", "one")
+    await alice.send("bob", "two", priority="urgent")
+
+    peeked = await bob.inbox(peek=True)
+    assert [m.state for m in peeked.messages] == [DeliveryState.QUEUED] * 2
+    assert peeked.unread == 2
+    urgent = await bob.inbox(urgent_only=True, peek=True)
+    assert [m.body for m in urgent.messages] == ["two"]
+    read = await bob.inbox(limit=1)
+    assert [m.id for m in read.messages] == [first.id]
+    assert read.unread == 1
+
+
+async def test_wait_returns_as_soon_as_mail_arrives_or_times_out(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+
+    quiet = await bob.wait(0.2)
+    assert (quiet.timed_out, quiet.messages, quiet.unread) == (True, [], 0)
+
+    async with anyio.create_task_group() as group:
+        woken: list[Inbox] = []
+
+        async def waiter() -> None:
+            woken.append(await bob.wait(60))
+
+        group.start_soon(waiter)
+        await anyio.sleep(0.3)  # let the long-poll reach the service before the mail does
+        with anyio.fail_after(10):
+            sent = await alice.send("bob", "wake up")
+    [found] = woken
+    assert not found.timed_out
+    assert [m.id for m in found.messages] == [sent.id]
+
+
+async def test_a_reply_joins_the_thread_and_search_finds_what_you_may_see(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    await office.agent("carol")
+    question = await alice.send("bob", "where is the flaky test?")
+    answer = await bob.send("alice", "in test_parser_roundtrip", reply_to=question.id)
+    await alice.send("carol", "unrelated: flaky coffee machine")
+    assert answer.thread_id == question.thread_id
+
+    thread = await alice.thread(question.thread_id)
+    assert [m.id for m in thread] == [question.id, answer.id]
+    assert thread[1].reply_to == question.id
+
+    assert {m.id for m in await bob.search("flaky")} == {question.id}
+    with pytest.raises(AgentpostError) as refused:
+        await bob.thread("t_nobody_knows")
+    assert refused.value.code is ErrorCode.NOT_FOUND
+
+
+async def test_channels_are_joined_read_and_left(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+
+    joined = await alice.join_channel("#release")
+    assert joined == ChannelInfo(name="release", members=1, joined=True, implicit=False)
+    await bob.join_channel("release")
+    broadcast = await alice.send("#release", "cutting 1.2 now")
+    assert (broadcast.channel, broadcast.to) == ("release", ["bob"])
+
+    listed = {c.name: c for c in await bob.channels()}
+    assert (listed["release"].members, listed["release"].joined) == (2, True)
+    assert listed["general"].implicit
+    assert [m.body for m in await bob.channel_history("#release")] == ["cutting 1.2 now"]
+
+    assert await bob.leave_channel("#release") == "#release"
+    with pytest.raises(AgentpostError) as refused:
+        await bob.channel_history("release")
+    assert refused.value.code is ErrorCode.FORBIDDEN
+
+
+async def test_a_blocked_senders_mail_is_dropped_silently(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+
+    assert await bob.block("alice") == ["alice"]
+    assert await bob.blocked() == ["alice"]
+    await alice.send("bob", "you will not see this")  # the sender is not told
+    assert (await bob.inbox(peek=True)).messages == []
+
+    assert await bob.unblock("alice") == []
+    later = await alice.send("bob", "and this you will")
+    assert [m.id for m in (await bob.inbox()).messages] == [later.id]
+
+
+async def test_the_profile_and_the_directory(office: Office) -> None:
+    alice = await office.agent("alice", description="backend", project="apollo")
+    await office.agent("bob", description="frontend")
+
+    me = await alice.me()
+    assert isinstance(me, AgentInfo)
+    assert (me.name, me.description, me.project, me.trust) == (
+        "alice",
+        "backend",
+        "apollo",
+        Trust.VERIFIED,
+    )
+    changed = await alice.update_me(capabilities=["python", "sql"], status="blocked")
+    assert changed.capabilities == ["python", "sql"]
+    assert [a.name for a in await alice.directory("frontend")] == ["bob"]
+    [presence] = [p for p in await alice.who() if p.name == "alice"]
+    assert (presence.status.value, presence.online) == ("blocked", True)
+    usage = await alice.usage()
+    assert (usage.agent, usage.sent_total) == ("alice", 0)
+
+
+async def test_a_minted_session_speaks_for_itself_until_it_ends(office: Office) -> None:
+    alice = await office.agent("alice")
+    session_id = await alice.open_session(branch="feature-x", objective="fix the parser")
+    alice.session = session_id
+    await alice.heartbeat(session_id)
+    [seen] = [p for p in await alice.who() if p.name == "alice"]
+    assert seen.sessions == 2
+
+    await alice.end_session(session_id)
+    with pytest.raises(AgentpostError) as refused:
+        await alice.me()  # the client still names the ended session
+    assert refused.value.code is ErrorCode.NOT_FOUND
+    alice.session = None
+    assert (await alice.me()).name == "alice"
+
+
+async def test_the_owner_creates_an_agent_and_revokes_its_key(office: Office) -> None:
+    admin = office.admin
+    created, issued = await admin.admin_create_agent("dave", description="ops")
+    assert isinstance(issued, IssuedKey)
+    assert (created.name, issued.agent, issued.key[:3]) == ("dave", "dave", "ap_")
+    dave = office.client(issued.key)
+    assert (await dave.me()).name == "dave"
+
+    another = await admin.admin_issue_key("dave", label="laptop")
+    keys = {k.id: k for k in await admin.admin_list_keys("dave")}
+    assert set(keys) == {issued.id, another.id}
+    assert keys[another.id].label == "laptop"
+
+    revoked = await admin.admin_revoke_key(issued.id)
+    assert revoked.revoked_at is not None
+    with pytest.raises(AgentpostError) as refused:
+        await dave.me()
+    assert refused.value.code is ErrorCode.UNAUTHENTICATED
+    assert (await office.client(another.key).me()).name == "dave"
+
+    assert "dave" in {a.name for a in await admin.admin_list_agents()}
+    actions = {e.action for e in await admin.admin_audit_log(limit=50)}
+    assert {"agent.created", "key.revoked"} <= actions
+
+
+async def test_the_health_check_needs_no_key(office: Office) -> None:
+    health = await office.client(None).health()
+    assert health["status"] == "ok"

@@ -1,0 +1,110 @@
+"""Refusals reach the caller as `AgentpostError` with the service's stable code, as the services
+raise them: one exception type to handle, local or remote."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from agentpost.client import AsyncClient
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from remote_office import Office
+
+pytestmark = pytest.mark.anyio
+
+
+async def refusal(call: object) -> AgentpostError:
+    with pytest.raises(AgentpostError) as refused:
+        await call  # type: ignore[misc]
+    return refused.value
+
+
+async def test_mail_to_nobody_is_an_unknown_recipient(office: Office) -> None:
+    alice = await office.agent("alice")
+    err = await refusal(alice.send("nobody", "hello?"))
+    assert err.code is ErrorCode.UNKNOWN_RECIPIENT
+    assert "nobody" in err.message
+    assert await alice.sent() == []
+
+
+async def test_a_wrong_key_is_unauthenticated(office: Office) -> None:
+    stranger = office.client("ap_" + "x" * 43)
+    err = await refusal(stranger.inbox())
+    assert err.code is ErrorCode.UNAUTHENTICATED
+    assert (await refusal(office.client(None).me())).code is ErrorCode.UNAUTHENTICATED
+
+
+async def test_an_agent_is_forbidden_the_owners_operations(office: Office) -> None:
+    alice = await office.agent("alice")
+    assert (await refusal(alice.admin_list_agents())).code is ErrorCode.FORBIDDEN
+    assert (await refusal(alice.admin_create_agent("mallory"))).code is ErrorCode.FORBIDDEN
+
+
+async def test_sending_past_the_rate_is_rate_limited_with_retry_after(office: Office) -> None:
+    alice = await office.agent("alice")
+    await office.agent("bob")
+    limits = await office.admin.admin_set_limits("alice", send_rate_per_minute=1)
+    assert limits.send_rate_per_minute == 1
+
+    await alice.send("bob", "one")
+    err = await refusal(alice.send("bob", "two"))
+    assert err.code is ErrorCode.RATE_LIMITED
+    assert err.retry_after_s is not None
+    assert 0 < err.retry_after_s <= 60
+
+
+async def test_input_the_service_refuses_is_an_invalid_argument_naming_the_field(
+    office: Office,
+) -> None:
+    alice = await office.agent("alice")
+    err = await refusal(alice.inbox(limit=0))
+    assert err.code is ErrorCode.INVALID_ARGUMENT
+    assert [f["field"] for f in err.details["fields"]] == ["query.limit"]
+
+
+async def test_an_idempotency_key_stores_a_retried_send_once(office: Office) -> None:
+    alice = await office.agent("alice")
+    await office.agent("bob")
+    first = await alice.send("bob", "deploy?", idempotency_key="ask-1")
+    again = await alice.send("bob", "deploy?", idempotency_key="ask-1")
+    assert again.id == first.id
+    err = await refusal(alice.send("bob", "something else", idempotency_key="ask-1"))
+    assert err.code is ErrorCode.CONFLICT
+    assert len(await alice.sent()) == 1
+
+
+async def test_a_service_that_is_not_there_is_unavailable() -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with AsyncClient(f"http://127.0.0.1:{port}", "ap_x") as client:
+        err = await refusal(client.inbox())
+    assert err.code is ErrorCode.UNAVAILABLE
+    assert f"127.0.0.1:{port}" in err.message
+
+
+def test_without_a_url_the_client_says_how_to_give_one() -> None:
+    with pytest.raises(AgentpostError) as refused:
+        AsyncClient()
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "AGENTPOST_URL" in refused.value.message
+
+
+async def test_the_url_and_key_default_to_the_settings(
+    office: Office, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = await office.new_key("alice")
+    monkeypatch.setenv("AGENTPOST_URL", office.url)
+    monkeypatch.setenv("AGENTPOST_KEY", key)
+    async with AsyncClient() as client:
+        assert (await client.me()).name == "alice"
+
+
+async def test_the_configured_key_goes_only_to_the_configured_service(
+    office: Office, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTPOST_URL", "http://elsewhere.example:8470")
+    monkeypatch.setenv("AGENTPOST_KEY", await office.new_key("alice"))
+    async with AsyncClient(office.url) as client:  # another service, no key given: none sent
+        assert (await refusal(client.me())).code is ErrorCode.UNAUTHENTICATED

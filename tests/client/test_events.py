@@ -1,0 +1,135 @@
+"""`events()`: the server-sent event stream as an iterator of domain events that resumes after
+the last event it yielded, across a dropped connection and a restarted service."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing, asynccontextmanager
+
+import anyio
+import pytest
+from anyio.abc import ObjectReceiveStream
+
+from agentpost.client import AsyncClient, Client
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.events import Event
+from remote_office import Office
+
+pytestmark = pytest.mark.anyio
+
+WAKE_S = 20
+"""How long a test waits for what should take milliseconds (a restart takes a few seconds)."""
+
+
+@asynccontextmanager
+async def following(
+    client: AsyncClient, after: int | None = None
+) -> AsyncIterator[ObjectReceiveStream[Event | AgentpostError]]:
+    """The client's events, followed in a task; a refusal that ends the stream comes last."""
+    send, receive = anyio.create_memory_object_stream[Event | AgentpostError](100)
+
+    async def follow() -> None:
+        async with send:
+            try:
+                async with aclosing(client.events(after=after)) as events:
+                    async for event in events:
+                        await send.send(event)
+            except AgentpostError as err:
+                await send.send(err)
+
+    async with receive, anyio.create_task_group() as group:
+        group.start_soon(follow)
+        yield receive
+        group.cancel_scope.cancel()
+
+
+async def next_event(events: ObjectReceiveStream[Event | AgentpostError]) -> Event:
+    with anyio.fail_after(WAKE_S):
+        found = await events.receive()
+    assert isinstance(found, Event), found
+    return found
+
+
+async def test_new_mail_and_receipts_arrive_as_events(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    async with following(bob, after=0) as bobs, following(alice, after=0) as alices:
+        sent = await alice.send("bob", "hello")
+        created = await next_event(bobs)
+        assert (created.type, created.message_id) == ("message.created", sent.id)
+        await bob.inbox()
+        await bob.ack([sent.id])
+        receipts = [await next_event(alices), await next_event(alices)]
+    assert [(e.type, e.message_id) for e in receipts] == [
+        ("message.read", sent.id),
+        ("message.acked", sent.id),
+    ]
+    assert receipts[0].data["to"] == "bob"
+
+
+async def test_a_stream_without_a_cursor_starts_now(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    before = await alice.send("bob", "before the stream")
+    async with following(bob) as bobs:
+        sent: list[str] = []
+        with anyio.fail_after(WAKE_S):
+            while True:  # the stream is open once it tells of mail sent after it
+                sent.append((await alice.send("bob", f"ping {len(sent)}")).id)
+                with anyio.move_on_after(0.2):
+                    first = await next_event(bobs)
+                    break
+    assert first.message_id in sent
+    assert first.message_id != before.id
+
+
+async def test_a_stream_resumes_after_a_cursor_with_nothing_missed(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    ids = [(await alice.send("bob", f"note {n}")).id for n in range(3)]
+    async with following(bob, after=0) as bobs:
+        first = await next_event(bobs)
+    assert first.message_id == ids[0]
+    async with following(bob, after=first.seq) as bobs:
+        rest = [await next_event(bobs), await next_event(bobs)]
+    assert [e.message_id for e in rest] == ids[1:]
+    assert rest[0].seq > first.seq
+
+
+async def test_a_stream_reconnects_after_a_restart_and_misses_nothing(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    async with following(bob, after=0) as bobs:
+        first = await alice.send("bob", "before the restart")
+        assert (await next_event(bobs)).message_id == first.id
+        await office.service.restart()
+        during = await alice.send("bob", "while the stream was away")
+        after = await alice.send("bob", "after it came back")
+        found = [await next_event(bobs), await next_event(bobs)]
+    assert [e.message_id for e in found] == [during.id, after.id]
+
+
+async def test_a_revoked_key_ends_the_stream_with_its_refusal(office: Office) -> None:
+    key = await office.new_key("alice")
+    alice = office.client(key)
+    [info] = await office.admin.admin_list_keys("alice")
+    await office.admin.admin_revoke_key(info.id)
+    async with following(alice, after=0) as alices:
+        with anyio.fail_after(WAKE_S):
+            ended = await alices.receive()
+    assert isinstance(ended, AgentpostError)
+    assert ended.code is ErrorCode.UNAUTHENTICATED
+
+
+async def test_the_blocking_client_follows_events_too(office: Office) -> None:
+    alice = await office.agent("alice")
+    key = await office.new_key("bob")
+    sent = await alice.send("bob", "for the script")
+
+    def first_event() -> Event:
+        with Client(office.url, key) as bob:
+            events = bob.events(after=0)
+            try:
+                return next(events)
+            finally:
+                events.close()
+
+    with anyio.fail_after(WAKE_S):
+        event = await anyio.to_thread.run_sync(first_event)
+    assert (event.type, event.message_id) == ("message.created", sent.id)

@@ -1,0 +1,182 @@
+"""`agentpost mcp --url URL --key KEY`: the stdio tools of a remote post office, end to end.
+
+Real processes all the way: `agentpost serve` on a loopback port, the remote-backed `agentpost mcp`
+spoken to by the SDK's stdio client, another agent over MCP's Streamable HTTP with the SDK's
+client, a third over REST with the Python client. Every revision of the protocol, as the local
+stdio tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from remote_office import Office
+from service_process import Service, serve_command
+from stdio_agents import INBOX_URI, LEGACY, WAKE_TIMEOUT_S, Agent, Agents
+
+pytestmark = pytest.mark.anyio
+
+
+async def start_remote(
+    agents: Agents, service: Service, key: str, *, through_env: bool = False
+) -> Agent:
+    """A remote-backed `agentpost mcp` for `key`'s agent: `--url/--key`, or the environment."""
+    log = agents.tmp_path / f"remote-{len(agents.tried) + 1}.stderr"
+    agent = Agent(None, agents.revision, log)
+    agents.tried.append(agent)
+    if through_env:
+        env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": key}
+        params = agents.params(None, env, None, "apollo")
+    else:
+        params = agents.params(None, None, None, "apollo")
+        params = params.model_copy(
+            update={"args": [*params.args, "--url", service.url, "--key", key]}
+        )
+    with anyio.fail_after(60):
+        await agents.group.start(agent.run, params)
+    agents.running.append(agent)
+    return agent
+
+
+@asynccontextmanager
+async def over_http(service: Service, key: str, revision: str) -> AsyncIterator[Client]:
+    """An MCP client of the service's `/mcp`, speaking with `key`."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
+        Client(
+            streamable_http_client(f"{service.url}/mcp", http_client=http),
+            mode="legacy" if revision == LEGACY else "auto",
+            read_timeout_seconds=30,
+        ) as client,
+    ):
+        yield client
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def test_the_remote_backed_server_offers_the_local_servers_tools(
+    agents: Agents, service: Service
+) -> None:
+    local = await agents.start("zed")
+    remote = await start_remote(agents, service, await service.create_agent("alice"))
+
+    def tools(listed: Any) -> dict[str, Any]:
+        return {t.name: t.input_schema for t in listed.tools}
+
+    assert tools(await remote.mcp.list_tools()) == tools(await local.mcp.list_tools())
+
+
+async def test_two_agents_exchange_across_rest_mcp_over_http_and_remote_stdio(
+    agents: Agents, service: Service, revision: str
+) -> None:
+    office = Office(service)
+    try:
+        alice_key, bob_key = await office.new_key("alice"), await office.new_key("bob")
+        carol = await office.agent("carol")
+        alice = await start_remote(agents, service, alice_key)
+        assert (alice.name, alice.first_answer["project"]) == ("alice", "apollo")
+
+        async with over_http(service, bob_key, revision) as bob, alice.inbox_updates() as told:
+            # stdio (through REST) → MCP over HTTP
+            asked = await alice.call("send", to="bob", body="can you review #42?", subject="pr")
+            [seen] = (await call(bob, "inbox"))["messages"]
+            assert (seen["id"], seen["from"], seen["subject"]) == (asked["id"], "alice", "pr")
+
+            # MCP over HTTP → stdio: pushed, then read, in the same thread
+            answer = await call(bob, "send", to="alice", body="approved", reply_to=asked["id"])
+            with anyio.fail_after(WAKE_TIMEOUT_S):
+                assert await told() == INBOX_URI
+            [got] = (await alice.call("inbox"))["messages"]
+            assert (got["id"], got["from"], got["thread_id"]) == (
+                answer["id"],
+                "bob",
+                asked["thread_id"],
+            )
+            assert (await alice.call("ack", ids=[answer["id"]]))["acked"] == [answer["id"]]
+
+            # REST → stdio: urgent mail rides along on the next answer, once
+            urgent = await carol.send("alice", "prod is down", priority="urgent")
+            with anyio.fail_after(WAKE_TIMEOUT_S):
+                assert await told() == INBOX_URI
+            assert [u["id"] for u in (await alice.call("who"))["urgent"]] == [urgent.id]
+            assert "urgent" not in await alice.call("who")
+
+        thread = await alice.call("thread", thread_id=asked["thread_id"])
+        assert [m["id"] for m in thread["messages"]] == [asked["id"], answer["id"]]
+        receipts = (await alice.call("sent"))["messages"][0]["receipts"]
+        assert [(r["to"], r["state"]) for r in receipts] == [("bob", "read")]
+        [bob_sent] = await office.client(bob_key).sent()
+        assert [(r.to, r.state.value) for r in bob_sent.receipts] == [("alice", "acked")]
+
+        # The stdio process is a session of its own: seen at work, and gone when it stops.
+        [present] = [p for p in await carol.who() if p.name == "alice"]
+        assert (present.online, present.project) == (True, "apollo")
+        await alice.stop()
+        [after] = [p for p in await carol.who(include_offline=True) if p.name == "alice"]
+        assert after.sessions == present.sessions - 1
+    finally:
+        await office.aclose()
+
+
+async def test_refusals_keep_their_codes_through_the_remote_server(
+    agents: Agents, service: Service
+) -> None:
+    alice = await start_remote(agents, service, await service.create_agent("alice"))
+    await service.create_agent("bob")
+    assert await alice.refused("send", to="nobody", body="hello?") == "unknown_recipient"
+    assert await alice.refused("register", name="bob") == "forbidden"
+    assert await alice.refused("leave", channel="#general") == "forbidden"
+    status = await alice.call("set_status", status="blocked", objective="waiting for review")
+    assert (status["agent"], status["status"], status["objective"]) == (
+        "alice",
+        "blocked",
+        "waiting for review",
+    )
+
+
+async def test_the_url_and_key_may_come_from_the_environment(
+    agents: Agents, service: Service
+) -> None:
+    alice = await start_remote(
+        agents, service, await service.create_agent("alice"), through_env=True
+    )
+    assert alice.name == "alice"
+    assert (await alice.call("channels"))["channels"][0]["name"] == "#general"
+
+
+async def test_a_refused_key_ends_the_server_with_its_code(service: Service) -> None:
+    command = serve_command()[:-1]  # the console script, without `serve`
+    done = await anyio.run_process(
+        [*command, "mcp", "--url", service.url, "--key", "ap_" + "x" * 43],
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 3, done.stderr
+    assert b"error: unauthenticated" in done.stderr
+
+
+def test_the_local_server_never_loads_the_client() -> None:
+    """`agentpost mcp` without a URL starts without the Python client or httpx: its start-up is
+    every local agent session's wait."""
+    code = (
+        "import sys, agentpost.cli.entry, agentpost.mcp.stdio;"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['agentpost', 'client']"
+        " or m.split('.')[0] == 'httpx'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
