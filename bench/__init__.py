@@ -1,4 +1,4 @@
-"""agentpost's benchmarks: the figures of issue 2, measured and checked against their targets.
+"""agentpost's benchmarks: the figures of issues 2 and 3, measured and checked against targets.
 
     python -m bench            # every benchmark, then one table
     python -m bench stdio      # one of them (names: python -m bench --list)

@@ -25,6 +25,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "wake": ("bench.wake", "4. another process's wait wakes after a send (500 trials)"),
     "concurrency": ("bench.concurrency", "5. 8 processes x 500 sends"),
     "signal": ("bench.signal_latency", "the change signal alone: commit -> wake, idle CPU"),
+    "rest": ("bench.rest", "service: REST POST /v1/messages from 32 keep-alive connections"),
+    "mcp_http": ("bench.mcp_http", "service: MCP over HTTP, send vs the SDK echo; 16 clients"),
+    "service_wake": ("bench.service_wake", "service: REST long-poll and SSE told of a send"),
+    "waiters": ("bench.waiters", "service: 1,000 waiting connections: memory, broadcast wake"),
 }
 
 

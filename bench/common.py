@@ -219,7 +219,7 @@ def _child_pids() -> list[int]:
     return pids
 
 
-def _process_cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
     """CPU time of a process's live threads from schedstat (ns, not clock ticks)."""
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
@@ -241,7 +241,7 @@ def children_cpu_s() -> float:
     total = 0.0
     for pid in _child_pids():
         try:
-            total += _process_cpu_s(pid)
+            total += process_cpu_s(pid)
         except OSError:  # it just exited
             continue
     return total
