@@ -18,6 +18,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import anyio
 import uvicorn
@@ -124,13 +125,16 @@ class Service:
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
+        started = False
         try:
             async with self._running():
                 await send({"type": "lifespan.startup.complete"})
+                started = True
                 await receive()  # lifespan.shutdown
         except Exception as exc:
-            log.exception("agentpost could not start")
-            await send({"type": "lifespan.startup.failed", "message": str(exc)})
+            log.exception("agentpost could not %s", "stop cleanly" if started else "start")
+            failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
+            await send({"type": failed, "message": str(exc)})
             return
         await send({"type": "lifespan.shutdown.complete"})
 
@@ -139,7 +143,9 @@ class Service:
         office = await PostOffice.open(self.settings)
         try:
             key, created = load_or_create_admin_key(self.settings)
-            await office.keys.install_admin_key(key)
+            installed = await office.keys.install_admin_key(key)
+            if installed.revoked_at is not None:  # revoked stays revoked, even when configured
+                log.warning("the configured admin key %s was revoked; set another", installed.id)
             self._on_admin_key(key, created)
             self.office = office
             self._rest = build_rest_app(office)
@@ -164,8 +170,6 @@ class Service:
 
 
 def _query_value(scope: Scope, name: str) -> str | None:
-    from urllib.parse import parse_qs
-
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
     return values[-1] if values else None
 
