@@ -369,3 +369,16 @@ async def test_an_open_event_stream_keeps_its_session_online(
         async for _ in office.events.follow(alice, 0, heartbeat_s=0.05):
             pass
     assert (await office.presence.session(alice.session_id or "")).heartbeat_at == later
+
+
+async def test_many_waits_keep_every_session_online_with_batched_heartbeats(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    office = await open_office(heartbeat_s=0.05)
+    callers = [await session_caller(office, f"agent-{n}") for n in range(20)]
+    later = clock.advance(1000)
+    async with anyio.create_task_group() as group:
+        for caller in callers:
+            group.start_soon(lambda c=caller: office.mailbox.wait(c, timeout_s=0.4))
+    for caller in callers:
+        assert (await office.presence.session(caller.session_id or "")).heartbeat_at == later

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import anyio
 
@@ -31,12 +32,28 @@ def _check_text(value: str | None, what: str, limit: int = 2000) -> str | None:
     return None if value is None else check_text(value, what)
 
 
+class _Beats:
+    """Heartbeats due from this process's waiters, written together.
+
+    Every commit wakes every waiter, so a write per waiter would have 1,000 parked long-polls
+    wake each other a thousand times over every interval. Instead the first waiter due after
+    the interval writes every pending session in one statement: one commit per interval.
+    """
+
+    def __init__(self) -> None:
+        self.pending: set[str] = set()
+        self.next_write = 0.0
+
+
+_beats: WeakKeyDictionary[Store, _Beats] = WeakKeyDictionary()
+
+
 class Heartbeat:
     """An open `wait` or event stream counts as a heartbeat of the caller's session.
 
     The waiter asks `timeout()` how long it may sleep, and calls `beat()` when it wakes: every
-    `every_s` the session's heartbeat moves to now, so a long-poll of five minutes keeps its
-    agent online without a request of its own.
+    `every_s` the session's heartbeat moves to now (in a batch with the other waiters'), so a
+    long-poll of five minutes keeps its agent online without a request of its own.
     """
 
     def __init__(self, store: Store, caller: Caller, every_s: float) -> None:
@@ -55,10 +72,15 @@ class Heartbeat:
         session_id = self._session_id
         if session_id is None or anyio.current_time() < self._due:
             return
-        self._due = anyio.current_time() + self._every_s
-        await self._store.write(
-            lambda conn: rows.update_session(conn, session_id, heartbeat_at=self._store.clock())
-        )
+        now = anyio.current_time()
+        self._due = now + self._every_s
+        beats = _beats.setdefault(self._store, _Beats())
+        beats.pending.add(session_id)
+        if now < beats.next_write:
+            return  # written with the next batch, well within offline_after_s
+        due, beats.pending = sorted(beats.pending), set()
+        beats.next_write = now + self._every_s
+        await self._store.write(lambda conn: rows.beat_sessions(conn, due, self._store.clock()))
 
 
 def check_status(status: str | None) -> Status | None:

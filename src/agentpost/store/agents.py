@@ -138,6 +138,11 @@ def get_session(conn: Connection, session_id: str) -> Row[Any] | None:
     return conn.execute(_GET_SESSION, {"session_id": session_id}).first()
 
 
+def beat_sessions(conn: Connection, session_ids: list[str], now: float) -> None:
+    """Many sessions' heartbeats in one statement."""
+    conn.execute(update(sessions).where(sessions.c.id.in_(session_ids)).values(heartbeat_at=now))
+
+
 def update_session(conn: Connection, session_id: str, **values: Any) -> None:
     conn.execute(update(sessions).where(sessions.c.id == session_id).values(**values))
 
