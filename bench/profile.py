@@ -109,11 +109,43 @@ def summarise(path: Path, calls: int, seconds: float, top: int = 25) -> None:
 RATE = 250
 
 
-def _py_spy() -> str:
-    found = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
-    if found is None:
-        sys.exit("py-spy is not installed: uv pip install --python .venv/bin/python py-spy")
+def py_spy() -> str:
+    """py-spy from $PY_SPY, beside this interpreter, or on PATH; it is no project dependency."""
+    found = (
+        os.environ.get("PY_SPY")
+        or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+        or shutil.which("py-spy")
+    )
+    if not found:
+        sys.exit("py-spy not found: set PY_SPY or uv pip install --python .venv/bin/python py-spy")
     return found
+
+
+async def start_spy(pid: int, out: Path) -> asyncio.subprocess.Process:
+    """py-spy recording `pid` (GIL holders only, every thread) into `out`, once attached."""
+    spy = await asyncio.create_subprocess_exec(
+        py_spy(),
+        "record",
+        "--pid",
+        str(pid),
+        "-r",
+        str(RATE),
+        "--gil",
+        "--threads",
+        "-f",
+        "raw",
+        "-o",
+        str(out),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    await asyncio.sleep(1.0)  # py-spy attaches
+    return spy
+
+
+async def stop_spy(spy: asyncio.subprocess.Process) -> None:
+    spy.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
+    await spy.wait()
 
 
 def _server_pid() -> int:
@@ -151,29 +183,12 @@ async def profile_calls(tool: str, calls: int, revision: str, limit: int, out: P
                     )
                 for _ in range(50):  # warm up
                     structured(await client.call_tool(tool, args))
-                spy = await asyncio.create_subprocess_exec(
-                    _py_spy(),
-                    "record",
-                    "--pid",
-                    str(_server_pid()),
-                    "-r",
-                    str(RATE),
-                    "--gil",
-                    "--threads",
-                    "-f",
-                    "raw",
-                    "-o",
-                    str(out),
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL,
-                )
-                await asyncio.sleep(1.0)  # py-spy attaches
+                spy = await start_spy(_server_pid(), out)
                 t0 = time.perf_counter()
                 for _ in range(calls):
                     structured(await client.call_tool(tool, args))
                 seconds = time.perf_counter() - t0
-                spy.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
-                await spy.wait()
+                await stop_spy(spy)
         await office.aclose()
     print(f"{calls} {tool} calls ({revision}): {calls / seconds:,.0f}/s, raw stacks in {out}")
     summarise(out, calls, seconds + 1.0)

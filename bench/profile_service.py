@@ -21,17 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import os
-import shutil
-import signal
-import sys
 import time
 from pathlib import Path
 
 import anyio
 
 from bench.common import MODERN, scratch_home, structured
-from bench.profile import RATE, _stacks
+from bench.profile import RATE, _stacks, start_spy, stop_spy
 from bench.serve import Serve, raise_fd_limit, running
 
 BODY = "Please review the migration in PR 42 before the release; the index on deliveries moved."
@@ -114,41 +110,6 @@ def summarise(path: Path, calls: int, seconds: float, top: int = 25) -> None:
         print(f"{count / total * 100:5.1f}%  {frame}")
 
 
-def _py_spy() -> str:
-    found = os.environ.get("PY_SPY") or shutil.which(
-        "py-spy", path=str(Path(sys.executable).parent)
-    )
-    if not found:
-        sys.exit("py-spy not found: set PY_SPY or install it (see this module's docstring)")
-    return found
-
-
-async def _spy(pid: int, out: Path) -> asyncio.subprocess.Process:
-    spy = await asyncio.create_subprocess_exec(
-        _py_spy(),
-        "record",
-        "--pid",
-        str(pid),
-        "-r",
-        str(RATE),
-        "--gil",
-        "--threads",
-        "-f",
-        "raw",
-        "-o",
-        str(out),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    await asyncio.sleep(1.0)  # py-spy attaches
-    return spy
-
-
-async def _stop_spy(spy: asyncio.subprocess.Process) -> None:
-    spy.send_signal(signal.SIGINT)  # py-spy writes its file on Ctrl-C
-    await spy.wait()
-
-
 async def _rest(server: Serve, home: Path, seconds: float, out: Path) -> tuple[int, float]:
     from bench.rest import AGENTS, _wrk
 
@@ -157,9 +118,9 @@ async def _rest(server: Serve, home: Path, seconds: float, out: Path) -> tuple[i
     agents_file = home / "agents.txt"
     agents_file.write_text("".join(f"{n} {keys[n]}\n" for n in names))
     await _wrk(server, agents_file, 3)  # warm up
-    spy = await _spy(server.pid, out)
+    spy = await start_spy(server.pid, out)
     got = await _wrk(server, agents_file, seconds)
-    await _stop_spy(spy)
+    await stop_spy(spy)
     print(f"wrk: {got.per_s:,.0f} requests/s, {got.errors} errors")
     return got.ok + got.errors, got.seconds
 
@@ -176,11 +137,11 @@ async def _rest1(server: Serve, calls: int, out: Path) -> tuple[int, float]:
                 raise RuntimeError(f"send: {answer.status_code} {answer.text}")
 
     await sends(50)
-    spy = await _spy(server.pid, out)
+    spy = await start_spy(server.pid, out)
     t0 = time.perf_counter()
     await sends(calls)
     seconds = time.perf_counter() - t0
-    await _stop_spy(spy)
+    await stop_spy(spy)
     print(f"one REST client: {calls / seconds:,.0f} sends/s")
     return calls, seconds
 
@@ -211,11 +172,11 @@ async def _mcp(server: Serve, calls: int, clients: int, out: Path) -> tuple[int,
         for i in range(clients):
             tg.start_soon(agent, i, calls)
         await all_warm.wait()
-        spy = await _spy(server.pid, out)
+        spy = await start_spy(server.pid, out)
         t0 = time.perf_counter()
         go.set()
     seconds = time.perf_counter() - t0
-    await _stop_spy(spy)
+    await stop_spy(spy)
     print(f"{clients} client(s) x {calls} sends: {clients * calls / seconds:,.0f} calls/s")
     return clients * calls, seconds
 
@@ -226,12 +187,12 @@ async def _echo(home: Path, calls: int, out: Path) -> tuple[int, float]:
     async with echo_http(home) as (url, pid), mcp_client(url, None, MODERN) as client:
         for _ in range(50):
             await client.call_tool("echo", {"text": BODY})
-        spy = await _spy(pid, out)
+        spy = await start_spy(pid, out)
         t0 = time.perf_counter()
         for _ in range(calls):
             await client.call_tool("echo", {"text": BODY})
         seconds = time.perf_counter() - t0
-        await _stop_spy(spy)
+        await stop_spy(spy)
     print(f"echo: {calls / seconds:,.0f} calls/s")
     return calls, seconds
 
@@ -243,14 +204,14 @@ async def _broadcast(server: Serve, waiters: int, out: Path) -> tuple[int, float
 
     async def before_broadcast() -> None:
         nonlocal spy
-        spy = await _spy(server.pid, out)
+        spy = await start_spy(server.pid, out)
 
     t0 = time.perf_counter()
     result = await hold_and_broadcast(server, waiters, before_broadcast=before_broadcast)
     seconds = time.perf_counter() - t0
     await anyio.sleep(0.5)
     assert spy is not None
-    await _stop_spy(spy)
+    await stop_spy(spy)
     print(f"{waiters} waiters: all woken within {result.woken_s_max * 1000:.0f} ms of the send")
     return waiters, seconds
 
