@@ -32,7 +32,9 @@ async def test_the_rest_table_lists_exactly_the_operations_of_the_openapi() -> N
 def test_the_tool_group_table_lists_exactly_the_groups() -> None:
     rows = table(section(SERVICE_DOC, "MCP over HTTP"))
     documented = {
-        code(row["group"]): tuple(t.strip().strip("`") for t in row["tools"].split(","))
+        code(row["group"]): tuple(
+            t.strip().strip("`") for t in row["tools"].split(",") if t.strip()
+        )
         for row in rows
     }
     assert documented == GROUPS

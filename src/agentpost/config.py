@@ -71,6 +71,15 @@ class Settings(BaseSettings):
     heartbeat_s: float = Field(15, gt=0)
     offline_after_s: float = Field(45, gt=0)
 
+    # -- coordination ------------------------------------------------------------------------
+    leader_branches: list[str] | None = None
+    """Branches whose sessions may lead a project; unset, only its default branch (origin's
+    HEAD, else `main` or `master`)."""
+    auto_lead: bool = True
+    """An eligible session claims the project's leadership on start when the seat is free."""
+    delegate_requires_leader: bool = False
+    """Only a project's leader may delegate tasks."""
+
     # -- the service (`agentpost serve`) and its clients ------------------------------------
     admin_key: str | None = None
     """The owner's key; unset, `serve` creates one in `$AGENTPOST_HOME/admin.key` on first start."""
@@ -88,7 +97,7 @@ class Settings(BaseSettings):
     """Keep message bodies in the audit log, not only their metadata."""
     clear_on_ack: bool = False
     """Wipe a message's body and data once every recipient acknowledged it."""
-    tool_groups: list[str] = Field(default_factory=lambda: ["core", "channels", "profile"])
+    tool_groups: list[str] = Field(default_factory=lambda: ["core", "channels", "profile", "coord"])
     """MCP tool groups a connection gets unless it asks (`/mcp?tools=core,coord`)."""
     allowed_hosts: list[str] = Field(default_factory=list)
     """Host headers `/mcp` accepts besides loopback ones (`host:port`, or `host:*`)."""

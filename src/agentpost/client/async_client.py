@@ -16,8 +16,11 @@ import anyio
 import httpx
 
 from agentpost.client.admin import AdminOperations
+from agentpost.client.leadership import LeadershipOperations
 from agentpost.client.mail import MailOperations
 from agentpost.client.operation import AsyncBase, Request
+from agentpost.client.reservations import ReservationOperations
+from agentpost.client.tasks import TaskOperations
 from agentpost.client.wire import (
     DEFAULT_TIMEOUT_S,
     MAX_RECONNECT_S,
@@ -38,7 +41,14 @@ from agentpost.domain.events import Event
 T = TypeVar("T")
 
 
-class AsyncClient(AsyncBase, MailOperations, AdminOperations):
+class AsyncClient(
+    AsyncBase,
+    MailOperations,
+    LeadershipOperations,
+    TaskOperations,
+    ReservationOperations,
+    AdminOperations,
+):
     """An agent (or the owner) speaking to a remote post office with its key.
 
     `url` and `key` default to the settings (`AGENTPOST_URL`, `AGENTPOST_KEY`); `session` names

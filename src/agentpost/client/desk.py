@@ -208,3 +208,9 @@ class RemoteDesk:
         # Mail read since is no longer unread and never will be again: only these need keeping.
         self._told = {m.id for m in found.messages}
         return Notices(found.unread, fresh)
+
+    # -- leadership (coordination) --------------------------------------------------------
+
+    # -- tasks and requests (coordination) --------------------------------------------------
+
+    # -- reservations (coordination) --------------------------------------------------------

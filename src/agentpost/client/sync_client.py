@@ -15,8 +15,11 @@ from typing import TypeVar
 import httpx
 
 from agentpost.client.admin import AdminOperations
+from agentpost.client.leadership import LeadershipOperations
 from agentpost.client.mail import MailOperations
 from agentpost.client.operation import Request, SyncBase
+from agentpost.client.reservations import ReservationOperations
+from agentpost.client.tasks import TaskOperations
 from agentpost.client.wire import (
     DEFAULT_TIMEOUT_S,
     MAX_RECONNECT_S,
@@ -37,7 +40,14 @@ from agentpost.domain.events import Event
 T = TypeVar("T")
 
 
-class Client(SyncBase, MailOperations, AdminOperations):
+class Client(
+    SyncBase,
+    MailOperations,
+    LeadershipOperations,
+    TaskOperations,
+    ReservationOperations,
+    AdminOperations,
+):
     """The blocking twin of `AsyncClient`: the same constructor, methods and errors."""
 
     def __init__(

@@ -109,3 +109,9 @@ class Desk(Protocol):
         """The unread count and urgent mail this session was not told of yet (each told once):
         what rides along on every tool answer."""
         ...
+
+    # -- leadership (coordination) --------------------------------------------------------
+
+    # -- tasks and requests (coordination) --------------------------------------------------
+
+    # -- reservations (coordination) --------------------------------------------------------

@@ -40,3 +40,11 @@ def webhook_id(now: float | None = None) -> str:
 
 def delivery_id(now: float | None = None) -> str:
     return sortable_id("whd", now=now)
+
+
+def task_id(now: float | None = None) -> str:
+    return sortable_id("t", now=now)
+
+
+def reservation_id(now: float | None = None) -> str:
+    return sortable_id("r", now=now)

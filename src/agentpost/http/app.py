@@ -7,7 +7,16 @@ from typing import Any
 from fastapi import FastAPI
 
 from agentpost import __version__
-from agentpost.http import admin, agents, channels, events, messages
+from agentpost.http import (
+    admin,
+    agents,
+    channels,
+    events,
+    leadership,
+    messages,
+    reservations,
+    tasks,
+)
 from agentpost.http.errors import install_error_handlers
 from agentpost.services import PostOffice
 
@@ -28,7 +37,7 @@ def build_rest_app(office: PostOffice) -> FastAPI:
     )
     app.state.office = office
     install_error_handlers(app)
-    for module in (messages, agents, channels, events, admin):
+    for module in (messages, agents, channels, events, leadership, tasks, reservations, admin):
         app.include_router(module.router)
 
     @app.get("/health", tags=["service"], operation_id="health")

@@ -163,3 +163,9 @@ class LocalDesk:
 
     async def notices(self) -> Notices:
         return await self.office.mailbox.notices(self.caller)
+
+    # -- leadership (coordination) --------------------------------------------------------
+
+    # -- tasks and requests (coordination) --------------------------------------------------
+
+    # -- reservations (coordination) --------------------------------------------------------

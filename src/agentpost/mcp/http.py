@@ -23,7 +23,10 @@ from agentpost.domain.models import Caller
 from agentpost.mcp.account_tools import register_admin_tools, register_profile_tools
 from agentpost.mcp.adapter import HttpRequest, MailboxServer, current_http_request
 from agentpost.mcp.desk import LocalDesk
+from agentpost.mcp.leader_tools import register_leader_tools
 from agentpost.mcp.presenting import INBOX_URI, inbox_resource, render_instructions
+from agentpost.mcp.reservation_tools import register_reservation_tools
+from agentpost.mcp.task_tools import register_task_tools
 from agentpost.mcp.tools import register_tools
 from agentpost.services import PostOffice
 
@@ -45,6 +48,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "channels": ("channels", "join", "leave", "read_channel"),
     "profile": ("directory", "update_profile", "block", "unblock", "blocked", "usage"),
+    "coord": (),
     "admin": (
         "admin_create_agent",
         "admin_issue_key",
@@ -131,6 +135,9 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
         offered_tools=offered_tools,
     )
     register_tools(server, desk)
+    register_leader_tools(server, desk)
+    register_task_tools(server, desk)
+    register_reservation_tools(server, desk)
     register_profile_tools(server, desk)
     register_admin_tools(server, desk)
     return server

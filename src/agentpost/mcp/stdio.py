@@ -25,7 +25,10 @@ from agentpost.domain.errors import AgentpostError
 from agentpost.domain.models import Caller
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.desk import LocalDesk, SessionCaller
+from agentpost.mcp.leader_tools import register_leader_tools
 from agentpost.mcp.presenting import INBOX_URI, inbox_resource, render_instructions
+from agentpost.mcp.reservation_tools import register_reservation_tools
+from agentpost.mcp.task_tools import register_task_tools
 from agentpost.mcp.tools import register_tools
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import detect
@@ -42,6 +45,9 @@ def build_server(desk: Desk, instructions: str, others: list[str]) -> MailboxSer
     text = render_instructions(instructions, desk.agent, others)
     server = MailboxServer("agentpost", __version__, text, read_resource, (INBOX_URI,))
     register_tools(server, desk)
+    register_leader_tools(server, desk)
+    register_task_tools(server, desk)
+    register_reservation_tools(server, desk)
     return server
 
 

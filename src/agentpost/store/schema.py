@@ -229,3 +229,80 @@ webhook_deliveries = Table(
     Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
     Index("ix_webhook_deliveries_hook", "webhook_id", "created_at"),
 )
+
+# -- coordination: leases, tasks, reservations, one response per request (migration 0003) -----
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", String(200), primary_key=True),  # "leader:<project>"
+    Column("holder", String(64)),  # the agent; NULL once released
+    Column("session_id", String(40)),  # the holder's session, whose heartbeat renews it
+    Column("term", SeqType, nullable=False),  # grows with every new holder, never reused
+    Column("acquired_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_leases_session", "session_id"),
+)
+"""Named, expiring locks with a fencing term. A row is never deleted: its term must keep growing
+across holders, so a release only ends the current holding."""
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", String(40), primary_key=True),  # "t_…"
+    Column("project", String(128)),
+    Column("creator", String(64), nullable=False),
+    Column("assignee", String(64), nullable=False),
+    Column("title", Text, nullable=False),
+    Column("detail", Text, nullable=False, server_default=""),
+    Column("priority", String(16), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("data", Text),  # JSON
+    Column("due", Float),
+    Column("result", Text),  # JSON
+    Column("message_id", String(40), nullable=False),  # the `task` message that delivered it
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Index("ix_tasks_assignee", "assignee", "status"),
+    Index("ix_tasks_creator", "creator", "status"),
+)
+
+task_history = Table(
+    "task_history",
+    metadata,
+    Column("seq", SeqType, primary_key=True, autoincrement=True),
+    Column("task_id", String(40), ForeignKey("tasks.id"), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("actor", String(64), nullable=False),
+    Column("from_status", String(16)),  # NULL for the creation
+    Column("to_status", String(16), nullable=False),
+    Column("note", Text, nullable=False, server_default=""),
+    Index("ix_task_history_task", "task_id", "seq"),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", String(40), primary_key=True),  # "r_…"
+    Column("project", String(128), nullable=False),
+    Column("agent", String(64), nullable=False),
+    Column("session_id", String(40)),
+    Column("worktree", Text),  # where the holder works: the commit guard lets it through
+    Column("pattern", Text, nullable=False),  # a path or git-style glob, relative to the root
+    Column("exclusive", Boolean, nullable=False),
+    Column("reason", Text, nullable=False, server_default=""),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("released_at", Float),
+    Index("ix_reservations_project", "project", "released_at", "expires_at"),
+    Index("ix_reservations_agent", "agent", "released_at"),
+)
+
+# A request is answered once: the store refuses a second response, whoever races for it.
+Index(
+    "ux_messages_response",
+    messages.c.reply_to,
+    unique=True,
+    sqlite_where=text("kind = 'response'"),
+    postgresql_where=text("kind = 'response'"),
+)
