@@ -284,3 +284,16 @@ class Ledger:
 
     async def session(self, session_id: str) -> SessionInfo:
         return await self.office.presence.session(session_id)
+
+
+async def end_process(ledger: Ledger, agent: Agent, signum: int) -> None:
+    """Signal the agent's server process (its pid is in its session) and wait until it exited."""
+    pid = (await ledger.session(agent.session_id)).pid
+    assert pid is not None
+    exited = os.pidfd_open(pid)  # readable once the process has exited
+    try:
+        os.kill(pid, signum)
+        with anyio.fail_after(WAKE_TIMEOUT_S):
+            await anyio.wait_readable(exited)
+    finally:
+        os.close(exited)

@@ -52,6 +52,9 @@ ALLOWED_CROSSINGS: frozenset[tuple[str, str, str]] = frozenset(
         ("agentpost.cli.entry", "agentpost.mcp.remote", "serve_mcp"),
         # `agentpost serve` starts the assembled service, inside that one command.
         ("agentpost.cli.main", "agentpost.service", "serve"),
+        # `agentpost hook claude` runs on every prompt and tool call of a Claude Code session: it
+        # reads new mail with the standard library's sqlite3 (the services load SQLAlchemy).
+        ("agentpost.cli.hook", "agentpost.store.notes", "note_for"),
     }
 )
 
@@ -86,6 +89,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "pydantic_settings": ("agentpost.config",),
     "inotify_simple": ("agentpost.store.signal",),
     "httpx": ("agentpost.services.webhooks", "agentpost.client"),
+    "tomlkit": ("agentpost.cli.install",),
 }
 
 

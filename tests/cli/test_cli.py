@@ -324,3 +324,39 @@ async def test_tail_json_prints_a_message_another_process_sends() -> None:
         with anyio.fail_after(WAIT_S):
             await tail.wait()
         await tail.aclose()
+
+
+# -- leadership -------------------------------------------------------------------------------
+
+
+async def _lead(project: str, name: str) -> None:
+    """A local session of `name` (this test's live process) on main of `project` takes the seat."""
+    from agentpost.services.local_identity import LocalContext, this_host
+
+    office = await PostOffice.open(Settings())
+    try:
+        context = LocalContext(this_host(), os.getpid(), project, f"/src/{project}", "main")
+        session = await office.presence.open_local_session(context, name=name)
+        await office.leadership.claim(Caller(name, session.id))
+    finally:
+        await office.aclose()
+
+
+def test_leader_shows_who_leads_each_project_and_its_term() -> None:
+    empty = agentpost("leader")
+    assert empty.returncode == 0, empty.stderr
+    assert "No project has had a leader yet." in empty.stdout
+    anyio.run(_lead, "shop", "alice")
+    anyio.run(_lead, "ops", "olga")
+    seats = agentpost_json("leader")["leaders"]
+    assert [(s["project"], s["leader"], s["term"], s["branch"]) for s in seats] == [
+        ("ops", "olga", 1, "main"),
+        ("shop", "alice", 1, "main"),
+    ]
+    (one,) = agentpost_json("leader", "shop")["leaders"]
+    assert one["leader"] == "alice"
+    shown = agentpost("leader")
+    assert "alice" in shown.stdout
+    assert "olga" in shown.stdout
+    nobody = agentpost_json("leader", "elsewhere")["leaders"]
+    assert [(s["project"], s["leader"], s["term"]) for s in nobody] == [("elsewhere", None, 0)]

@@ -21,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
+from agentpost.mcp.http import GROUPS
 from service_process import Service
 from stdio_agents import INBOX_URI, LEGACY, WAKE_TIMEOUT_S
 
@@ -31,6 +32,7 @@ CORE_AND_CHANNELS = {
     "sent", "search", "channels", "join", "leave", "read_channel",
 }  # fmt: skip
 PROFILE = {"directory", "update_profile", "block", "unblock", "blocked", "usage"}
+COORD = set(GROUPS["coord"])
 
 
 class HttpAgent:
@@ -103,7 +105,7 @@ async def test_admin_tools_are_listed_only_on_an_admin_keys_connection(
 ) -> None:
     alice_key = await service.create_agent("alice")
     async with connect(service, alice_key, revision) as alice:
-        assert await alice.tools() == CORE_AND_CHANNELS | PROFILE
+        assert await alice.tools() == CORE_AND_CHANNELS | PROFILE | COORD
         with pytest.raises(MCPError, match="Unknown tool: admin_list_agents"):
             await alice.client.call_tool("admin_list_agents", {})
     async with connect(service, service.admin_key, revision) as owner:

@@ -8,7 +8,6 @@ process ends, however it ends.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -19,7 +18,15 @@ import anyio
 import pytest
 from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT
 
-from stdio_agents import WAKE_TIMEOUT_S, Agent, Agents, Ledger, gather, ids, receipt
+from stdio_agents import (
+    WAKE_TIMEOUT_S,
+    Agents,
+    Ledger,
+    end_process,
+    gather,
+    ids,
+    receipt,
+)
 
 GIT = ["git", "-c", "user.name=T", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
 
@@ -45,6 +52,10 @@ def repo(tmp_path: Path) -> Path:
     return path.resolve()
 
 
+NO_LEADER = {"AGENTPOST_AUTO_LEAD": "false"}
+"""Sessions on main would take the seat and say so on #rocket: mail this test does not count."""
+
+
 def by_name(who: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {agent["name"]: agent for agent in who["agents"]}
 
@@ -56,7 +67,8 @@ async def test_sessions_are_named_from_git_and_who_shows_where_each_works(
     worktree = repo.parent / "rocket-login"
     git(repo, "worktree", "add", "-b", "feat/Login", str(worktree))
     first, login = await gather(
-        agents.start(cwd=repo, project=None), agents.start(cwd=worktree, project=None)
+        agents.start(cwd=repo, project=None, env=NO_LEADER),
+        agents.start(cwd=worktree, project=None, env=NO_LEADER),
     )
     # `<project>-<branch>`, slugged; every worktree of a repository shares its project.
     assert (first.name, login.name) == ("rocket-main", "rocket-feat-login")
@@ -64,7 +76,7 @@ async def test_sessions_are_named_from_git_and_who_shows_where_each_works(
     assert (me["project"], me["branch"], me["worktree"]) == ("rocket", "main", str(repo))
     me = await login.call("whoami")
     assert (me["project"], me["branch"], me["worktree"]) == ("rocket", "feat/Login", str(worktree))
-    second = await agents.start(cwd=repo, project=None)
+    second = await agents.start(cwd=repo, project=None, env=NO_LEADER)
     assert second.name == "rocket-main-2"  # the plain name is held by a live session
 
     # `who` shows each agent's project, branch, worktree, objective, status and presence.
@@ -109,7 +121,7 @@ async def test_sessions_are_named_from_git_and_who_shows_where_each_works(
     await first.stop()
     late = await login.call("send", to="rocket-main", body="while you were away")
     assert receipt(await login.call("sent"), late["id"], "rocket-main")["state"] == "queued"
-    third = await agents.start(cwd=repo, project=None)
+    third = await agents.start(cwd=repo, project=None, env=NO_LEADER)
     assert third.name == "rocket-main"
     assert third.session_id != first.session_id
     assert [p["id"] for p in third.first_answer["urgent"]] == [early["id"]]  # told at once
@@ -127,19 +139,6 @@ async def test_sessions_are_named_from_git_and_who_shows_where_each_works(
     assert now["rocket-feat-login"]["online"] is False
     sent = await third.call("send", to="reviewer", body="PR 12 is ready")
     assert ids((await login.call("inbox"))["messages"]) == [sent["id"]]
-
-
-async def end_process(ledger: Ledger, agent: Agent, signum: int) -> None:
-    """Signal the agent's server process (its pid is in its session) and wait until it exited."""
-    pid = (await ledger.session(agent.session_id)).pid
-    assert pid is not None
-    exited = os.pidfd_open(pid)  # readable once the process has exited
-    try:
-        os.kill(pid, signum)
-        with anyio.fail_after(WAKE_TIMEOUT_S):
-            await anyio.wait_readable(exited)
-    finally:
-        os.close(exited)
 
 
 @pytest.mark.anyio

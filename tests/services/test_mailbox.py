@@ -905,6 +905,26 @@ async def test_arrivals_tell_of_new_mail_without_marking_it_read(office: PostOff
     assert told == [peek.messages[1].seq]
 
 
+async def test_arrivals_follow_a_session_that_takes_another_name(office: PostOffice) -> None:
+    (alice,) = await agents(office, "alice")
+    me = [await session_caller(office, "first-name")]
+    told: list[int] = []
+
+    async def listen() -> None:
+        async for seq in office.mailbox.arrivals(lambda: me[0]):
+            told.append(seq)
+            return
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listen)
+            await anyio.wait_all_tasks_blocked()
+            me[0] = await office.presence.rename_session(me[0], "bob")
+            await anyio.wait_all_tasks_blocked()
+            sent = await office.mailbox.send(alice, "bob", "for the new name")
+    assert told == [(await office.mailbox.get(me[0], sent.id)).seq]
+
+
 async def test_follow_shows_every_new_message_of_the_post_office(office: PostOffice) -> None:
     alice, _bob = await agents(office, "alice", "bob")
     await office.mailbox.send(alice, "bob", "before")

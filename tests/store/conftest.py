@@ -1,5 +1,11 @@
-"""Store tests run on both databases: see `tests/backends.py`."""
+"""Store tests run on both databases: see `tests/backends.py`; `lite` is SQLite alone."""
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agentpost.store.database import Store
 from backends import (  # noqa: F401 - fixtures, registered by being imported here
     backend,
     clock,
@@ -10,3 +16,13 @@ from backends import (  # noqa: F401 - fixtures, registered by being imported he
     sqlite_template,
     store,
 )
+
+
+@pytest.fixture
+async def lite(tmp_path: Path) -> AsyncIterator[Store]:
+    """A SQLite store of its own, on the real clock: for what only a shared file has."""
+    opened = await Store.open(f"sqlite:///{tmp_path / 'agentpost.db'}")
+    try:
+        yield opened
+    finally:
+        await opened.aclose()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,15 +15,6 @@ from agentpost.store.database import Store
 from agentpost.store.schema import rate_windows
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def lite(tmp_path: Path) -> AsyncIterator[Store]:
-    store = await Store.open(f"sqlite:///{tmp_path / 'agentpost.db'}")
-    try:
-        yield store
-    finally:
-        await store.aclose()
 
 
 def pragma(name: str) -> Any:

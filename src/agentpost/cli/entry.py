@@ -1,17 +1,16 @@
-"""The `agentpost` executable, and `agentpost mcp` on a short path.
+"""The `agentpost` executable, and `agentpost mcp` and `agentpost hook` on short paths.
 
 An MCP client starts `agentpost mcp` for every agent session, so its start-up is the agent's
 wait: that path skips the command line's own libraries (Typer, Rich) and goes straight to the
-MCP face. Every other command loads the full command line.
+MCP face. `agentpost hook` runs on every prompt and tool call of a Claude Code session: it skips
+even the settings (pydantic) and the event loop, so this module imports them only when serving.
+Every other command loads the full command line.
 """
 
 from __future__ import annotations
 
 import sys
 
-import anyio
-
-from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
 EXIT_CODES = {
@@ -36,6 +35,10 @@ def serve_mcp(url: str | None = None, key: str | None = None) -> int:
 
     The remote face is imported only when a URL is given: the local start never loads the client.
     """
+    import anyio
+
+    from agentpost.config import Settings
+
     try:
         settings = Settings()
         if url is not None or key is not None:
@@ -63,6 +66,16 @@ def serve_mcp(url: str | None = None, key: str | None = None) -> int:
 def main() -> None:
     if sys.argv[1:] == ["mcp"]:
         raise SystemExit(serve_mcp())
+    if sys.argv[1:2] == ["hook"]:
+        from agentpost.cli.hook import main as hook
+
+        raise SystemExit(hook(sys.argv[2:]))
+    if sys.argv[1:] == ["guard", "check"]:  # every commit waits for it: no full command line
+        import os
+
+        from agentpost.cli.guard import check
+
+        raise SystemExit(check(os.environ))
     from agentpost.cli.main import app
 
     app()

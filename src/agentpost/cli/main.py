@@ -17,6 +17,8 @@ import anyio
 import typer
 
 from agentpost.cli.entry import EXIT_CODES, serve_mcp
+from agentpost.cli.guard import guard_app
+from agentpost.cli.install import install_app
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Inbox
@@ -171,6 +173,39 @@ def who(
         emit_json({"agents": [p.to_dict() for p in found]})
     else:
         show_presence(found)
+
+
+@app.command()
+def leader(
+    project: Annotated[
+        str | None, typer.Argument(help="This project only (default: every project).")
+    ] = None,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Who leads each project, under which term (agents claim the seat themselves)."""
+    from agentpost.cli.render import emit_json, show_leaders
+
+    if project is None:
+        seats = _run(
+            Speaker(as_, as_json, url, key),
+            lambda o, c: o.leadership.leaders(),
+            lambda client: client.leaders(),
+        )
+    else:
+        seats = [
+            _run(
+                Speaker(as_, as_json, url, key),
+                lambda o, c: o.leadership.leader(c, project),
+                lambda client: client.leader(project),
+            )
+        ]
+    if as_json:
+        emit_json({"leaders": [s.to_dict() for s in seats]})
+    else:
+        show_leaders(seats)
 
 
 def _parse_data(data: str | None) -> Any:
@@ -405,3 +440,17 @@ def demo(
     from agentpost.cli.demo import run_demo
 
     anyio.run(run_demo, pause)
+
+
+@app.command()
+def hook(
+    client: Annotated[str, typer.Argument(help="The agent client calling: claude.")],
+) -> None:
+    """Note new mail for a Claude Code hook (SessionStart, UserPromptSubmit, PostToolUse)."""
+    from agentpost.cli.hook import main as run_hook  # `agentpost hook` skips Typer: cli/entry.py
+
+    raise typer.Exit(run_hook([client]))
+
+
+app.add_typer(install_app, name="install")
+app.add_typer(guard_app, name="guard")

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Message, Presence, SentMessage
 
 console = Console(highlight=False)
@@ -68,3 +69,14 @@ def show_sent(sent: Sequence[SentMessage]) -> None:
         console.print(message_line(s.message))
         for r in s.receipts:
             console.print(f"    {r.to}: {r.state.value}")
+
+
+def show_leaders(seats: Sequence[Leader]) -> None:
+    if not seats:
+        console.print("[dim]No project has had a leader yet.[/dim]")
+        return
+    table = Table("project", "leader", "term", "branch", "since")
+    for s in seats:
+        since = _when(s.since) if s.since else ""
+        table.add_row(s.project, s.leader or "(free)", str(s.term), s.branch or "", since)
+    console.print(table)

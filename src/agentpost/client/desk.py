@@ -20,6 +20,7 @@ from typing import Any
 from agentpost.client.async_client import AsyncClient
 from agentpost.domain.desk import PriorityName, StatusName
 from agentpost.domain.errors import forbidden
+from agentpost.domain.leadership import Leader
 from agentpost.domain.models import (
     AckResult,
     ChannelInfo,
@@ -32,6 +33,9 @@ from agentpost.domain.models import (
     SessionInfo,
     Status,
 )
+from agentpost.domain.requests import RequestAnswer
+from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
+from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
 
 URGENT_PREVIEWS = 20
 """Urgent messages looked at per answer for the piggyback's previews."""
@@ -211,6 +215,75 @@ class RemoteDesk:
 
     # -- leadership (coordination) --------------------------------------------------------
 
+    async def leader(self, project: str | None = None) -> Leader:
+        return await self.client.leader(project=project)
+
+    async def claim_leadership(self, project: str | None = None, force: bool = False) -> Leader:
+        return await self.client.claim_leadership(project=project, force=force)
+
+    async def release_leadership(self, project: str | None = None) -> Leader:
+        return await self.client.release_leadership(project=project)
+
     # -- tasks and requests (coordination) --------------------------------------------------
 
+    async def delegate(
+        self,
+        to: str,
+        title: str,
+        *,
+        detail: str | None = None,
+        priority: PriorityName = "normal",
+        data: Any = None,
+        due: float | None = None,
+    ) -> Task:
+        return await self.client.delegate(
+            to, title, detail=detail, priority=priority, data=data, due=due
+        )
+
+    async def tasks(
+        self, role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
+    ) -> list[Task]:
+        return await self.client.tasks(role, status=status, limit=limit)
+
+    async def update_task(
+        self, task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None
+    ) -> Task:
+        return await self.client.update_task(task_id, status, note=note, result=result)
+
+    async def request(
+        self, to: str, question: str, *, data: Any = None, timeout_s: float = 60
+    ) -> RequestAnswer:
+        return await self.client.request(to, question, data=data, timeout_s=timeout_s)
+
+    async def respond(self, request_id: str, answer: str, *, data: Any = None) -> SendResult:
+        return await self.client.respond(request_id, answer, data=data)
+
+    async def check_request(self, request_id: str) -> RequestAnswer:
+        return await self.client.check_request(request_id)
+
     # -- reservations (coordination) --------------------------------------------------------
+
+    async def reserve(
+        self,
+        paths: list[str],
+        *,
+        exclusive: bool = True,
+        ttl_s: float = 3600,
+        reason: str | None = None,
+    ) -> ReserveResult:
+        return await self.client.reserve(paths, exclusive=exclusive, ttl_s=ttl_s, reason=reason)
+
+    async def renew_reservations(
+        self, ids: list[str] | None = None, *, ttl_s: float = 3600
+    ) -> ReservationsChanged:
+        return await self.client.renew_reservations(ids, ttl_s=ttl_s)
+
+    async def release_reservations(
+        self, *, paths: list[str] | None = None, ids: list[str] | None = None
+    ) -> ReservationsChanged:
+        return await self.client.release_reservations(paths=paths, ids=ids)
+
+    async def reservations(
+        self, project: str | None = None, path: str | None = None
+    ) -> list[Reservation]:
+        return await self.client.reservations(project=project, path=path)

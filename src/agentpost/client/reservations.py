@@ -1,7 +1,65 @@
-"""The operations of file reservations."""
+"""The operations of file reservations. Each answer is read into the domain type the services
+return."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from agentpost.client.operation import Operation, Request, fields
+from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
+
+
+def reserve(
+    paths: Sequence[str],
+    *,
+    exclusive: bool = True,
+    ttl_s: float = 3600,
+    reason: str | None = None,
+) -> Request[ReserveResult]:
+    """Claim paths or git-style globs of your project, relative to its root, for `ttl_s`. Each
+    path is granted unless it overlaps another agent's reservation where either is exclusive;
+    those come back in `conflicts` with their holder and expiry."""
+    json = fields(paths=list(paths), exclusive=exclusive, ttl_s=ttl_s, reason=reason)
+    return Request(ReserveResult.from_dict, json=json)
+
+
+def renew_reservations(
+    ids: Sequence[str] | None = None, *, ttl_s: float = 3600
+) -> Request[ReservationsChanged]:
+    """Extend your live reservations to `ttl_s` from now: those of `ids`, else every one of
+    yours in your project."""
+    json = fields(ids=None if ids is None else list(ids), ttl_s=ttl_s)
+    return Request(ReservationsChanged.from_dict, json=json)
+
+
+def release_reservations(
+    *, paths: Sequence[str] | None = None, ids: Sequence[str] | None = None
+) -> Request[ReservationsChanged]:
+    """Give up your reservations by path (as reserved) or id; with neither, all of yours in your
+    project. Another agent's are never released: they come back in `not_found`."""
+    json = fields(
+        paths=None if paths is None else list(paths), ids=None if ids is None else list(ids)
+    )
+    return Request(ReservationsChanged.from_dict, json=json)
+
+
+def _reservations(answer: Any) -> list[Reservation]:
+    return [Reservation.from_dict(r) for r in answer["reservations"]]
+
+
+def reservations(
+    *, project: str | None = None, path: str | None = None
+) -> Request[list[Reservation]]:
+    """The live reservations of your project (or `project`), oldest first; with `path`, those
+    that overlap it."""
+    return Request(_reservations, params={"project": project, "path": path})
 
 
 class ReservationOperations:
     """Listed under their OpenAPI operation ids; both clients inherit them."""
+
+    reserve = Operation("POST", "/v1/reservations", reserve)
+    reservations = Operation("GET", "/v1/reservations", reservations)
+    renew_reservations = Operation("POST", "/v1/reservations/renew", renew_reservations)
+    release_reservations = Operation("POST", "/v1/reservations/release", release_reservations)

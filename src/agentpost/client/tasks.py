@@ -1,7 +1,95 @@
-"""The operations of delegated tasks and blocking requests."""
+"""The operations of delegated tasks and blocking requests, each answer read into the domain
+type the services return."""
 
 from __future__ import annotations
+
+from typing import Any
+
+from agentpost.client.operation import Operation, Request, fields
+from agentpost.domain.desk import PriorityName
+from agentpost.domain.models import SendResult
+from agentpost.domain.requests import RequestAnswer
+from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
+
+# -- tasks --------------------------------------------------------------------------------------
+
+
+def delegate(
+    to: str,
+    title: str,
+    *,
+    detail: str | None = None,
+    priority: PriorityName = "normal",
+    data: Any = None,
+    due: float | None = None,
+) -> Request[Task]:
+    """Hand a task to an agent: it arrives as a message of kind `task`."""
+    json = fields(to=to, title=title, detail=detail, priority=priority, data=data, due=due)
+    return Request(Task.from_dict, json=json)
+
+
+def tasks(
+    role: TaskRole = "all", *, status: TaskStatusName | None = None, limit: int = 50
+) -> Request[list[Task]]:
+    """Your tasks, newest first, each with its history: given to you, made by you, or both."""
+    return Request(
+        lambda a: [Task.from_dict(t) for t in a["tasks"]],
+        params={"role": role, "status": status, "limit": limit},
+    )
+
+
+def task(task_id: str) -> Request[Task]:
+    """One task you made or were given, with its history."""
+    return Request(Task.from_dict, path_args={"task_id": task_id})
+
+
+def update_task(
+    task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None
+) -> Request[Task]:
+    """Move a task: the assignee reports progress, the creator may cancel; the other is told."""
+    return Request(
+        Task.from_dict,
+        path_args={"task_id": task_id},
+        json=fields(status=status, note=note, result=result),
+    )
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+def request(
+    to: str, question: str, *, data: Any = None, timeout_s: float = 60
+) -> Request[RequestAnswer]:
+    """Ask one agent and wait for the answer, or `timed_out` after `timeout_s` (the service
+    caps it at its `max_wait_s`); `check_request` fetches a later answer."""
+    return Request(
+        RequestAnswer.from_dict,
+        json=fields(to=to, question=question, data=data, timeout_s=timeout_s),
+        wait_s=max(0.0, float(timeout_s)),
+    )
+
+
+def respond(request_id: str, answer: str, *, data: Any = None) -> Request[SendResult]:
+    """Answer a request sent to you, once; the answer is a message to the asker."""
+    return Request(
+        SendResult.from_dict,
+        path_args={"request_id": request_id},
+        json=fields(answer=answer, data=data),
+    )
+
+
+def check_request(request_id: str) -> Request[RequestAnswer]:
+    """Where your request stands: its answer, if one came (after a timeout too)."""
+    return Request(RequestAnswer.from_dict, path_args={"request_id": request_id})
 
 
 class TaskOperations:
     """Listed under their OpenAPI operation ids; both clients inherit them."""
+
+    delegate = Operation("POST", "/v1/tasks", delegate)
+    tasks = Operation("GET", "/v1/tasks", tasks)
+    task = Operation("GET", "/v1/tasks/{task_id}", task)
+    update_task = Operation("PATCH", "/v1/tasks/{task_id}", update_task)
+    request = Operation("POST", "/v1/requests", request)
+    respond = Operation("POST", "/v1/requests/{request_id}/response", respond)
+    check_request = Operation("GET", "/v1/requests/{request_id}", check_request)

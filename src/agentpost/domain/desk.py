@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
+from agentpost.domain.leadership import Leader
 from agentpost.domain.models import (
     AckResult,
     ChannelInfo,
@@ -24,6 +25,9 @@ from agentpost.domain.models import (
     SentMessage,
     SessionInfo,
 )
+from agentpost.domain.requests import RequestAnswer
+from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
+from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
 
 StatusName = Literal["active", "idle", "blocked", "done"]
 PriorityName = Literal["normal", "urgent"]
@@ -112,6 +116,88 @@ class Desk(Protocol):
 
     # -- leadership (coordination) --------------------------------------------------------
 
+    async def leader(self, project: str | None = None) -> Leader:
+        """Who leads `project` (default: yours), under which term."""
+        ...
+
+    async def claim_leadership(self, project: str | None = None, force: bool = False) -> Leader:
+        """Take the seat of your project; `force` is for the owner or a local session."""
+        ...
+
+    async def release_leadership(self, project: str | None = None) -> Leader:
+        """Step down; the seat is free for the next eligible session."""
+        ...
+
     # -- tasks and requests (coordination) --------------------------------------------------
 
+    async def delegate(
+        self,
+        to: str,
+        title: str,
+        *,
+        detail: str | None = None,
+        priority: PriorityName = "normal",
+        data: Any = None,
+        due: float | None = None,
+    ) -> Task:
+        """Hand `to` a task; it arrives as a message of kind `task`."""
+        ...
+
+    async def tasks(
+        self, role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
+    ) -> list[Task]:
+        """Your tasks, newest first, each with its history."""
+        ...
+
+    async def update_task(
+        self, task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None
+    ) -> Task:
+        """Move a task along its table; the other side is told."""
+        ...
+
+    async def request(
+        self, to: str, question: str, *, data: Any = None, timeout_s: float = 60
+    ) -> RequestAnswer:
+        """Ask one agent and wait for the answer (or `timed_out`)."""
+        ...
+
+    async def respond(self, request_id: str, answer: str, *, data: Any = None) -> SendResult:
+        """Answer a request sent to you, once."""
+        ...
+
+    async def check_request(self, request_id: str) -> RequestAnswer:
+        """Your request's answer, if one came (after a timeout too)."""
+        ...
+
     # -- reservations (coordination) --------------------------------------------------------
+
+    async def reserve(
+        self,
+        paths: list[str],
+        *,
+        exclusive: bool = True,
+        ttl_s: float = 3600,
+        reason: str | None = None,
+    ) -> ReserveResult:
+        """Claim paths or globs of your project; per path granted, or listed with its
+        conflicts."""
+        ...
+
+    async def renew_reservations(
+        self, ids: list[str] | None = None, *, ttl_s: float = 3600
+    ) -> ReservationsChanged:
+        """Extend your live reservations (those of `ids`, else all in your project)."""
+        ...
+
+    async def release_reservations(
+        self, *, paths: list[str] | None = None, ids: list[str] | None = None
+    ) -> ReservationsChanged:
+        """Give up your reservations (by path or id; with neither, all in your project)."""
+        ...
+
+    async def reservations(
+        self, project: str | None = None, path: str | None = None
+    ) -> list[Reservation]:
+        """The live reservations of your project (or `project`); with `path`, those
+        overlapping it."""
+        ...

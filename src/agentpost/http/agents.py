@@ -3,6 +3,7 @@ owner allows it) self-registration."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -60,7 +61,8 @@ async def update_me(body: ProfileBody, office: Office, me: Me) -> dict[str, Any]
 async def open_session(
     body: SessionBody, office: Office, me: Me, request: Request
 ) -> dict[str, Any]:
-    """Mint a session handle; send it as `Agentpost-Session` to speak for that session."""
+    """Mint a session handle; send it as `Agentpost-Session` to speak for that session. A
+    session that may lead its project takes the seat when it is free (`auto_lead`)."""
     session = await office.presence.open_http_session(
         me,
         host=client_ip(request) or "unknown",
@@ -69,6 +71,7 @@ async def open_session(
         branch=body.branch,
         objective=body.objective,
     )
+    await office.leadership.claim_if_eligible(replace(me, session_id=session.id))
     return {"session_id": session.id, "agent": session.agent, "project": session.project}
 
 

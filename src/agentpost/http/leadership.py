@@ -2,6 +2,48 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any
 
-router = APIRouter(prefix="/v1/leaders", tags=["leadership"])
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentpost.http.deps import Me, Office
+
+router = APIRouter(prefix="/v1/leadership", tags=["leadership"])
+
+
+class ClaimBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(None, description="Default: your session's project.")
+    force: bool = Field(False, description="Take the seat from a live holder (owner only).")
+
+
+class ReleaseBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    project: str | None = Field(None, description="Default: your session's project.")
+
+
+@router.get("", operation_id="leader")
+async def leader(office: Office, me: Me, project: str | None = None) -> dict[str, Any]:
+    """Who leads the project (default: yours), under which term, until when unless renewed."""
+    return (await office.leadership.leader(me, project)).to_dict()
+
+
+@router.get("/all", operation_id="leaders")
+async def leaders(office: Office, me: Me) -> dict[str, Any]:
+    """Every project's seat that was ever taken, held or free."""
+    return {"leaders": [seat.to_dict() for seat in await office.leadership.leaders()]}
+
+
+@router.post("/claim", operation_id="claim_leadership")
+async def claim(body: ClaimBody, office: Office, me: Me) -> dict[str, Any]:
+    """Take your project's seat: a conflict while another live session holds it."""
+    return (await office.leadership.claim(me, body.project, force=body.force)).to_dict()
+
+
+@router.post("/release", operation_id="release_leadership")
+async def release(body: ReleaseBody, office: Office, me: Me) -> dict[str, Any]:
+    """Step down: the seat is free for the next eligible session."""
+    return (await office.leadership.release(me, body.project)).to_dict()

@@ -76,3 +76,20 @@ class IssueKeyBody(_Body):
 class LimitsBody(_Body):
     send_rate_per_minute: int | None = None
     max_unacked: int | None = None
+
+
+class ReserveBody(_Body):
+    paths: list[str] = Field(description="Paths or git-style globs, relative to the project root.")
+    exclusive: bool = True
+    ttl_s: float = 3600
+    reason: str | None = None
+
+
+class RenewReservationsBody(_Body):
+    ids: list[str] | None = Field(None, description="Omitted: all of yours in your project.")
+    ttl_s: float = 3600
+
+
+class ReleaseReservationsBody(_Body):
+    paths: list[str] | None = None
+    ids: list[str] | None = None

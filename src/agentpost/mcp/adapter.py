@@ -188,14 +188,22 @@ class _LegacyPeers:
     def __init__(self) -> None:
         self._uris: dict[Connection, set[str]] = {}
         self._audience: dict[Connection, str | None] = {}
+        self._joined: anyio.Event | None = None  # made on first use: it needs the event loop
 
     def track(self, connection: Connection, audience: str | None) -> set[str]:
         uris = self._uris.get(connection)
         if uris is None:
             uris = self._uris[connection] = set()
             connection.exit_stack.callback(self._forget, connection)
+            self.joined().set()
         self._audience[connection] = audience
         return uris
+
+    def joined(self) -> anyio.Event:
+        """Set once the first connection is tracked (and stays set)."""
+        if self._joined is None:
+            self._joined = anyio.Event()
+        return self._joined
 
     def _forget(self, connection: Connection) -> None:
         self._uris.pop(connection, None)
@@ -357,6 +365,16 @@ class MailboxServer:
         connections = self._peers.all(audience)
         await _push_all(connections, method, params)
         return len(connections)
+
+    async def first_legacy_peer(self) -> None:
+        """Return once a 2025-era client that takes server-initiated messages has connected (at
+        once if one did): a push loop waits here, so nothing is pushed into a void before the
+        client's `initialize`, and a 2026-era client costs such a loop nothing."""
+        await self._peers.joined().wait()
+
+    def has_legacy_peer(self, audience: str | None = None) -> bool:
+        """Whether a custom notification would be offered to anyone now."""
+        return bool(self._peers.all(audience))
 
     # -- transports ---------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agentpost.domain.desk import PriorityName, StatusName
+from agentpost.domain.leadership import Leader
 from agentpost.domain.models import (
     AckResult,
     Caller,
@@ -25,6 +26,9 @@ from agentpost.domain.models import (
     SentMessage,
     SessionInfo,
 )
+from agentpost.domain.requests import RequestAnswer
+from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
+from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
 from agentpost.services import PostOffice
 
 
@@ -166,6 +170,81 @@ class LocalDesk:
 
     # -- leadership (coordination) --------------------------------------------------------
 
+    async def leader(self, project: str | None = None) -> Leader:
+        return await self.office.leadership.leader(self.caller, project)
+
+    async def claim_leadership(self, project: str | None = None, force: bool = False) -> Leader:
+        return await self.office.leadership.claim(self.caller, project, force=force)
+
+    async def release_leadership(self, project: str | None = None) -> Leader:
+        return await self.office.leadership.release(self.caller, project)
+
     # -- tasks and requests (coordination) --------------------------------------------------
 
+    async def delegate(
+        self,
+        to: str,
+        title: str,
+        *,
+        detail: str | None = None,
+        priority: PriorityName = "normal",
+        data: Any = None,
+        due: float | None = None,
+    ) -> Task:
+        return await self.office.tasks.delegate(
+            self.caller, to, title, detail, priority=priority, data=data, due=due
+        )
+
+    async def tasks(
+        self, role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
+    ) -> list[Task]:
+        return await self.office.tasks.tasks(self.caller, role, status, limit)
+
+    async def update_task(
+        self, task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None
+    ) -> Task:
+        return await self.office.tasks.update_task(
+            self.caller, task_id, status, note=note, result=result
+        )
+
+    async def request(
+        self, to: str, question: str, *, data: Any = None, timeout_s: float = 60
+    ) -> RequestAnswer:
+        return await self.office.requests.request(self.caller, to, question, data, timeout_s)
+
+    async def respond(self, request_id: str, answer: str, *, data: Any = None) -> SendResult:
+        return await self.office.requests.respond(self.caller, request_id, answer, data)
+
+    async def check_request(self, request_id: str) -> RequestAnswer:
+        return await self.office.requests.check_request(self.caller, request_id)
+
     # -- reservations (coordination) --------------------------------------------------------
+
+    async def reserve(
+        self,
+        paths: list[str],
+        *,
+        exclusive: bool = True,
+        ttl_s: float = 3600,
+        reason: str | None = None,
+    ) -> ReserveResult:
+        return await self.office.reservations.reserve(
+            self.caller, paths, exclusive=exclusive, ttl_s=ttl_s, reason=reason
+        )
+
+    async def renew_reservations(
+        self, ids: list[str] | None = None, *, ttl_s: float = 3600
+    ) -> ReservationsChanged:
+        return await self.office.reservations.renew_reservations(self.caller, ids, ttl_s=ttl_s)
+
+    async def release_reservations(
+        self, *, paths: list[str] | None = None, ids: list[str] | None = None
+    ) -> ReservationsChanged:
+        return await self.office.reservations.release_reservations(
+            self.caller, paths=paths, ids=ids
+        )
+
+    async def reservations(
+        self, project: str | None = None, path: str | None = None
+    ) -> list[Reservation]:
+        return await self.office.reservations.reservations(self.caller, project, path)

@@ -48,7 +48,21 @@ GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "channels": ("channels", "join", "leave", "read_channel"),
     "profile": ("directory", "update_profile", "block", "unblock", "blocked", "usage"),
-    "coord": (),
+    "coord": (
+        "leader",
+        "claim_leadership",
+        "release_leadership",
+        "delegate",
+        "tasks",
+        "update_task",
+        "request",
+        "respond",
+        "check_request",
+        "reserve",
+        "renew_reservations",
+        "release_reservations",
+        "reservations",
+    ),
     "admin": (
         "admin_create_agent",
         "admin_issue_key",
@@ -144,18 +158,20 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
 
 
 async def push_news(office: PostOffice, server: MailboxServer) -> None:
-    """Tell each agent's subscribed connections when its inbox changed; runs until cancelled."""
+    """Tell each agent's subscribed connections when its inbox changed; runs until cancelled.
+
+    Woken only by commits that wrote events (and by other processes' commits)."""
     cursor: int | None = None
-    while True:
-        try:
-            if cursor is None:
-                cursor = await office.events.newest_overall()
-            version = office.store.version
-            touched, cursor = await office.events.touched(cursor)
-            for agent in touched:
-                await server.notify_resource_updated(INBOX_URI, audience=agent)
-            if not touched:
-                await office.store.wait_changed(version, None)
-        except AgentpostError as err:  # a busy database: look again shortly
-            log.warning("watching for news failed, will retry: %s", err)
-            await anyio.sleep(1)
+    with office.store.watch(None) as news:
+        while True:
+            try:
+                if cursor is None:
+                    cursor = await office.events.newest_overall()
+                touched, cursor = await office.events.touched(cursor)
+                for agent in touched:
+                    await server.notify_resource_updated(INBOX_URI, audience=agent)
+                if not touched:
+                    await news.wait(None)
+            except AgentpostError as err:  # a busy database: look again shortly
+                log.warning("watching for news failed, will retry: %s", err)
+                await anyio.sleep(1)

@@ -3,8 +3,9 @@
 For MCP clients that only speak stdio, or a machine that should not hold the post office: the
 same tools as a local session, through the Python client. The process mints a session of the
 key's agent with this worktree's project and branch, heartbeats it, pushes `agentpost://inbox`
-updates from the service's event stream (new mail only: receipts do not change the inbox), and
-ends the session when the client closes stdin or the process is told to stop.
+updates and Claude Code channel notifications from the service's event stream (new mail only:
+receipts do not change the inbox), and ends the session when the client closes stdin or the
+process is told to stop.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from agentpost.client import AsyncClient
 from agentpost.client.desk import RemoteDesk
 from agentpost.config import Settings
 from agentpost.domain.events import EventType
+from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.presenting import INBOX_URI
 from agentpost.mcp.stdio import build_server, every, run_session, survive
@@ -34,8 +36,10 @@ GOODBYE_S = 5
 async def _push_new_mail(
     client: AsyncClient, server: MailboxServer, listening: anyio.Event
 ) -> None:
-    """Tell the client its inbox changed on every `message.created` event. The stream reopens
-    itself after a dropped connection; a refusal (the key was revoked) is retried slowly."""
+    """Tell the client its inbox changed on every `message.created` event, and push that message
+    to Claude Code's channel (a peek: `get_message` reads no delivery). The stream reopens itself
+    after a dropped connection, after the last event seen, so each message is pushed once; a
+    refusal (the key was revoked) is retried slowly."""
     cursor: int | None = None
     while True:
         with survive("following the service's events"):
@@ -44,7 +48,17 @@ async def _push_new_mail(
                     cursor = event.seq
                     if event.type == EventType.MESSAGE_CREATED:
                         await server.notify_resource_updated(INBOX_URI)
+                        if event.message_id is not None and server.has_legacy_peer():
+                            await _push_to_channel(client, server, event.message_id)
         await anyio.sleep(5)  # after a refusal only
+
+
+async def _push_to_channel(client: AsyncClient, server: MailboxServer, message_id: str) -> None:
+    """One message to Claude Code's channel; one that cannot be read (gone already) is skipped
+    without reopening the stream."""
+    with survive("pushing a message to the channel"):
+        message = await client.get_message(message_id)
+        await server.send_custom_notification(channel.METHOD, channel.channel_params(message))
 
 
 async def serve_remote_stdio(settings: Settings) -> None:

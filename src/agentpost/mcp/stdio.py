@@ -1,9 +1,10 @@
 """`agentpost mcp`: one agent session over stdio, on the local post office.
 
 The process registers its session, heartbeats in the background, pushes "your inbox changed"
-to a subscribed client the moment another process delivers mail, sweeps expired and old mail
-hourly, and ends its session as soon as the client closes stdin or the process is told to stop
-(SIGTERM). `build_server` and `run_session` serve a remote post office's session too
+to a subscribed client and each new message to Claude Code's channel (`agentpost.mcp.channel`)
+the moment another process delivers mail, sweeps expired and old mail hourly, and ends its
+session as soon as the client closes stdin or the process is told to stop (SIGTERM).
+`build_server` and `run_session` serve a remote post office's session too
 (`agentpost.mcp.remote`): the tools only ever see a `Desk`.
 """
 
@@ -23,6 +24,7 @@ from agentpost.config import Settings
 from agentpost.domain.desk import Desk
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.models import Caller
+from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.desk import LocalDesk, SessionCaller
 from agentpost.mcp.leader_tools import register_leader_tools
@@ -43,7 +45,14 @@ def build_server(desk: Desk, instructions: str, others: list[str]) -> MailboxSer
         return await inbox_resource(desk)
 
     text = render_instructions(instructions, desk.agent, others)
-    server = MailboxServer("agentpost", __version__, text, read_resource, (INBOX_URI,))
+    server = MailboxServer(
+        "agentpost",
+        __version__,
+        text,
+        read_resource,
+        (INBOX_URI,),
+        experimental_capabilities={channel.CAPABILITY: {}},
+    )
     register_tools(server, desk)
     register_leader_tools(server, desk)
     register_task_tools(server, desk)
@@ -106,6 +115,44 @@ async def _push_arrivals(office: PostOffice, server: MailboxServer, callers: Ses
         await anyio.sleep(1)  # after a failure only
 
 
+async def _push_to_channel(
+    office: PostOffice, server: MailboxServer, callers: SessionCaller, start: int
+) -> None:
+    """Each message delivered after `start` (the session's start), once, to a 2025-era client:
+    Claude Code's channel. It waits for that client's `initialize`, so mail that came in the
+    meantime is told then; a cursor in memory makes each message told once."""
+    cursor = start
+
+    async def tell() -> None:
+        nonlocal cursor
+        while True:
+            found = await office.mailbox.arrived_after(callers.caller, cursor, channel.BATCH)
+            for message in found:
+                await server.send_custom_notification(
+                    channel.METHOD, channel.channel_params(message)
+                )
+                cursor = message.seq
+            if len(found) < channel.BATCH:
+                return
+
+    await server.first_legacy_peer()
+    while True:
+        with survive("pushing mail to the channel"):
+            await tell()
+            async for _ in office.mailbox.arrivals(lambda: callers.caller):
+                await tell()
+        await anyio.sleep(1)  # after a failure only
+
+
+async def _stand_for_leader(office: PostOffice, callers: SessionCaller) -> None:
+    """Lead the project whenever the seat is free (`auto_lead`): on start, and on failover."""
+    while True:
+        with survive("standing for leader"):
+            await office.leadership.stand(callers.caller)
+            return  # this session may not lead
+        await anyio.sleep(1)  # after a failure only
+
+
 async def _stop_on_sigterm(group: TaskGroup) -> None:
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
         async for _ in signals:
@@ -124,6 +171,7 @@ async def serve_stdio(settings: Settings) -> None:
         others = [n for n in await office.presence.agent_names() if n != session.agent]
         server = build_server(LocalDesk(office, callers), settings.instructions, others)
         heartbeat_id = session.id
+        start = await office.mailbox.latest_arrival(callers.caller)
         await run_session(
             server,
             [
@@ -133,7 +181,9 @@ async def serve_stdio(settings: Settings) -> None:
                     lambda: office.presence.heartbeat(heartbeat_id),
                 ),
                 lambda: _push_arrivals(office, server, callers),
+                lambda: _push_to_channel(office, server, callers, start),
                 lambda: _sweep_periodically(office),
+                *([lambda: _stand_for_leader(office, callers)] if settings.auto_lead else []),
             ],
         )
     finally:

@@ -1,11 +1,101 @@
 """Delegated tasks and blocking questions (group `coord`): delegate, tasks, update_task,
-request, respond, check_request."""
+request, respond, check_request.
+
+Titles, notes and answers are other agents' words: a summary quotes a title as a JSON string and
+shows an answer inside its message frame, so neither reads as the user's instruction.
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
 from agentpost.domain.desk import Desk
-from agentpost.mcp.adapter import MailboxServer
+from agentpost.domain.models import Message
+from agentpost.domain.requests import RequestAnswer
+from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
+from agentpost.mcp import presenting
+from agentpost.mcp.adapter import MailboxServer, ToolOutput
+from agentpost.mcp.tools import JSON
+
+
+def _line(task: Task) -> str:
+    title = json.dumps(task.title, ensure_ascii=False)
+    return f"- {task.id} [{task.status.value}] {task.creator} -> {task.assignee}: {title}"
+
+
+def _where(found: RequestAnswer) -> str:
+    if found.response is None:
+        if found.timed_out:
+            return f"No answer to {found.request_id} before the timeout; `check_request` later."
+        return f"No answer to {found.request_id} yet."
+    return f"{found.response.sender} answered {found.request_id}:"
 
 
 def register_task_tools(server: MailboxServer, desk: Desk) -> None:
-    """Registers nothing yet."""
+    async def reply(
+        structured: dict[str, Any], summary: str, messages: Sequence[Message] = ()
+    ) -> ToolOutput:
+        return presenting.answer(structured, summary, await desk.notices(), messages)
+
+    async def told(found: RequestAnswer) -> ToolOutput:
+        shown = [] if found.response is None else [found.response]
+        return await reply(found.to_dict(), _where(found), shown)
+
+    async def delegate(
+        to: str,
+        title: str,
+        detail: str | None = None,
+        priority: Literal["normal", "urgent"] = "normal",
+        data: JSON = None,
+        due: float | None = None,
+    ) -> ToolOutput:
+        """Hand a task to another agent: it arrives as a message of kind `task`, and every
+        change the assignee makes is told to you in its thread. `due` is Unix seconds."""
+        task = await desk.delegate(to, title, detail=detail, priority=priority, data=data, due=due)
+        summary = f"Delegated {task.id} to {task.assignee} (thread {task.thread_id})."
+        return await reply(task.to_dict(), summary)
+
+    async def tasks(
+        role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
+    ) -> ToolOutput:
+        """Your tasks, newest first, each with its history: `assigned` to you, `created` by
+        you, or `all`; optionally only those with `status`."""
+        found = await desk.tasks(role, status, limit)
+        summary = "\n".join(
+            [f"{len(found)} task{'' if len(found) == 1 else 's'}"] + [_line(t) for t in found]
+        )
+        return await reply({"tasks": [t.to_dict() for t in found]}, summary)
+
+    async def update_task(
+        task_id: str, status: TaskStatusName, note: str | None = None, result: JSON = None
+    ) -> ToolOutput:
+        """Move a task. The assignee: open -> accepted | in_progress | done | failed, accepted ->
+        in_progress | done | failed, in_progress -> done | failed. The creator: open, accepted
+        or in_progress -> cancelled. The other side is told, with your note and result."""
+        task = await desk.update_task(task_id, status, note=note, result=result)
+        return await reply(task.to_dict(), f"Task {task.id} is {task.status.value} now.")
+
+    async def request(
+        to: str, question: str, data: JSON = None, timeout_s: float = 60
+    ) -> ToolOutput:
+        """Ask one agent a question and wait for the answer (at most `timeout_s`, capped by
+        the service). Without an answer in time, `timed_out` is set: `check_request` with the
+        `request_id` fetches a later answer."""
+        return await told(await desk.request(to, question, data=data, timeout_s=timeout_s))
+
+    async def respond(request_id: str, answer: str, data: JSON = None) -> ToolOutput:
+        """Answer a request sent to you (once); the asker, waiting or not, gets it."""
+        sent = await desk.respond(request_id, answer, data=data)
+        return await reply(
+            {"request_id": request_id, **sent.to_dict()},
+            f"Answered {request_id} with {sent.id}.",
+        )
+
+    async def check_request(request_id: str) -> ToolOutput:
+        """Whether a request you made has been answered, and the answer."""
+        return await told(await desk.check_request(request_id))
+
+    for fn in (delegate, tasks, update_task, request, respond, check_request):
+        server.add_tool(fn)

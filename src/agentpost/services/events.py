@@ -48,26 +48,26 @@ class Events:
     ) -> AsyncIterator[Event]:
         """The caller's events after `after`, then each new one as it is committed, forever.
 
-        Woken by the store's change signal (this process's commits and other processes' too),
-        so a quiet stream costs nothing while it waits. With `heartbeat_s`, the open stream is
-        a heartbeat of the caller's session.
+        Woken by the commits that write the caller's events (and by other processes'
+        commits), so a quiet stream costs nothing while it waits. With `heartbeat_s`, the open
+        stream is a heartbeat of the caller's session.
         """
         cursor = check_cursor(after)
         heartbeat = Heartbeat(self.store, caller, heartbeat_s) if heartbeat_s else None
-        while True:
-            if heartbeat is not None:
-                await heartbeat.beat()
-            version = self.store.version
-            page = partial(
-                event_rows.events_after, agent=caller.agent, after=cursor, limit=FOLLOW_PAGE
-            )
-            found = await self.store.glance(page)
-            for event in found:
-                cursor = event.seq
-                yield event
-            if len(found) < FOLLOW_PAGE:
-                timeout = None if heartbeat is None else heartbeat.timeout(None)
-                await self.store.wait_changed(version, timeout)
+        # Watched before the first look: an event committed after any look wakes the next wait.
+        with self.store.watch(caller.agent) as news:
+            while True:
+                if heartbeat is not None:
+                    await heartbeat.beat()
+                page = partial(
+                    event_rows.events_after, agent=caller.agent, after=cursor, limit=FOLLOW_PAGE
+                )
+                found = await self.store.glance(page)
+                for event in found:
+                    cursor = event.seq
+                    yield event
+                if len(found) < FOLLOW_PAGE:
+                    await news.wait(None if heartbeat is None else heartbeat.timeout(None))
 
     async def touched(self, after: int, limit: int = 1000) -> tuple[dict[str, int], int]:
         """Whose event logs grew after `after`: {agent: their newest seq}, and the newest seq

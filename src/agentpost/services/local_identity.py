@@ -13,6 +13,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
+
 from agentpost.domain.names import slugify
 
 
@@ -84,3 +86,37 @@ def pid_alive(pid: int) -> bool:
 
 def this_host() -> str:
     return socket.gethostname()
+
+
+def origin_head(worktree: str) -> str | None:
+    """The branch origin's HEAD names (`main` for `origin/main`), if this host has the worktree."""
+    path = Path(worktree)
+    if not path.is_dir():
+        return None
+    ref = _git(path, "symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD")
+    return ref.split("/", 1)[1] if ref and "/" in ref else None
+
+
+PID_POLL_S = 0.2
+"""How often a process is looked at where the kernel cannot say when it exits (no pidfd)."""
+
+
+async def process_exit(pid: int) -> None:
+    """Return once process `pid` of this host has exited (at once if it is already gone).
+
+    Linux tells through a pidfd, which becomes readable when the process exits: no polling,
+    and a dead leader is noticed within milliseconds. Elsewhere the process is looked at
+    every `PID_POLL_S`.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is None:
+        while pid_alive(pid):  # noqa: ASYNC110 (nothing to wait on but the clock)
+            await anyio.sleep(PID_POLL_S)
+        return
+    try:
+        await anyio.wait_readable(fd)
+    finally:
+        os.close(fd)

@@ -7,7 +7,6 @@ sender. A refusal is raised before anything is written, or rolls its transaction
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
 from typing import Any
@@ -18,7 +17,6 @@ from agentpost.config import Settings
 from agentpost.domain import limits as rules
 from agentpost.domain.accounts import AgentLimits
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
-from agentpost.domain.ids import message_id as new_message_id
 from agentpost.domain.models import (
     AckResult,
     Caller,
@@ -26,56 +24,18 @@ from agentpost.domain.models import (
     Kind,
     Message,
     Notices,
-    Priority,
     SendResult,
     SentMessage,
+    Trust,
 )
-from agentpost.domain.names import POST_OFFICE, SYSTEM, check_channel, check_name
-from agentpost.services import accounts, outbox
+from agentpost.domain.names import POST_OFFICE, SYSTEM
+from agentpost.services import accounts, drafts, outbox
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
 from agentpost.services.presence import Heartbeat
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit, blocks, clearing, idempotency, lockouts, mail, rates
 from agentpost.store.database import Connection, Store
-
-MAX_THREAD_ID = 64
-
-
-def _priority(value: str) -> Priority:
-    try:
-        return Priority(value)
-    except ValueError:
-        raise invalid("priority must be 'normal' or 'urgent'", priority=value) from None
-
-
-def _targets(to: str | Sequence[str]) -> tuple[list[str], str | None]:
-    """(names, None) for direct mail, ([], channel) for a broadcast."""
-    if isinstance(to, str):
-        if to.startswith("#"):
-            return [], check_channel(to)
-        return [check_name(to, "recipient")], None
-    if not isinstance(to, Sequence) or not to:
-        raise invalid("to must be a name, a list of names or '#channel'")
-    names = []
-    for name in to:
-        if not isinstance(name, str):
-            raise invalid("to must be a name, a list of names or '#channel'")
-        if name.startswith("#"):
-            raise invalid("a channel is sent to alone: to='#channel'")
-        names.append(check_name(name, "recipient"))
-    names = list(dict.fromkeys(names))
-    if len(names) > rules.MAX_RECIPIENTS:
-        raise invalid(f"at most {rules.MAX_RECIPIENTS} recipients per message")
-    return names, None
-
-
-def _thread_id(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_THREAD_ID:
-        raise invalid(f"thread_id must be a non-empty string of at most {MAX_THREAD_ID} chars")
-    return rules.check_text(value, "thread_id")
 
 
 class Mailbox:
@@ -105,116 +65,156 @@ class Mailbox:
         """Store a message and deliver it. A retry under the same `idempotency_key` answers
         as the first send did and stores nothing; recipients who blocked the caller get
         nothing, and the caller is not told (see `outbox`)."""
-        if not isinstance(body, str) or not body.strip():
-            raise invalid("body must be non-empty text")
-        rules.check_body(body, self.limits)
-        subject = rules.check_subject(subject or "", self.limits)
-        data_json = rules.encode_data(data, self.limits)
-        level = _priority(priority)
-        asked_ttl = rules.check_ttl(ttl_s)
-        ttl = self.settings.default_ttl_s if asked_ttl is None else asked_ttl
-        names, channel = _targets(to)
-        thread = _thread_id(thread_id)
+        message = drafts.draft(
+            self.settings,
+            to,
+            body,
+            subject=subject,
+            data=data,
+            thread_id=thread_id,
+            reply_to=reply_to,
+            priority=priority,
+            ttl_s=ttl_s,
+            must_read=must_read,
+            kind=kind,
+        )
         retry_key = outbox.check_idempotency_key(idempotency_key)
-        roster = self.settings.agents
-        request = {
-            "to": names,
-            "channel": channel,
-            "body": body,
-            "subject": subject,
-            "data": data_json,
-            "thread_id": thread,
-            "reply_to": reply_to,
-            "priority": level.value,
-            "ttl_s": asked_ttl,
-            "must_read": must_read,
-            "kind": kind.value,
-        }
-        fingerprint = outbox.request_hash(request) if retry_key else ""
+        if retry_key is None:
+            return await self.store.write(lambda conn: self._send_draft(conn, caller, message))
+        fingerprint = outbox.request_hash(message.request)
 
         def tx(conn: Connection) -> SendResult:
-            now = self.store.clock()
-            known = agent_rows.existing_names(conn, [caller.agent, *names])
-            self._check_sender(caller, known)
-            if retry_key is not None:
-                first = outbox.replay(conn, caller.agent, retry_key, fingerprint, now)
-                if first is not None:
-                    return first
-            limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
-            self._count_send(conn, caller, now, limits_of[caller.agent].send_rate_per_minute)
-            thread_of = thread
-            if reply_to is not None:
-                channels = member_channels(conn, caller.agent)
-                parent = mail.visible_message(conn, caller.agent, channels, reply_to)
-                if parent is None:
-                    raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
-                if thread_of is not None and thread_of != parent.thread_id:
-                    raise invalid("a reply stays in its parent's thread; omit thread_id")
-                thread_of = parent.thread_id
-            if channel is None:
-                recipients = self._direct_recipients(conn, names, roster, known)
-                display = recipients
-            else:
-                recipients = self._channel_recipients(conn, caller.agent, channel)
-                display = [f"#{channel}"]
-                limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
-            dropped = sorted(blocks.blocking(conn, caller.agent, recipients))
-            deliver = [n for n in recipients if n not in dropped]
-            full = self._full_inboxes(conn, deliver, limits_of, now)
-            if full and channel is None:
-                raise AgentpostError(
-                    ErrorCode.INBOX_FULL,
-                    f"the inbox of {', '.join(full)} is full of unacknowledged "
-                    "messages; it takes new mail once they ack",
-                    details={"full": full},
-                    retry_after_s=60,
-                )
-            skipped = full
-            recipients = [n for n in recipients if n not in full]
-            deliver = [n for n in deliver if n not in full]
-            mid = new_message_id(now)
-            expires_at = now + ttl if ttl else None
-            seq = mail.insert_message(
-                conn,
-                id=mid,
-                sender=caller.agent,
-                recipients=json.dumps(display),
-                channel=channel,
-                kind=kind.value,
-                subject=subject,
-                body=body,
-                data=data_json,
-                thread_id=thread_of or mid,
-                reply_to=reply_to,
-                priority=level.value,
-                must_read=must_read,
-                created_at=now,
-                expires_at=expires_at,
-                trust=caller.trust.value,
-            )
-            if deliver:
-                mail.insert_deliveries(
-                    conn,
-                    seq,
-                    deliver,
-                    urgent=level is Priority.URGENT,
-                    expires_at=None if must_read else expires_at,
-                )
-            result = SendResult(mid, thread_of or mid, recipients, channel, skipped)
-            outbox.record_send(
-                conn,
-                now=now,
-                sender=caller.agent,
-                result=result,
-                dropped=dropped,
-                request=request,
-                bodies=self.settings.audit_bodies,
-            )
-            if retry_key is not None:
-                outbox.remember(conn, self.store, caller.agent, retry_key, fingerprint, result)
+            self._check_sender(caller, agent_rows.existing_names(conn, [caller.agent]))
+            first = outbox.replay(conn, caller.agent, retry_key, fingerprint, self.store.clock())
+            if first is not None:
+                return first
+            result = self._send_draft(conn, caller, message)
+            outbox.remember(conn, self.store, caller.agent, retry_key, fingerprint, result)
             return result
 
         return await self.store.write(tx)
+
+    def send_in(
+        self,
+        conn: Connection,
+        caller: Caller,
+        to: str | Sequence[str],
+        body: str,
+        *,
+        subject: str | None = None,
+        data: Any = None,
+        thread_id: str | None = None,
+        reply_to: str | None = None,
+        priority: str = "normal",
+        ttl_s: float | None = None,
+        must_read: bool = False,
+        kind: Kind = Kind.MESSAGE,
+    ) -> SendResult:
+        """`send` inside the caller's write transaction, for a use case whose own record and
+        its message are stored together or not at all (a task and the message delivering it):
+        a refusal raises, and the caller's transaction rolls back with it."""
+        message = drafts.draft(
+            self.settings,
+            to,
+            body,
+            subject=subject,
+            data=data,
+            thread_id=thread_id,
+            reply_to=reply_to,
+            priority=priority,
+            ttl_s=ttl_s,
+            must_read=must_read,
+            kind=kind,
+        )
+        return self._send_draft(conn, caller, message)
+
+    def system_post_in(
+        self,
+        conn: Connection,
+        to: str | Sequence[str],
+        body: str,
+        *,
+        subject: str = "",
+        data: Any = None,
+        kind: Kind = Kind.SYSTEM,
+        thread_id: str | None = None,
+    ) -> SendResult:
+        """The post office's own notice (sender `system`, verified), inside the caller's write
+        transaction. It counts against no rate, reaches a `#channel` without being a member, is
+        not dropped by blocks, and passes over a full inbox rather than fail what it reports."""
+        message = drafts.draft(
+            self.settings, to, body, subject=subject, data=data, thread_id=thread_id, kind=kind
+        )
+        now = self.store.clock()
+        if message.channel is None:
+            known = agent_rows.existing_names(conn, message.names)
+            recipients = self._direct_recipients(conn, message.names, known)
+            display = recipients
+        else:
+            everyone = members(conn, message.channel)
+            recipients = [n for n in everyone if n not in (SYSTEM, POST_OFFICE)]
+            display = [f"#{message.channel}"]
+        limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
+        full = self._full_inboxes(conn, recipients, limits_of, now)
+        deliver = [n for n in recipients if n not in full]
+        addressing = drafts.Addressing(display, deliver, deliver, full, [])
+        sender = Caller(SYSTEM, trust=Trust.VERIFIED)
+        return drafts.store_message(
+            conn, self.settings, sender, message, now, addressing, message.thread
+        )
+
+    def _send_draft(self, conn: Connection, caller: Caller, message: drafts.Draft) -> SendResult:
+        """The whole of an agent's send, in `conn`: every check, then the message stored."""
+        now = self.store.clock()
+        names, channel = message.names, message.channel
+        known = agent_rows.existing_names(conn, [caller.agent, *names])
+        self._check_sender(caller, known)
+        limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
+        self._count_send(conn, caller, now, limits_of[caller.agent].send_rate_per_minute)
+        thread_of = message.thread
+        if message.reply_to is not None:
+            thread_of = self._parent_thread(conn, caller, message.reply_to, thread_of)
+        if channel is None:
+            recipients = self._direct_recipients(conn, names, known)
+            display = recipients
+        else:
+            recipients = self._channel_recipients(conn, caller.agent, channel)
+            display = [f"#{channel}"]
+            limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
+        dropped = sorted(blocks.blocking(conn, caller.agent, recipients))
+        deliver = [n for n in recipients if n not in dropped]
+        full = self._full_inboxes(conn, deliver, limits_of, now)
+        if full and channel is None:
+            raise AgentpostError(
+                ErrorCode.INBOX_FULL,
+                f"the inbox of {', '.join(full)} is full of unacknowledged "
+                "messages; it takes new mail once they ack",
+                details={"full": full},
+                retry_after_s=60,
+            )
+        addressing = drafts.Addressing(
+            display,
+            [n for n in recipients if n not in full],
+            [n for n in deliver if n not in full],
+            full,
+            dropped,
+        )
+        return drafts.store_message(
+            conn, self.settings, caller, message, now, addressing, thread_of
+        )
+
+    def _parent_thread(
+        self, conn: Connection, caller: Caller, reply_to: str, thread: str | None
+    ) -> str:
+        """A reply's thread: its parent's, which the caller must be able to see."""
+        channels = member_channels(conn, caller.agent)
+        parent = mail.visible_message(conn, caller.agent, channels, reply_to)
+        if parent is None:
+            raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
+        if thread is not None and thread != parent.thread_id:
+            raise invalid("a reply stays in its parent's thread; omit thread_id")
+        parent_thread: str = parent.thread_id
+        return parent_thread
 
     def _check_sender(self, caller: Caller, known: dict[str, bool]) -> None:
         if caller.agent not in known:
@@ -244,12 +244,9 @@ class Mailbox:
         return [n for n in names if counts.get(n, 0) >= caps[n]]
 
     def _direct_recipients(
-        self,
-        conn: Connection,
-        names: list[str],
-        roster: list[str] | None,
-        known: dict[str, bool],
+        self, conn: Connection, names: list[str], known: dict[str, bool]
     ) -> list[str]:
+        roster = self.settings.agents
         for name in names:
             if name not in known:
                 if roster is not None and name in roster:
@@ -291,7 +288,7 @@ class Mailbox:
         peek: bool = False,
     ) -> Inbox:
         rules.check_limit(limit)
-        thread = _thread_id(thread_id)
+        thread = drafts.check_thread_id(thread_id)
 
         def fetch(conn: Connection) -> Inbox:
             now = self.store.clock()
@@ -323,29 +320,31 @@ class Mailbox:
     ) -> Inbox:
         """Block until unread mail is there (then read it, as `inbox` does) or the time is up."""
         timeout = rules.check_timeout(timeout_s, self.limits)
-        thread = _thread_id(thread_id)
+        thread = drafts.check_thread_id(thread_id)
         # A monotonic deadline: the store's clock decides expiry and may be stepped or injected.
         deadline = anyio.current_time() + timeout
         heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
-        while True:
-            await heartbeat.beat()
-            version = self.store.version
-            # Every commit on the file wakes every waiter: the look must be cheap.
-            waiting = await self.store.glance(
-                lambda c: mail.has_unread(c, caller.agent, self.store.clock(), thread)
-            )
-            if waiting:
-                found = await self.inbox(caller, thread_id=thread)
-                if found.messages:
-                    return found
-                continue
-            remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                unread = await self.store.glance(
-                    lambda c: mail.unread_count(c, caller.agent, self.store.clock())
+        # Watched before the first look: mail that lands after any look wakes the next wait.
+        with self.store.watch(caller.agent) as news:
+            while True:
+                await heartbeat.beat()
+                # A broadcast wakes every member, and every commit of another process wakes
+                # every waiter: the look must be cheap.
+                waiting = await self.store.glance(
+                    lambda c: mail.has_unread(c, caller.agent, self.store.clock(), thread)
                 )
-                return Inbox([], unread, timed_out=True)
-            await self.store.wait_changed(version, heartbeat.timeout(remaining))
+                if waiting:
+                    found = await self.inbox(caller, thread_id=thread)
+                    if found.messages:
+                        return found
+                    continue
+                remaining = deadline - anyio.current_time()
+                if remaining <= 0:
+                    unread = await self.store.glance(
+                        lambda c: mail.unread_count(c, caller.agent, self.store.clock())
+                    )
+                    return Inbox([], unread, timed_out=True)
+                await news.wait(heartbeat.timeout(remaining))
 
     async def ack(self, caller: Caller, ids: Sequence[str]) -> AckResult:
         if isinstance(ids, str):
@@ -367,7 +366,7 @@ class Mailbox:
         return await self.store.write(tx)
 
     async def thread(self, caller: Caller, thread_id: str, limit: int = 50) -> list[Message]:
-        thread = _thread_id(thread_id)
+        thread = drafts.check_thread_id(thread_id)
         rules.check_limit(limit)
 
         def tx(conn: Connection) -> list[Message]:
@@ -483,17 +482,45 @@ class Mailbox:
     async def arrivals(self, caller: Callable[[], Caller]) -> AsyncIterator[int]:
         """Yield each time new mail has been delivered to the caller (never marks it read).
 
-        Woken by the store's change signal, so a waiting session costs nothing while idle.
-        `caller` is asked afresh each round: a session may change its name.
+        Woken by the commits that deliver to the caller (and other processes' commits), so a
+        waiting session costs nothing while idle. `caller` is asked afresh each round: a
+        session may change its name (which wakes it).
         """
-        newest = await self.store.glance(lambda c: mail.newest_delivery_seq(c, caller().agent))
-        while True:
-            version = self.store.version
-            latest = await self.store.glance(lambda c: mail.newest_delivery_seq(c, caller().agent))
-            if latest > newest:
-                newest = latest
-                yield latest
-            await self.store.wait_changed(version, None)
+        with self.store.watch_following(lambda: caller().agent) as news:
+            newest = await self.store.glance(lambda c: mail.newest_delivery_seq(c, caller().agent))
+            while True:
+                latest = await self.store.glance(
+                    lambda c: mail.newest_delivery_seq(c, caller().agent)
+                )
+                if latest > newest:
+                    newest = latest
+                    yield latest
+                await news.wait(None)
+
+    async def latest_arrival(self, caller: Caller) -> int:
+        """The `seq` of the newest message delivered to the caller (0: none): a push cursor's
+        start, so a new session is told of what comes, not of its backlog."""
+        return await self.store.glance(lambda c: mail.newest_delivery_seq(c, caller.agent))
+
+    async def arrived_after(
+        self, caller: Caller, after_seq: int, limit: int = 100
+    ) -> list[Message]:
+        """Mail delivered to the caller after message `after_seq`, oldest first, read or not (a
+        push tells of each message once, even one a tool read first); never marks it read."""
+        rules.check_limit(limit)
+
+        def look(conn: Connection) -> list[Message]:
+            found = mail.inbox_rows(
+                conn,
+                caller.agent,
+                now=self.store.clock(),
+                unread_only=False,
+                limit=limit,
+                after_seq=after_seq,
+            )
+            return [mail.message_from_row(r, r.delivery_state) for r in found]
+
+        return await self.store.read(look)  # whole bodies: off the event loop
 
     async def follow(self, *, backlog: int = 0) -> AsyncIterator[Message]:
         """Every new message in the post office, as it is stored: the owner's live view.

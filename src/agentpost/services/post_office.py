@@ -10,8 +10,12 @@ from agentpost.services.channels import Channels
 from agentpost.services.directory import Directory
 from agentpost.services.events import Events
 from agentpost.services.keys import Keys
+from agentpost.services.leadership import Leadership
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
+from agentpost.services.requests import Requests
+from agentpost.services.reservations import Reservations
+from agentpost.services.tasks import Tasks
 from agentpost.services.webhooks import Webhooks
 from agentpost.store.database import Clock, Store
 
@@ -28,6 +32,10 @@ class PostOffice:
         self.directory = Directory(store, settings)
         self.events = Events(store)
         self.webhooks = Webhooks(store, settings)
+        self.tasks = Tasks(store, settings, self.mailbox)
+        self.requests = Requests(store, settings, self.mailbox)
+        self.reservations = Reservations(store, settings, self.presence)
+        self.leadership = Leadership(store, settings, self.mailbox, self.presence)
 
     @classmethod
     async def open(cls, settings: Settings, *, clock: Clock = time.time) -> PostOffice:

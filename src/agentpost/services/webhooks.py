@@ -229,8 +229,8 @@ class Webhooks:
     # -- the dispatcher ---------------------------------------------------------------------
 
     async def run_dispatcher(self) -> None:
-        """Forever: enqueue new events for each webhook, POST what is due, sleep until the
-        store changes or the next retry is due."""
+        """Forever: enqueue new events for each webhook, POST what is due, sleep until a
+        commit writes events (or another process commits) or the next retry is due."""
         import httpx
 
         # No proxies from the environment, no redirects; and no kept-alive connections, which
@@ -241,21 +241,22 @@ class Webhooks:
             trust_env=False,
             limits=httpx.Limits(max_keepalive_connections=0),
         ) as client:
-            while True:
-                version = self.store.version
-                try:
-                    sleep = await self._round(client)
-                except AgentpostError as err:
-                    if err.code is not ErrorCode.UNAVAILABLE:
-                        raise
-                    log.warning("webhook dispatcher: %s; trying again", err)
-                    sleep = UNAVAILABLE_RETRY_S
-                await self.store.wait_changed(version, sleep)
+            with self.store.watch(None) as news:
+                while True:
+                    try:
+                        sleep = await self._round(client)
+                    except AgentpostError as err:
+                        if err.code is not ErrorCode.UNAVAILABLE:
+                            raise
+                        log.warning("webhook dispatcher: %s; trying again", err)
+                        sleep = UNAVAILABLE_RETRY_S
+                    await news.wait(sleep)
 
     async def _round(self, client: httpx.AsyncClient) -> float | None:
         """Enqueue, then deliver until nothing is due; returns how long to sleep (None: until
         the store changes)."""
-        if await self.store.glance(webhook_rows.any_behind):
+        # Until no webhook is behind: its own commits write no events, so they wake nobody.
+        while await self.store.glance(webhook_rows.any_behind):
             await self.store.write(
                 lambda conn: webhook_rows.enqueue(conn, self.store.clock(), ENQUEUE_PAGE)
             )

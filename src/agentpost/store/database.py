@@ -3,6 +3,10 @@
 Services hand it synchronous transaction functions (`Connection -> T`); the store runs them in
 a transaction on the right backend, wakes this process's waiters after each commit, and hears
 other processes' commits through the change signal.
+
+Waiters for one agent's news (`watch(agent)`) are woken only by the commits that concern that
+agent, and by every commit of another process (see `store.wakeups`); `version` and
+`wait_changed` still wake on every commit, for the few that want them all.
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ from sqlalchemy import Row as Row
 
 from agentpost.store import migrate, sqlite
 from agentpost.store.signal import ChangeSignal
+from agentpost.store.wakeups import Wakeups, Watch
 
 if TYPE_CHECKING:
     from agentpost.store.postgres import PostgresRunner
 
 T = TypeVar("T")
 PG_POLL_S = 1.0
+LOOK_AFTER_S = 0.005
+"""After this process's commit, how long the writer's next transaction may take to come and look
+for another process's commit taken in with it, before the writer is asked to look anyway."""
 Clock = Callable[[], float]
 
 
@@ -68,6 +76,10 @@ class Store:
         self._postgres: PostgresRunner | None = None
         # SQLite swaps in the file's change signal on start; both wake waiters after commits.
         self._signal: ChangeSignal | LocalSignal = LocalSignal()
+        self._wakeups = Wakeups()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._look_timer: asyncio.TimerHandle | None = None
+        self._looks_before = 0
 
     @classmethod
     async def open(cls, url: str, *, clock: Clock = time.time) -> Store:
@@ -84,22 +96,34 @@ class Store:
         return sqlite.database_path(self.url) if self.is_sqlite else None
 
     async def _start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         if self.is_sqlite:
             path = sqlite.database_path(self.url)
             sqlite.prepare_file(path)
             migrate.migrate_sqlite(path)
             self.dialect = sqlite
-            signal = ChangeSignal(path)
-            await signal.start()
+            # Called on the writer thread; handed over to the loop.
+            runner = sqlite.SqliteRunner(
+                path,
+                on_commit=lambda concerned: self._on_loop(self._committed, concerned),
+                on_foreign=lambda: self._on_loop(self._foreign),
+            )
+            self._sqlite = runner
+            signal = ChangeSignal(path, on_change=self._file_changed)
+            try:
+                await signal.start()
+            except BaseException:
+                await anyio.to_thread.run_sync(runner.close)
+                raise
             self._signal = signal
-            # Called on the writer thread; ChangeSignal.notify_local hands over to the loop.
-            self._sqlite = sqlite.SqliteRunner(path, on_commit=signal.notify_local)
         else:
             # Imported here: asyncpg and SQLAlchemy's asyncio layer cost a SQLite start nothing.
             from agentpost.store import postgres
 
             self.dialect = postgres
-            self._postgres = postgres.PostgresRunner(self.url, on_commit=self._signal.notify_local)
+            # Other processes' commits are not heard: every wait ends within PG_POLL_S.
+            self._wakeups.poll_s = PG_POLL_S
+            self._postgres = postgres.PostgresRunner(self.url, on_commit=self._committed)
             try:
                 with postgres.unavailable_when_unreachable():
                     await migrate.migrate_postgres(self._postgres.engine)
@@ -128,6 +152,59 @@ class Store:
 
     # -- change signal -------------------------------------------------------------------------
 
+    def _on_loop(self, fn: Callable[..., None], *args: object) -> None:
+        if self._loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def _committed(self, concerned: frozenset[str]) -> None:
+        """A commit of this process (on the loop): wake those it concerns, and whoever waits
+        for every commit."""
+        # The signal's reading of the file takes this commit in; if it moved, the writer looks
+        # whether another process's commit came in with it (`_file_changed`).
+        self._signal.notify_local()
+        self._wakeups.publish(concerned)
+
+    def _file_changed(self, with_own_commit: bool) -> None:
+        """The change signal saw the file change: the writer tells whose commit that was.
+
+        A reading taken after this process's own commit most likely holds only that commit, and
+        the writer's next transaction looks anyway (under load, at once); only when none comes
+        within LOOK_AFTER_S is the writer woken just to look."""
+        runner = self._sqlite
+        if runner is None:
+            return
+        if not with_own_commit:
+            runner.look_for_foreign()
+            return
+        self._looks_before = runner.looks_begun
+        if self._look_timer is None and self._loop is not None:
+            self._look_timer = self._loop.call_later(LOOK_AFTER_S, self._look_unless_looked)
+
+    def _look_unless_looked(self) -> None:
+        self._look_timer = None
+        runner = self._sqlite
+        if runner is not None and runner.looks_begun <= self._looks_before:
+            runner.look_for_foreign()
+
+    def _foreign(self) -> None:
+        """Another process committed (the writer saw it): nobody knows whom it concerns."""
+        if isinstance(self._signal, ChangeSignal):
+            self._signal.changed_elsewhere()
+        self._wakeups.wake_all()
+
+    def watch(self, agent: str | None) -> Watch:
+        """Register a waiter for `agent`'s news (None: for any news, i.e. any commit that wrote
+        mail or events); register *before* looking, then `wait` on it. Use as a context
+        manager."""
+        return self._wakeups.watch(agent)
+
+    def watch_following(self, agent_of: Callable[[], str]) -> Watch:
+        """As `watch`, for whichever agent `agent_of()` names at each commit (a session that
+        may take another name)."""
+        return self._wakeups.watch_following(agent_of)
+
     @property
     def version(self) -> int:
         """Grows whenever this or another process may have committed."""
@@ -137,9 +214,12 @@ class Store:
         return await self._signal.wait_changed(since, timeout)
 
     async def aclose(self) -> None:
+        if self._look_timer is not None:
+            self._look_timer.cancel()
         if self._sqlite is not None:
             # Joining the threads waits for their last transactions: not on the event loop.
             await anyio.to_thread.run_sync(self._sqlite.close)
         if self._postgres is not None:
             await self._postgres.aclose()
         await self._signal.aclose()
+        self._wakeups.wake_all()  # blocked waiters return now, and find the store closed

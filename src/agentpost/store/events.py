@@ -4,7 +4,9 @@ The rows are written by `store.mail` in the same transaction as the delivery, re
 expiry, one statement per batch (an INSERT … SELECT from the rows just touched), so the log and
 the mail never disagree. `seq` is one counter for the whole table: a cursor is a plain number,
 and since writes take turns (SQLite's writer, PostgreSQL's write lock) it only grows in commit
-order, so "after this cursor" misses nothing.
+order, so "after this cursor" misses nothing. Each write notes whose log grew
+(`wakeups.concern`), so only their waiters wake when it commits; whatever else writes events
+must do the same.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from agentpost.domain.events import Event, EventType
+from agentpost.store import wakeups
 from agentpost.store.schema import deliveries, events, messages
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
@@ -70,47 +73,62 @@ _NOW: BindParameter[float] = bindparam("now", type_=Float)
 
 # message.created, in each recipient's log: what arrived, from whom, without its body; the
 # channel as every face shows it (`#name`).
-_CREATED = insert(events).from_select(
-    _COLUMNS,
-    select(
-        deliveries.c.recipient,
-        _constant(EventType.MESSAGE_CREATED),
-        messages.c.id,
-        messages.c.created_at,
-        _json(
-            **{
-                "from": messages.c.sender,
-                "subject": messages.c.subject,
-                "thread_id": messages.c.thread_id,
-                "kind": messages.c.kind,
-                "priority": messages.c.priority,
-                "channel": _constant("#") + messages.c.channel,  # NULL stays NULL
-            }
-        ),
+_CREATED = (
+    insert(events)
+    .from_select(
+        _COLUMNS,
+        select(
+            deliveries.c.recipient,
+            _constant(EventType.MESSAGE_CREATED),
+            messages.c.id,
+            messages.c.created_at,
+            _json(
+                **{
+                    "from": messages.c.sender,
+                    "subject": messages.c.subject,
+                    "thread_id": messages.c.thread_id,
+                    "kind": messages.c.kind,
+                    "priority": messages.c.priority,
+                    "channel": _constant("#") + messages.c.channel,  # NULL stays NULL
+                }
+            ),
+        )
+        .join(messages, messages.c.seq == deliveries.c.message_seq)
+        .where(deliveries.c.message_seq == bindparam("seq"))
+        .order_by(deliveries.c.recipient),
     )
-    .join(messages, messages.c.seq == deliveries.c.message_seq)
-    .where(deliveries.c.message_seq == bindparam("seq"))
-    .order_by(deliveries.c.recipient),
+    .returning(events.c.agent)
 )
 
+
 # message.read / acked / expired, in the sender's log: which recipient did it.
-_TO_SENDERS = insert(events).from_select(
-    _COLUMNS,
-    select(
-        messages.c.sender,
-        bindparam("type", type_=String),
-        messages.c.id,
-        _NOW,
-        bindparam("data", type_=Text),
+def _to_senders(which: Any) -> Any:
+    return (
+        insert(events)
+        .from_select(
+            _COLUMNS,
+            select(
+                messages.c.sender,
+                bindparam("type", type_=String),
+                messages.c.id,
+                _NOW,
+                bindparam("data", type_=Text),
+            )
+            .where(which)
+            .order_by(messages.c.seq),
+        )
+        .returning(events.c.agent)
     )
-    .where(messages.c.seq.in_(bindparam("seqs", expanding=True)))
-    .order_by(messages.c.seq),
-)
+
+
+_TO_SENDERS = _to_senders(messages.c.seq.in_(bindparam("seqs", expanding=True)))
+# One message (a woken `wait` reading what it waited for): no expanding IN to render.
+_TO_ONE_SENDER = _to_senders(messages.c.seq == bindparam("seq"))
 
 
 def record_created(conn: Connection, seq: int) -> None:
     """A message.created event for each delivery of message `seq` (just inserted)."""
-    conn.execute(_CREATED, {"seq": seq})
+    wakeups.concern(conn, conn.execute(_CREATED, {"seq": seq}).scalars())
 
 
 def record_for_senders(
@@ -118,13 +136,12 @@ def record_for_senders(
 ) -> None:
     """Tell the senders of messages `seqs` that `recipient` read, acked or let them expire."""
     if seqs:
-        params = {
-            "type": type_.value,
-            "data": json.dumps({"to": recipient}),
-            "now": now,
-            "seqs": sorted(seqs),
-        }
-        conn.execute(_TO_SENDERS, params)
+        params = {"type": type_.value, "data": json.dumps({"to": recipient}), "now": now}
+        if len(seqs) == 1:
+            found = conn.execute(_TO_ONE_SENDER, {**params, "seq": seqs[0]})
+        else:
+            found = conn.execute(_TO_SENDERS, {**params, "seqs": sorted(seqs)})
+        wakeups.concern(conn, found.scalars())
 
 
 # -- reading ------------------------------------------------------------------------------------

@@ -233,28 +233,53 @@ def inbox_rows(
     return list(conn.execute(query, params))
 
 
+_HAS_UNREAD = select(
+    select(deliveries.c.message_seq)
+    .where(
+        deliveries.c.recipient == _RECIPIENT,
+        deliveries.c.state == DeliveryState.QUEUED.value,
+        _NOT_DUE,
+    )
+    .exists()
+)
+
+
 def has_unread(conn: Connection, recipient: str, now: float, thread_id: str | None) -> bool:
-    """Whether a `wait` has something to return: one indexed row, no count."""
+    """Whether a `wait` has something to return: one indexed row, no count. Without a thread,
+    an EXISTS on the inbox index alone (no message is read): every member of a broadcast's
+    channel asks this at once."""
+    if thread_id is None:
+        return bool(conn.execute(_HAS_UNREAD, {"for_recipient": recipient, "now": now}).scalar())
     return bool(
         inbox_rows(conn, recipient, now=now, unread_only=True, limit=1, thread_id=thread_id)
     )
 
 
-_MARK_READ = (
-    update(deliveries)
-    .where(
-        deliveries.c.recipient == _RECIPIENT,
-        deliveries.c.message_seq.in_(bindparam("seqs", expanding=True)),
-        deliveries.c.state == DeliveryState.QUEUED.value,
+def _mark_read(which: Any) -> Any:
+    return (
+        update(deliveries)
+        .where(
+            deliveries.c.recipient == _RECIPIENT,
+            which,
+            deliveries.c.state == DeliveryState.QUEUED.value,
+        )
+        .values(state=DeliveryState.READ.value, read_at=_NOW)
+        .returning(deliveries.c.message_seq)
     )
-    .values(state=DeliveryState.READ.value, read_at=_NOW)
-    .returning(deliveries.c.message_seq)
-)
+
+
+_MARK_READ = _mark_read(deliveries.c.message_seq.in_(bindparam("seqs", expanding=True)))
+# One message (what a woken `wait` mostly reads): no expanding IN to render on each call.
+_MARK_ONE_READ = _mark_read(deliveries.c.message_seq == bindparam("seq"))
 
 
 def mark_read(conn: Connection, recipient: str, seqs: Sequence[int], now: float) -> None:
     """Mark queued mail read, and tell each sender (message.read)."""
-    if seqs:
+    if len(seqs) == 1:
+        params = {"for_recipient": recipient, "seq": seqs[0], "now": now}
+        read = conn.execute(_MARK_ONE_READ, params).scalars().all()
+        events.record_for_senders(conn, EventType.MESSAGE_READ, recipient, read, now)
+    elif seqs:
         params = {"for_recipient": recipient, "seqs": list(seqs), "now": now}
         read = conn.execute(_MARK_READ, params).scalars().all()
         events.record_for_senders(conn, EventType.MESSAGE_READ, recipient, read, now)

@@ -14,10 +14,11 @@ from sqlalchemy import Connection, func, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.sql import Insert, Select
+from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.store import wakeups
 
 T = TypeVar("T")
 
@@ -55,8 +56,16 @@ def unavailable_when_unreachable() -> Iterator[None]:
         raise
 
 
+def _collecting(conn: Connection, fn: Callable[[Connection], T]) -> tuple[T, frozenset[str]]:
+    """`fn`'s result and whom its writes concerned (`store.wakeups`). The connection returns
+    to the pool afterwards, so what an earlier, failed transaction noted is dropped first."""
+    wakeups.take(conn)
+    result = fn(conn)
+    return result, wakeups.take(conn)
+
+
 class PostgresRunner:
-    def __init__(self, url: str, on_commit: Callable[[], None]) -> None:
+    def __init__(self, url: str, on_commit: Callable[[frozenset[str]], None]) -> None:
         self.engine: AsyncEngine = create_async_engine(async_url(url), pool_size=10)
         self._on_commit = on_commit
 
@@ -66,8 +75,8 @@ class PostgresRunner:
                 # PostgreSQL's BEGIN IMMEDIATE: the services read, then write (caps, free names,
                 # new agents), so write transactions take turns, as on SQLite.
                 await conn.execute(_WRITE_LOCK)
-                result = await conn.run_sync(fn)
-        self._on_commit()
+                result, concerned = await conn.run_sync(_collecting, fn)
+        self._on_commit(concerned)
         return result
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
@@ -83,9 +92,16 @@ def insert_ignore(table: Table) -> Insert:
     return pg_insert(table).on_conflict_do_nothing()
 
 
-def upsert(table: Table, keys: list[str], values: dict[str, Any], update: dict[str, Any]) -> Insert:
+def upsert(
+    table: Table,
+    keys: list[str],
+    values: dict[str, Any],
+    update: dict[str, Any],
+    where: ColumnElement[bool] | None = None,
+) -> Insert:
+    """Insert, or update the row that holds `keys` — only if `where` holds for it, if given."""
     stmt = pg_insert(table).values(**values)
-    return stmt.on_conflict_do_update(index_elements=keys, set_=update)
+    return stmt.on_conflict_do_update(index_elements=keys, set_=update, where=where)
 
 
 def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:

@@ -237,14 +237,14 @@ leases = Table(
     metadata,
     Column("name", String(200), primary_key=True),  # "leader:<project>"
     Column("holder", String(64)),  # the agent; NULL once released
-    Column("session_id", String(40)),  # the holder's session, whose heartbeat renews it
+    Column("session_id", String(40)),  # the holder's session: the lease lives while it does
     Column("term", SeqType, nullable=False),  # grows with every new holder, never reused
     Column("acquired_at", Float, nullable=False),
-    Column("expires_at", Float, nullable=False),
     Index("ix_leases_session", "session_id"),
 )
-"""Named, expiring locks with a fencing term. A row is never deleted: its term must keep growing
-across holders, so a release only ends the current holding."""
+"""Named locks with a fencing term, held while the holder's session is live: every heartbeat
+renews the lease and a session that ends or goes quiet lets it lapse, with no write of its own.
+A row is never deleted, so its term keeps growing across holders; a release clears the holder."""
 
 tasks = Table(
     "tasks",

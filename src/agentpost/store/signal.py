@@ -24,6 +24,10 @@ we only ask when something suggests a commit may have happened:
 Spurious wake-ups are harmless by design: a bump only means "look again". Callers take
 `version` *before* reading the database and pass it to `wait_changed`, so a commit that lands
 between their read and their wait is never lost.
+
+The store (`on_change`) asks its writer connection whose commit a change was, and wakes its
+waiters itself: all of them for another process's commit (`changed_elsewhere`), only those a
+commit of its own concerns otherwise (`store.wakeups`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import os
 import sqlite3
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -79,12 +84,17 @@ class ChangeSignal:
         *,
         fallback_poll_s: float | None = None,
         use_inotify: bool = True,
+        on_change: Callable[[bool], None] | None = None,
     ) -> None:
+        """`on_change`, if given, is told of each change seen (on the loop; True when the
+        reading was `notify_local`'s, so it holds this process's commit) instead of waking the
+        waiters, who then wait for `notify_local` or `changed_elsewhere`."""
         if fallback_poll_s is not None and fallback_poll_s <= 0:
             raise ValueError("fallback_poll_s must be positive")
         self._db_path = Path(db_path)
         self._fallback_poll_s = fallback_poll_s
         self._want_inotify = use_inotify and inotify_simple is not None
+        self._on_change = on_change
         self._version = 0
         self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -175,6 +185,11 @@ class ChangeSignal:
                 loop.call_soon_threadsafe(self._local_change)
             return
         self._local_change()
+
+    def changed_elsewhere(self) -> None:
+        """Another process committed (as `on_change`'s owner found out): wake the waiters.
+        Called on the loop thread."""
+        self._bump()
 
     async def wait_changed(self, since: int, timeout: float | None) -> int:
         """A timeout parameter (rather than the caller's cancel scope) lets a long-poll return
@@ -310,14 +325,21 @@ class ChangeSignal:
         if current is None or current == self._data_version:
             return
         self._data_version = current
-        self._bump()
+        if self._on_change is not None:
+            self._on_change(False)
+        else:
+            self._bump()
 
     def _local_change(self) -> None:
         # Absorb our own commit into the baseline so it does not wake everyone a second time.
-        # Anything else absorbed here committed before the bump, so woken readers still see it.
+        # Anything else absorbed here committed before the bump, so woken readers still see it;
+        # with `on_change`, its owner is told that the reading moved, and looks for such commits.
         current = self._read_data_version()
         if current is not None:
+            moved = current != self._data_version
             self._data_version = current
+            if moved and self._on_change is not None:
+                self._on_change(True)
         self._bump()
 
     def _bump(self) -> None:

@@ -27,10 +27,11 @@ from sqlalchemy import Connection, Engine, Integer, column, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
-from sqlalchemy.sql import Insert, Select
+from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.store import wakeups
 
 T = TypeVar("T")
 
@@ -104,6 +105,8 @@ class _Job:
 
 
 Outcome = tuple[_Job, Any, BaseException | None]
+_LOOK = object()
+"""On the writer's queue: look whether another process committed (see `look_for_foreign`)."""
 
 
 def _apply(outcomes: list[Outcome]) -> None:
@@ -132,11 +135,33 @@ def _locked(exc: OperationalError) -> AgentpostError:
 
 class SqliteRunner:
     """Runs transactions: writes on the writer thread, reads on the reader threads, and tiny
-    reads (`glance`) on the event loop itself."""
+    reads (`glance`) on the event loop itself.
 
-    def __init__(self, path: Path, on_commit: Callable[[], None]) -> None:
+    After each commit the writer calls `on_commit` with whom the commit concerned (see
+    `store.wakeups`); when it finds that another process committed, `on_foreign`. Both are
+    called on the writer thread.
+
+    Telling another process's commit from our own: `PRAGMA data_version` on the writer's own
+    connection changes when any *other* connection commits, never for its own commits. The
+    writer reads it inside each write transaction (under the write lock, so nothing commits
+    in between) and whenever asked to look (`look_for_foreign`), so every foreign commit is
+    seen by exactly one such read.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        on_commit: Callable[[frozenset[str]], None],
+        on_foreign: Callable[[], None] = lambda: None,
+    ) -> None:
         self.path = path
         self._on_commit = on_commit
+        self._on_foreign = on_foreign
+        self._data_version: int | None = None
+        self._look_queued = False
+        self.looks_begun = 0
+        """How many looks the writer has begun (any thread may read it): one begun after some
+        moment sees every commit of another process made before that moment."""
         self._write_engine = make_engine(path, immediate=True)
         self._read_engine = make_engine(path, immediate=False)
         self._glance_conn: Connection | None = None
@@ -171,6 +196,23 @@ class SqliteRunner:
         future: asyncio.Future[T] = loop.create_future()
         jobs.put(_Job(fn, loop, future))
         return await future
+
+    def look_for_foreign(self) -> None:
+        """Have the writer look, after now, whether another process committed since its last
+        look (`on_foreign` if so). Any thread; a look already queued covers this one too."""
+        if not self._look_queued and not self._closing:
+            self._look_queued = True
+            self._jobs.put(_LOOK)  # type: ignore[arg-type]
+
+    def _foreign_since_last_look(self, conn: Connection) -> bool:
+        """On the writer thread: has another connection committed since the last call?"""
+        self._look_queued = False  # a request from now on needs a look after this one
+        self.looks_begun += 1
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        current = int(raw.execute("PRAGMA data_version").fetchone()[0])
+        seen, self._data_version = self._data_version, current
+        return seen is not None and current != seen
 
     def _refuse_when_closing(self) -> None:
         if self._closing:  # no thread would ever take the job: refuse rather than wait forever
@@ -228,10 +270,20 @@ class SqliteRunner:
         with self._write_engine.connect() as conn:
             conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
             conn.commit()
+            self._foreign_since_last_look(conn)  # the baseline
             while True:
                 job = self._jobs.get()
                 if job is None:
                     return
+                if job is _LOOK:
+                    try:
+                        foreign = self._foreign_since_last_look(conn)
+                    except sqlite3.OperationalError:  # busy past the timeout: look again
+                        self.look_for_foreign()
+                        continue
+                    if foreign:
+                        self._on_foreign()
+                    continue
                 batch = [job]
                 while len(batch) < MAX_BATCH:
                     try:
@@ -241,13 +293,17 @@ class SqliteRunner:
                     if more is None:
                         self._jobs.put(None)
                         break
-                    batch.append(more)
+                    if more is not _LOOK:  # the batch's own look covers it
+                        batch.append(more)
                 self._run_batch(conn, batch)
 
     def _run_batch(self, conn: Connection, batch: list[_Job]) -> None:
         outcomes: list[Outcome] = []
+        wakeups.take(conn)  # nothing left over from a failed batch
         try:
             with conn.begin():
+                if self._foreign_since_last_look(conn):
+                    self._on_foreign()
                 if len(batch) == 1:
                     job = batch[0]
                     outcomes.append((job, job.fn(conn), None))
@@ -262,7 +318,7 @@ class SqliteRunner:
             _settle([(job, None, exc) for job in batch])
             return
         if any(err is None for _, _, err in outcomes):
-            self._on_commit()
+            self._on_commit(wakeups.take(conn))
             self._commits += 1
             if self._commits % CHECKPOINT_EVERY == 0:
                 self._checkpoint_due.set()
@@ -275,9 +331,11 @@ class SqliteRunner:
         Plain SQL savepoints: SQLAlchemy's nested-transaction objects cost more than the SQL.
         """
         conn.exec_driver_sql("SAVEPOINT job")
+        mark = wakeups.noted(conn)
         try:
             result = job.fn(conn)
         except Exception as exc:  # returned to that job's caller, raised where it awaits
+            wakeups.forget_since(conn, mark)
             conn.exec_driver_sql("ROLLBACK TO job")
             conn.exec_driver_sql("RELEASE job")
             return (job, None, exc)
@@ -305,9 +363,16 @@ def insert_ignore(table: Table) -> Insert:
     return sqlite_insert(table).on_conflict_do_nothing()
 
 
-def upsert(table: Table, keys: list[str], values: dict[str, Any], update: dict[str, Any]) -> Insert:
+def upsert(
+    table: Table,
+    keys: list[str],
+    values: dict[str, Any],
+    update: dict[str, Any],
+    where: ColumnElement[bool] | None = None,
+) -> Insert:
+    """Insert, or update the row that holds `keys` — only if `where` holds for it, if given."""
     stmt = sqlite_insert(table).values(**values)
-    return stmt.on_conflict_do_update(index_elements=keys, set_=update)
+    return stmt.on_conflict_do_update(index_elements=keys, set_=update, where=where)
 
 
 FTS_DDL = [

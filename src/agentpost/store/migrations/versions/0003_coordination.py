@@ -28,7 +28,6 @@ def upgrade() -> None:
         sa.Column("session_id", sa.String(40)),
         sa.Column("term", Seq, nullable=False),
         sa.Column("acquired_at", sa.Float, nullable=False),
-        sa.Column("expires_at", sa.Float, nullable=False),
     )
     op.create_index("ix_leases_session", "leases", ["session_id"])
     op.create_table(

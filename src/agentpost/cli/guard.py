@@ -1,0 +1,235 @@
+"""`agentpost guard install|uninstall|check`: a git pre-commit hook that honours reservations.
+
+`install` writes a `pre-commit` hook into the repository's hooks folder (`core.hooksPath` when
+set, else the common git dir's `hooks`, which every worktree shares). The hook runs `agentpost
+guard check` by the absolute path of this installation, so it works whatever PATH a git client
+starts it with. A `pre-commit` hook that is not ours is never overwritten: it is chained, kept as
+`pre-commit.before-agentpost` and run after the check (with the same arguments), and
+`uninstall` puts it back. Running `install` again only refreshes our hook.
+
+`check` lists the staged files and refuses the commit (exit 1) when another agent holds one of
+them exclusively in this project, naming the path, the holder and until when. Yours are the
+reservations of `AGENTPOST_AGENT` and those made from this worktree. It reads the local post
+office, or the remote one of `AGENTPOST_URL`/`AGENTPOST_KEY`; when that cannot be read it warns
+and lets the commit through: reservations are advisory, and a broken guard must not stop work.
+`AGENTPOST_GUARD=off` bypasses it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from agentpost.cli.entry import EXIT_CODES
+from agentpost.domain.errors import AgentpostError, ErrorCode
+
+if TYPE_CHECKING:  # the check loads what it needs when it runs: install stays quick
+    from agentpost.domain.reservations import Reservation
+
+MARKER = "# agentpost-guard"
+CHAINED = "pre-commit.before-agentpost"
+GIT_TIMEOUT_S = 10
+OFF = frozenset({"off", "0", "false", "no"})
+
+guard_app = typer.Typer(
+    help="A git pre-commit hook that refuses commits touching files another agent holds.",
+    no_args_is_help=True,
+)
+
+
+def _fail(code: ErrorCode, message: str) -> typer.Exit:
+    typer.echo(f"error: {code.value}: {message}", err=True)
+    return typer.Exit(EXIT_CODES[code])
+
+
+def _git(*args: str, cwd: Path | None = None) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise AgentpostError(ErrorCode.UNAVAILABLE, f"git could not run: {exc}") from None
+    if done.returncode != 0:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"not inside a git repository ({done.stderr.strip() or 'git failed'})",
+        )
+    return done.stdout
+
+
+def hooks_dir(cwd: Path | None = None) -> Path:
+    """Where git looks for this repository's hooks: `core.hooksPath`, else the common dir's."""
+    return Path(_git("rev-parse", "--path-format=absolute", "--git-path", "hooks", cwd=cwd).strip())
+
+
+def agentpost_command() -> list[str]:
+    """This installation's `agentpost`, by absolute path (a hook's PATH may not find it)."""
+    script = Path(sys.executable).with_name("agentpost")
+    if script.is_file() and os.access(script, os.X_OK):
+        return [str(script.absolute())]
+    started = Path(sys.argv[0])
+    if started.name == "agentpost" and started.is_file():
+        return [str(started.absolute())]
+    runner = "from agentpost.cli.entry import main; main()"
+    return [str(Path(sys.executable).absolute()), "-c", runner]
+
+
+def hook_script() -> str:
+    command = " ".join(shlex.quote(part) for part in [*agentpost_command(), "guard", "check"])
+    return f"""#!/bin/sh
+{MARKER}: refuses a commit touching files another agent holds exclusively.
+# Written by `agentpost guard install`; `agentpost guard uninstall` removes it.
+# Bypass once: AGENTPOST_GUARD=off git commit ...
+{command} || exit $?
+chained="$(dirname "$0")/{CHAINED}"
+if [ -x "$chained" ]; then
+    exec "$chained" "$@"
+fi
+"""
+
+
+def is_ours(hook: Path) -> bool:
+    try:
+        return MARKER.encode() in hook.read_bytes()
+    except OSError:
+        return False
+
+
+def install(cwd: Path | None = None) -> str:
+    """Write (or refresh) our hook; what was done, in a sentence."""
+    hooks = hooks_dir(cwd)
+    hooks.mkdir(parents=True, exist_ok=True)
+    hook, chained = hooks / "pre-commit", hooks / CHAINED
+    note = ""
+    if hook.exists() or hook.is_symlink():
+        if is_ours(hook):
+            note = " (refreshed)"
+        elif chained.exists() or chained.is_symlink():
+            raise AgentpostError(
+                ErrorCode.CONFLICT,
+                f"{hook} is not agentpost's, and {chained.name} is taken: move one of them "
+                "away, then install again",
+            )
+        else:
+            hook.rename(chained)
+            note = f"; your hook runs after it, kept as {chained}"
+    hook.write_text(hook_script())
+    hook.chmod(0o755)
+    return f"agentpost guard installed in {hook}{note}"
+
+
+def uninstall(cwd: Path | None = None) -> str:
+    """Remove our hook only, putting a chained one back."""
+    hooks = hooks_dir(cwd)
+    hook, chained = hooks / "pre-commit", hooks / CHAINED
+    if not is_ours(hook):
+        return f"no agentpost guard in {hooks}: nothing to remove"
+    hook.unlink()
+    if chained.exists() or chained.is_symlink():
+        chained.rename(hook)
+        return f"agentpost guard removed from {hook}; your own hook is back in its place"
+    return f"agentpost guard removed from {hook}"
+
+
+def staged_files() -> list[str]:
+    listed = _git("diff", "--cached", "--name-only", "--no-renames", "-z")
+    return [path for path in listed.split("\0") if path]
+
+
+async def _live_reservations(project: str) -> list[Reservation]:
+    from agentpost.config import Settings
+
+    settings = Settings()
+    if settings.url:
+        from agentpost.client import AsyncClient
+
+        async with AsyncClient(settings.url, settings.key) as client:
+            return await client.reservations(project=project)
+    from agentpost.services import PostOffice
+
+    office = await PostOffice.open(settings)
+    try:
+        return await office.reservations.live(project)
+    finally:
+        await office.aclose()
+
+
+def check(environ: Mapping[str, str]) -> int:
+    """The hook's verdict on the staged files: 0 lets the commit through, 1 refuses it."""
+    if environ.get("AGENTPOST_GUARD", "").strip().lower() in OFF:
+        return 0
+    import anyio
+
+    from agentpost.config import Settings
+    from agentpost.domain.reservations import held_against
+    from agentpost.services.local_identity import detect
+
+    try:
+        staged = staged_files()
+        if not staged:
+            return 0
+        settings = Settings()
+        context = detect(project_override=settings.project)
+        held = anyio.run(_live_reservations, context.project)
+    except AgentpostError as err:
+        typer.echo(
+            f"agentpost guard: reservations not checked ({err.code.value}: {err.message}); "
+            "committing anyway",
+            err=True,
+        )
+        return 0
+    refused = held_against(staged, held, agent=settings.agent, worktree=context.worktree)
+    if not refused:
+        return 0
+    lines = [
+        "agentpost guard: this commit touches files another agent holds exclusively "
+        f"(project {context.project}):"
+    ]
+    for path, r in refused:
+        until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r.expires_at))
+        why = f" ({r.reason})" if r.reason else ""
+        lines.append(f"  {path}: held by {r.agent} as {r.path!r} until {until}{why}")
+    holders = sorted({r.agent for _, r in refused})
+    lines.append(
+        f"Ask {', '.join(holders)} (agentpost send {holders[0]} ...), wait for the reservation "
+        "to end, or commit anyway with AGENTPOST_GUARD=off."
+    )
+    typer.echo("\n".join(lines), err=True)
+    return 1
+
+
+@guard_app.command("install")
+def install_command() -> None:
+    """Add the pre-commit hook to this repository (all its worktrees); chains an existing one."""
+    try:
+        typer.echo(install())
+    except AgentpostError as err:
+        raise _fail(err.code, err.message) from None
+
+
+@guard_app.command("uninstall")
+def uninstall_command() -> None:
+    """Remove agentpost's pre-commit hook (a hook it chained is put back)."""
+    try:
+        typer.echo(uninstall())
+    except AgentpostError as err:
+        raise _fail(err.code, err.message) from None
+
+
+@guard_app.command("check")
+def check_command() -> None:
+    """What the hook runs: refuse (exit 1) if a staged file is held exclusively by another agent."""
+    raise typer.Exit(check(os.environ))

@@ -1,0 +1,261 @@
+"""`agentpost install claude|codex`: put agentpost into an agent client's settings, merging.
+
+`claude` writes the MCP server entry into the project's `.mcp.json` and the hooks
+(SessionStart, UserPromptSubmit, PostToolUse → `agentpost hook claude`) into the project's
+`.claude/settings.json`; `codex` writes `[mcp_servers.agentpost]` into `~/.codex/config.toml`
+($CODEX_HOME if set), through tomlkit so comments and other tables survive.
+
+Merging, never clobbering: every other key, server and hook stays as it was; an `agentpost`
+server entry that is already there is kept as written (it may carry the user's own `--url` or
+environment), and a hook already running `agentpost hook claude` is not added again. So running
+it twice changes nothing, and `--dry-run` prints the change as a diff and writes nothing. A file
+that is not valid JSON or TOML is refused, untouched.
+
+The command: `agentpost` when that name on PATH is this installation, else this installation's
+absolute path (so a Claude Code started from another shell still finds it). `.mcp.json` is often
+committed: the bare name keeps it portable across machines.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+
+SERVER = "agentpost"
+HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
+HOOK_TIMEOUT_S = 10
+
+
+@dataclass(frozen=True)
+class Change:
+    """One file's new text and what changed in it, in words."""
+
+    path: Path
+    before: str | None
+    after: str
+    done: list[str]
+
+    @property
+    def changed(self) -> bool:
+        return self.after != self.before
+
+    def diff(self) -> str:
+        return "".join(
+            difflib.unified_diff(
+                (self.before or "").splitlines(keepends=True),
+                self.after.splitlines(keepends=True),
+                fromfile=str(self.path) if self.before is not None else "/dev/null",
+                tofile=str(self.path),
+            )
+        )
+
+
+def executable() -> str:
+    """How a client should start agentpost: the bare name when PATH finds this installation."""
+    mine = Path(sys.argv[0]).resolve() if Path(sys.argv[0]).name == "agentpost" else None
+    if mine is None or not mine.exists():
+        mine = Path(sys.executable).with_name("agentpost").resolve()
+    found = shutil.which("agentpost")
+    if found is not None and Path(found).resolve() == mine:
+        return "agentpost"
+    return str(mine)
+
+
+def project_root(start: Path) -> Path:
+    """The repository's top folder (where Claude Code looks for `.mcp.json`), else `start`."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"],
+            cwd=start,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return start
+    return Path(done.stdout.strip())
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.exists() else None
+
+
+def _json_object(path: Path, text: str | None) -> dict[str, Any]:
+    if text is None or not text.strip():
+        return {}
+    try:
+        loaded = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} is not JSON: {exc}") from None
+    if not isinstance(loaded, dict):
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} does not hold a JSON object")
+    return loaded
+
+
+def _table(parent: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = parent.setdefault(key, {})
+    if not isinstance(value, dict):
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path}: {key!r} is not an object")
+    return value
+
+
+def _json_change(path: Path, merge: Callable[[dict[str, Any]], list[str]]) -> Change:
+    before = _read(path)
+    data = _json_object(path, before)
+    done = merge(data)
+    after = json.dumps(data, indent=2, ensure_ascii=False) + "\n" if done else before or ""
+    return Change(path, before, after, done)
+
+
+def _is_our_hook(hook: Any) -> bool:
+    command = hook.get("command") if isinstance(hook, dict) else None
+    try:
+        return isinstance(command, str) and shlex.split(command)[-2:] == ["hook", "claude"]
+    except ValueError:  # unbalanced quotes: someone else's command
+        return False
+
+
+def claude_changes(project: Path, command: str) -> list[Change]:
+    """The two files of a Claude Code project, merged with agentpost's server and hooks."""
+
+    def add_server(data: dict[str, Any]) -> list[str]:
+        servers = _table(data, "mcpServers", project / ".mcp.json")
+        if SERVER in servers:
+            return []
+        servers[SERVER] = {"command": command, "args": ["mcp"]}
+        return [f"added the MCP server {SERVER!r} ({command} mcp)"]
+
+    hook_command = f"{shlex.quote(command)} hook claude"
+
+    def add_hooks(data: dict[str, Any]) -> list[str]:
+        path = project / ".claude" / "settings.json"
+        hooks = _table(data, "hooks", path)
+        done = []
+        for event in HOOK_EVENTS:
+            groups = hooks.setdefault(event, [])
+            if not isinstance(groups, list):
+                raise AgentpostError(
+                    ErrorCode.INVALID_ARGUMENT, f"{path}: hooks.{event} is not a list"
+                )
+            if any(
+                _is_our_hook(h) for g in groups if isinstance(g, dict) for h in g.get("hooks") or []
+            ):
+                continue
+            group: dict[str, Any] = {"matcher": "*"} if event == "PostToolUse" else {}
+            group["hooks"] = [
+                {"type": "command", "command": hook_command, "timeout": HOOK_TIMEOUT_S}
+            ]
+            groups.append(group)
+            done.append(f"added the {event} hook ({hook_command})")
+        return done
+
+    return [
+        _json_change(project / ".mcp.json", add_server),
+        _json_change(project / ".claude" / "settings.json", add_hooks),
+    ]
+
+
+def codex_config_path(environ: Mapping[str, str]) -> Path:
+    home = environ.get("CODEX_HOME")
+    return (Path(home) if home else Path.home() / ".codex") / "config.toml"
+
+
+def codex_change(path: Path, command: str) -> Change:
+    """`~/.codex/config.toml` with `[mcp_servers.agentpost]`, comments and all kept."""
+    import tomlkit  # here, so the rest of the command line starts without it
+    from tomlkit.exceptions import TOMLKitError
+
+    before = _read(path)
+    try:
+        document = tomlkit.parse(before or "")
+    except TOMLKitError as exc:
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} is not TOML: {exc}") from None
+    servers = document.get("mcp_servers")
+    if servers is not None and SERVER in servers:
+        return Change(path, before, before or "", [])
+    if servers is None:
+        servers = tomlkit.table(is_super_table=True)
+        document["mcp_servers"] = servers
+    entry = tomlkit.table()
+    entry["command"] = command
+    entry["args"] = ["mcp"]
+    servers[SERVER] = entry
+    return Change(path, before, tomlkit.dumps(document), [f"added [mcp_servers.{SERVER}]"])
+
+
+def _write(change: Change) -> None:
+    """Atomically, keeping an existing file's permissions."""
+    change.path.parent.mkdir(parents=True, exist_ok=True)
+    partial = change.path.with_name(f".{change.path.name}.agentpost-{os.getpid()}")
+    partial.write_text(change.after)
+    if change.path.exists():
+        os.chmod(partial, change.path.stat().st_mode & 0o7777)
+    os.replace(partial, change.path)
+
+
+def apply(changes: list[Change], *, dry_run: bool) -> list[str]:
+    """Write (or, dry, only describe) the changes; the lines to print."""
+    lines: list[str] = []
+    for change in changes:
+        if not change.changed:
+            lines.append(f"{change.path}: already set up, unchanged")
+            continue
+        if dry_run:
+            lines.append(f"{change.path}: would change ({'; '.join(change.done)})")
+            lines.append(change.diff().rstrip("\n"))
+        else:
+            _write(change)
+            lines.append(f"{change.path}: {'; '.join(change.done)}")
+    return lines
+
+
+install_app = typer.Typer(
+    help="Set agentpost up in an agent client (merging into its settings).",
+    no_args_is_help=True,
+)
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the change; write nothing.")]
+
+
+def _report(changes: Callable[[], list[Change]], dry_run: bool) -> None:
+    from agentpost.cli.entry import EXIT_CODES
+    from agentpost.cli.render import errors
+
+    try:
+        lines = apply(changes(), dry_run=dry_run)
+    except AgentpostError as err:
+        errors.print(f"[red]error:[/red] {err.code.value}: {err.message}", markup=True)
+        raise typer.Exit(EXIT_CODES[err.code]) from None
+    for line in lines:
+        print(line)  # plain: paths and diffs must not be wrapped or coloured
+
+
+@install_app.command()
+def claude(
+    project: Annotated[
+        Path | None,
+        typer.Option(help="The project folder (default: this repository's top, else here)."),
+    ] = None,
+    dry_run: DryRun = False,
+) -> None:
+    """`.mcp.json` (the MCP server) and `.claude/settings.json` (the hooks) of a project."""
+    root = project or project_root(Path.cwd())
+    _report(lambda: claude_changes(root, executable()), dry_run)
+
+
+@install_app.command()
+def codex(dry_run: DryRun = False) -> None:
+    """`[mcp_servers.agentpost]` in `~/.codex/config.toml` ($CODEX_HOME if set)."""
+    _report(lambda: [codex_change(codex_config_path(os.environ), executable())], dry_run)

@@ -1,0 +1,64 @@
+"""Leadership: one leader per project, as the lease `leader:<project>` with a fencing term.
+
+The term grows with every new holder and is shown to everyone, so work a leader hands out can
+carry the term it was decided under, and a deposed leader's late orders can be recognised as
+such (a smaller term) by whoever receives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+LEASE_PREFIX = "leader:"
+FALLBACK_DEFAULT_BRANCHES = ("main", "master")
+"""The default branch when origin's HEAD cannot be read (no remote, or another machine)."""
+
+
+def lease_name(project: str) -> str:
+    return f"{LEASE_PREFIX}{project}"
+
+
+def may_lead(
+    branch: str | None, *, origin_head: str | None, leader_branches: Sequence[str] | None
+) -> bool:
+    """Whether a session on `branch` may lead: one of `leader_branches` when configured, else
+    the project's default branch (origin's HEAD, else `main` or `master`)."""
+    if branch is None:
+        return False
+    if leader_branches is not None:
+        return branch in leader_branches
+    if origin_head is not None:
+        return branch == origin_head
+    return branch in FALLBACK_DEFAULT_BRANCHES
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """A project's seat: who holds it (None when free), under which term, since when."""
+
+    project: str
+    leader: str | None
+    term: int
+    """The term of the current holder, or of the last one while the seat is free (0: never)."""
+    since: float | None
+    session_id: str | None
+    branch: str | None
+    expires_at: float | None
+    """When the lease lapses unless the holder's session heartbeats again."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Leader:
+        return cls(
+            project=data["project"],
+            leader=data.get("leader"),
+            term=int(data["term"]),
+            since=data.get("since"),
+            session_id=data.get("session_id"),
+            branch=data.get("branch"),
+            expires_at=data.get("expires_at"),
+        )

@@ -1,0 +1,321 @@
+"""File reservations: what a reserved path may be, when two of them overlap, who conflicts.
+
+A reservation names a path or a git-style glob (wildmatch: `*`, `?`, `[…]`, `**`) relative to
+the project root, anchored there (`*.py` is the top folder's Python files, `**/*.py` every one),
+and a plain path covers everything under it when it is a folder. Two patterns overlap when either
+matches the other as a path, or a tracked file matches both; without the list of tracked files
+(over the network) only the first rule is asked. How a glob matches: domain.wildmatch.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentpost.domain.errors import invalid
+from agentpost.domain.limits import check_text
+from agentpost.domain.wildmatch import Glob
+
+MAX_PATH_CHARS = 1024
+MAX_PATHS = 100
+"""Paths per call: a reservation is a claim on what an agent is about to edit, not on a tree."""
+MAX_REASON_CHARS = 1000
+MAX_TTL_S = 7 * 24 * 3600.0
+DEFAULT_TTL_S = 3600.0
+
+_GLOB = re.compile(r"[*?\[]")
+_DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+# -- patterns -------------------------------------------------------------------------------------
+
+
+def normalise_path(path: str) -> str:
+    """The one spelling of a reserved path: `./src//a/` and `src/a` are the same claim.
+
+    Refused (`invalid_argument`): empty, absolute, escaping the root with `..`, backslashes (git
+    paths use `/`), control characters, or over `MAX_PATH_CHARS`.
+    """
+    if not isinstance(path, str):
+        raise invalid("a reserved path is a string", path=repr(path))
+    text = path.strip()
+    if not text:
+        raise invalid("a reserved path may not be empty")
+    if len(text) > MAX_PATH_CHARS:
+        raise invalid(f"a reserved path is at most {MAX_PATH_CHARS} characters", path=text[:80])
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise invalid("a reserved path may not contain control characters", path=text)
+    if "\\" in text:
+        raise invalid("a reserved path uses `/` between folders, never `\\`", path=text)
+    if text.startswith(("/", "~/")) or text == "~" or _DRIVE.match(text):
+        raise invalid(
+            "a reserved path is relative to the project root (`src/app.py`), not absolute",
+            path=text,
+        )
+    parts: list[str] = []
+    for part in text.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                raise invalid("a reserved path may not leave the project root with `..`", path=text)
+            parts.pop()
+            continue
+        parts.append(part)
+    if not parts:
+        raise invalid("a reserved path must name something below the project root", path=text)
+    return "/".join(parts)
+
+
+def check_paths(paths: Sequence[str] | str) -> list[str]:
+    """The normalised paths of one call, duplicates dropped, in the order given."""
+    if isinstance(paths, str):
+        paths = [paths]
+    if not paths:
+        raise invalid("name at least one path")
+    if len(paths) > MAX_PATHS:
+        raise invalid(f"at most {MAX_PATHS} paths per call", count=len(paths))
+    return list(dict.fromkeys(normalise_path(p) for p in paths))
+
+
+def check_ttl(ttl_s: float) -> float:
+    if (
+        isinstance(ttl_s, bool)
+        or not isinstance(ttl_s, int | float)
+        or not math.isfinite(ttl_s)
+        or not 0 < ttl_s <= MAX_TTL_S
+    ):
+        raise invalid(
+            f"ttl_s is a number of seconds above 0 and at most {MAX_TTL_S:g}", ttl_s=repr(ttl_s)
+        )
+    return float(ttl_s)
+
+
+def check_reason(reason: str | None) -> str:
+    if reason is None:
+        return ""
+    check_text(reason, "reason")
+    if len(reason) > MAX_REASON_CHARS:
+        raise invalid(f"a reason is at most {MAX_REASON_CHARS} characters", size=len(reason))
+    return reason
+
+
+def check_ids(ids: Sequence[str]) -> list[str]:
+    """Reservation ids of one call, duplicates dropped."""
+    if isinstance(ids, str) or len(ids) > MAX_PATHS:
+        raise invalid(f"ids is a list of at most {MAX_PATHS} reservation ids")
+    if not all(isinstance(i, str) for i in ids):
+        raise invalid("reservation ids are strings")
+    return list(dict.fromkeys(ids))
+
+
+def is_glob(path: str) -> bool:
+    return _GLOB.search(path) is not None
+
+
+_COMPILED: dict[str, Glob] = {}
+_MAX_COMPILED = 4096
+
+
+def _compiled(pattern: str) -> Glob:
+    found = _COMPILED.get(pattern)
+    if found is None:
+        if len(_COMPILED) >= _MAX_COMPILED:
+            _COMPILED.clear()
+        found = _COMPILED[pattern] = Glob.compile(pattern)
+    return found
+
+
+def matches(pattern: str, path: str) -> bool:
+    """`path` (a file or folder, relative to the root) is covered by `pattern`."""
+    return pattern == path or _compiled(pattern).match(path)
+
+
+Tracked = Callable[[str], Sequence[str]]
+"""The tracked files a pattern matches (looked up once per pattern and call)."""
+
+
+def no_tracked_files(pattern: str) -> Sequence[str]:
+    return ()
+
+
+def tracked_matcher(files: Iterable[str]) -> Tracked:
+    """Tracked files as `overlaps` asks for them: those each pattern matches, each found once."""
+    listed = tuple(files)
+    found: dict[str, tuple[str, ...]] = {}
+
+    def matching(pattern: str) -> Sequence[str]:
+        if pattern not in found:
+            found[pattern] = tuple(f for f in listed if matches(pattern, f))
+        return found[pattern]
+
+    return matching
+
+
+def overlaps(a: str, b: str, tracked: Tracked = no_tracked_files) -> bool:
+    """Two normalised patterns claim something in common: either matches the other as a path,
+    or a tracked file matches both. Symmetric; every pattern overlaps itself."""
+    if a == b or matches(a, b) or matches(b, a):
+        return True
+    if not (is_glob(a) or is_glob(b)):
+        return False  # two plain paths share a file only when one is under the other
+    few, other = sorted((a, b), key=lambda p: len(tracked(p)))
+    return any(matches(other, f) for f in tracked(few))
+
+
+# -- records --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A live claim of `agent` on `path` in `project`, until `expires_at`."""
+
+    id: str
+    project: str
+    agent: str
+    path: str
+    exclusive: bool
+    reason: str
+    created_at: float
+    expires_at: float
+    worktree: str | None = None
+    """Where the holder works: the commit guard of that worktree lets its commits through."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "project": self.project,
+            "agent": self.agent,
+            "path": self.path,
+            "exclusive": self.exclusive,
+            "reason": self.reason,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "worktree": self.worktree,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Reservation:
+        return cls(
+            id=data["id"],
+            project=data["project"],
+            agent=data["agent"],
+            path=data["path"],
+            exclusive=bool(data["exclusive"]),
+            reason=data.get("reason") or "",
+            created_at=data["created_at"],
+            expires_at=data["expires_at"],
+            worktree=data.get("worktree"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """`path` was not granted: `holder` holds `held`, which overlaps it, until `expires_at`."""
+
+    path: str
+    holder: str
+    exclusive: bool
+    expires_at: float
+    held: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "holder": self.holder,
+            "exclusive": self.exclusive,
+            "expires_at": self.expires_at,
+            "held": self.held,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Conflict:
+        return cls(
+            path=data["path"],
+            holder=data["holder"],
+            exclusive=bool(data["exclusive"]),
+            expires_at=data["expires_at"],
+            held=data.get("held") or data["path"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveResult:
+    """Per path: granted, or listed with what it conflicts with."""
+
+    granted: list[Reservation] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "granted": [r.to_dict() for r in self.granted],
+            "conflicts": [c.to_dict() for c in self.conflicts],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReserveResult:
+        return cls(
+            granted=[Reservation.from_dict(r) for r in data["granted"]],
+            conflicts=[Conflict.from_dict(c) for c in data["conflicts"]],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationsChanged:
+    """What a renewal or a release did: the caller's reservations it changed, and the ids or
+    paths that named none of the caller's live ones (another agent's among them)."""
+
+    reservations: list[Reservation] = field(default_factory=list)
+    not_found: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reservations": [r.to_dict() for r in self.reservations],
+            "not_found": list(self.not_found),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReservationsChanged:
+        return cls(
+            reservations=[Reservation.from_dict(r) for r in data["reservations"]],
+            not_found=[str(x) for x in data["not_found"]],
+        )
+
+
+# -- rules ----------------------------------------------------------------------------------------
+
+
+def conflicts_with(
+    agent: str,
+    path: str,
+    exclusive: bool,
+    held: Iterable[Reservation],
+    tracked: Tracked = no_tracked_files,
+) -> list[Reservation]:
+    """The live reservations that keep `agent` from reserving `path`: another agent's that
+    overlap it, when either side is exclusive. Shared ones coexist; one's own never conflict."""
+    return [
+        r
+        for r in held
+        if r.agent != agent and (exclusive or r.exclusive) and overlaps(path, r.path, tracked)
+    ]
+
+
+def held_against(
+    paths: Iterable[str],
+    held: Iterable[Reservation],
+    *,
+    agent: str | None,
+    worktree: str | None,
+) -> list[tuple[str, Reservation]]:
+    """What the commit guard refuses: each staged path another agent holds exclusively. Yours
+    are those of `agent`, and those reserved from `worktree` (whoever's name they carry)."""
+    others = [
+        r
+        for r in held
+        if r.exclusive and r.agent != agent and (worktree is None or r.worktree != worktree)
+    ]
+    return [(p, r) for p in paths for r in others if matches(r.path, p)]

@@ -1,0 +1,179 @@
+"""Delegated tasks: their statuses, who may move a task where, and the records every face returns.
+
+The move table is the whole rule, kept here without I/O so it can be read, and tested, at once:
+the assignee reports progress, the creator may call the work off, nothing moves out of an end
+state. A party asking for a move the table has for nobody gets `conflict`; a move that belongs
+to the other party, or anyone who is no party, gets `forbidden`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any, Literal, get_args
+
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid
+from agentpost.domain.models import Priority, from_fields
+
+
+class TaskStatus(StrEnum):
+    OPEN = "open"
+    ACCEPTED = "accepted"
+    IN_PROGRESS = "in_progress"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Party(StrEnum):
+    ASSIGNEE = "assignee"
+    CREATOR = "creator"
+
+
+_S = TaskStatus
+MOVES: Mapping[tuple[TaskStatus, TaskStatus], Party] = {
+    (_S.OPEN, _S.ACCEPTED): Party.ASSIGNEE,
+    (_S.OPEN, _S.IN_PROGRESS): Party.ASSIGNEE,
+    (_S.OPEN, _S.DONE): Party.ASSIGNEE,
+    (_S.OPEN, _S.FAILED): Party.ASSIGNEE,
+    (_S.ACCEPTED, _S.IN_PROGRESS): Party.ASSIGNEE,
+    (_S.ACCEPTED, _S.DONE): Party.ASSIGNEE,
+    (_S.ACCEPTED, _S.FAILED): Party.ASSIGNEE,
+    (_S.IN_PROGRESS, _S.DONE): Party.ASSIGNEE,
+    (_S.IN_PROGRESS, _S.FAILED): Party.ASSIGNEE,
+    (_S.OPEN, _S.CANCELLED): Party.CREATOR,
+    (_S.ACCEPTED, _S.CANCELLED): Party.CREATOR,
+    (_S.IN_PROGRESS, _S.CANCELLED): Party.CREATOR,
+}
+"""(from, to) → the only party who may make that move."""
+
+FINISHED = frozenset({TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+TaskStatusName = Literal["open", "accepted", "in_progress", "done", "failed", "cancelled"]
+TaskRole = Literal["assigned", "created", "all"]
+"""Which of the caller's tasks a listing shows: given to them, made by them, or both."""
+ROLES: tuple[str, ...] = get_args(TaskRole)
+
+
+def check_status(value: str) -> TaskStatus:
+    try:
+        return TaskStatus(value)
+    except ValueError:
+        names = ", ".join(s.value for s in TaskStatus)
+        raise invalid(f"status must be one of {names}", status=value) from None
+
+
+def parties(actor: str, creator: str, assignee: str) -> set[Party]:
+    """The roles `actor` holds in a task (both, when someone delegated to themselves)."""
+    held = set()
+    if actor == creator:
+        held.add(Party.CREATOR)
+    if actor == assignee:
+        held.add(Party.ASSIGNEE)
+    return held
+
+
+def check_move(
+    actor: str, creator: str, assignee: str, current: TaskStatus, wanted: TaskStatus
+) -> None:
+    """Refuse a move `actor` may not make: `forbidden` for a non-party or the other party's
+    move, `conflict` for a move the table has for nobody (out of an end state, backwards)."""
+    held = parties(actor, creator, assignee)
+    if not held:
+        raise forbidden("only the task's creator and assignee may change it")
+    allowed = MOVES.get((current, wanted))
+    if allowed is None:
+        raise AgentpostError(
+            ErrorCode.CONFLICT,
+            f"a task cannot move from {current.value} to {wanted.value}",
+            details={"status": current.value, "wanted": wanted.value},
+        )
+    if allowed not in held:
+        raise forbidden(
+            f"only the task's {allowed.value} may move it from {current.value} to {wanted.value}",
+            status=current.value,
+            wanted=wanted.value,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskChange:
+    """One entry of a task's history; the first is its creation (`from_status` None)."""
+
+    at: float
+    actor: str
+    from_status: TaskStatus | None
+    to_status: TaskStatus
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["from_status"] = None if self.from_status is None else self.from_status.value
+        out["to_status"] = self.to_status.value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskChange:
+        before = data.get("from_status")
+        return from_fields(
+            cls,
+            data,
+            from_status=None if before is None else TaskStatus(before),
+            to_status=TaskStatus(data["to_status"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A delegated unit of work. `thread_id` is the thread of the message that delivered it,
+    where every change is told."""
+
+    id: str
+    project: str | None
+    creator: str
+    assignee: str
+    title: str
+    detail: str
+    priority: Priority
+    status: TaskStatus
+    data: Any
+    due: float | None
+    result: Any
+    thread_id: str
+    created_at: float
+    updated_at: float
+    history: list[TaskChange] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "project": self.project,
+            "creator": self.creator,
+            "assignee": self.assignee,
+            "title": self.title,
+            "detail": self.detail,
+            "priority": self.priority.value,
+            "status": self.status.value,
+            "data": self.data,
+            "due": self.due,
+            "result": self.result,
+            "thread_id": self.thread_id,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "history": [c.to_dict() for c in self.history],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Task:
+        return from_fields(
+            cls,
+            data,
+            priority=Priority(data["priority"]),
+            status=TaskStatus(data["status"]),
+            history=[TaskChange.from_dict(c) for c in data.get("history", [])],
+        )

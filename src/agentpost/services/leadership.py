@@ -1,0 +1,342 @@
+"""Leadership: who leads each project, claiming and releasing the seat, and failing over.
+
+The seat is the lease `leader:<project>` (agentpost.store.leases): held while the holder's
+session lives, claimed atomically by the store, with a term that grows with every new holder.
+Every change of holder is announced on `#<project>` by `system`, in the claim's transaction, so
+nobody learns of a leader the log does not show.
+
+Failover needs no daemon: each eligible local session `stand`s for the seat in the background.
+It sleeps until the seat may have changed (a commit, the holder's lease running out, or the
+holder's process exiting, which Linux reports at once through a pidfd) and then claims it if
+it is free; of several standing sessions the store lets exactly one win.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import lru_cache
+
+import anyio
+
+from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid
+from agentpost.domain.leadership import LEASE_PREFIX, Leader, lease_name, may_lead
+from agentpost.domain.models import Caller
+from agentpost.domain.names import check_channel, check_name
+from agentpost.services.local_identity import origin_head, process_exit, this_host
+from agentpost.services.mailbox import Mailbox
+from agentpost.services.presence import PresenceService
+from agentpost.store import agents as agent_rows
+from agentpost.store import leases
+from agentpost.store.database import Connection, Store
+
+log = logging.getLogger(__name__)
+
+LAPSE_SLACK_S = 0.05
+"""Looked at again this long after a lease should have lapsed, so it surely has."""
+
+
+@lru_cache(maxsize=256)
+def _origin_head(worktree: str) -> str | None:
+    return origin_head(worktree)
+
+
+class Leadership:
+    def __init__(
+        self, store: Store, settings: Settings, mailbox: Mailbox, presence: PresenceService
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.mailbox = mailbox
+        self.presence = presence
+        self._stepped_down: set[str] = set()
+        """Sessions of this process that released the seat: they stand no more until they
+        claim again, or their own standing would take back at once what they gave up."""
+
+    @property
+    def _ttl_s(self) -> float:
+        return self.settings.offline_after_s
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def leader(self, caller: Caller, project: str | None = None) -> Leader:
+        """The seat of `project` (default: the caller's own project)."""
+        await self.presence.end_dead_local_sessions()
+
+        def tx(conn: Connection) -> Leader:
+            name = self._project(conn, caller, project)
+            return self._seat(conn, name)
+
+        return await self.store.read(tx)
+
+    async def leaders(self) -> list[Leader]:
+        """Every project's seat that was ever taken, by project."""
+        await self.presence.end_dead_local_sessions()
+
+        def tx(conn: Connection) -> list[Leader]:
+            now = self.store.clock()
+            found = leases.holdings(conn, LEASE_PREFIX, now=now, ttl_s=self._ttl_s)
+            return [self._view(h.name.removeprefix(LEASE_PREFIX), h) for h in found]
+
+        return await self.store.read(tx)
+
+    # -- claiming and releasing --------------------------------------------------------------
+
+    async def claim(
+        self, caller: Caller, project: str | None = None, *, force: bool = False
+    ) -> Leader:
+        """Take the seat: `conflict` while another live session holds it (unless `force`, for
+        the owner or a local session), `forbidden` for a session not on a leading branch."""
+        if caller.session_id is None:
+            raise invalid("leading takes a session: its heartbeat is what keeps the seat")
+        await self.presence.end_dead_local_sessions()
+        session = await self.store.read(
+            lambda conn: agent_rows.get_session(conn, caller.session_id or "")
+        )
+        if session is None or session.ended_at is not None:
+            raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this session has ended")
+        eligible = await self._eligible(session.branch, session.worktree, session.host)
+
+        def tx(conn: Connection) -> Leader:
+            name = self._project(conn, caller, project)
+            if name != session.project and not caller.admin:
+                raise forbidden(
+                    f"a session leads only its own project ({session.project or 'none'})",
+                    project=name,
+                )
+            if not eligible:
+                raise forbidden(
+                    f"branch {session.branch or '(none)'} may not lead {name}: "
+                    + self._eligibility_rule(),
+                    branch=session.branch,
+                )
+            if force and not (caller.admin or session.transport == "stdio"):
+                raise forbidden("force is for the owner (an admin key) or a local session")
+            return self._take(conn, caller, name, force=force)
+
+        seat = await self.store.write(tx)
+        self._stepped_down.discard(caller.session_id)
+        return seat
+
+    async def claim_if_eligible(self, caller: Caller) -> Leader | None:
+        """What a new session does with `auto_lead`: take its project's seat when it is free
+        and the session may lead; None (and nothing changed) otherwise."""
+        if not self.settings.auto_lead:
+            return None
+        try:
+            return await self.claim(caller)
+        except AgentpostError as err:
+            if err.code in (ErrorCode.CONFLICT, ErrorCode.FORBIDDEN, ErrorCode.INVALID_ARGUMENT):
+                return None
+            raise
+
+    async def release(self, caller: Caller, project: str | None = None) -> Leader:
+        """Step down: `conflict` unless the caller's session holds the seat."""
+
+        def tx(conn: Connection) -> Leader:
+            name = self._project(conn, caller, project)
+            before = self._seat(conn, name)
+            mine = before.leader == caller.agent and before.session_id == caller.session_id
+            if not mine:
+                raise AgentpostError(
+                    ErrorCode.CONFLICT,
+                    f"you do not lead {name}"
+                    + (f"; {before.leader} does (term {before.term})" if before.leader else ""),
+                    details={"leader": before.leader, "term": before.term},
+                )
+            leases.release(conn, lease_name(name), session_ids=[caller.session_id or ""])
+            self._announce(
+                conn,
+                name,
+                f"{caller.agent} stepped down as leader of {name} (term {before.term}); "
+                "the seat is free.",
+                leader=None,
+                term=before.term,
+                previous=caller.agent,
+            )
+            return self._seat(conn, name)
+
+        session_id = caller.session_id
+        if session_id is None:
+            return await self.store.write(tx)
+        # Marked before the commit: this process's standing wakes on it and must not retake.
+        stood_down = session_id in self._stepped_down
+        self._stepped_down.add(session_id)
+        try:
+            return await self.store.write(tx)
+        except BaseException:
+            if not stood_down:
+                self._stepped_down.discard(session_id)
+            raise
+
+    # -- standing for the seat ---------------------------------------------------------------
+
+    async def stand(self, caller: Caller) -> None:
+        """Claim the seat of the caller's project whenever it is free; runs until cancelled.
+
+        Returns at once for a session that may not lead. A busy store is waited out.
+        """
+        session_id = caller.session_id
+        if session_id is None:
+            return
+        session = await self.store.read(lambda conn: agent_rows.get_session(conn, session_id))
+        if session is None or session.project is None:
+            return
+        if not await self._eligible(session.branch, session.worktree, session.host):
+            return
+        project: str = session.project
+        while True:
+            version = self.store.version
+            try:
+                seat = await self._claim_if_free(caller, project)
+            except AgentpostError as err:
+                log.warning("standing for leader of %s failed, will retry: %s", project, err)
+                await anyio.sleep(1)
+                continue
+            await self._until_seat_may_change(seat, version)
+
+    async def _claim_if_free(
+        self, caller: Caller, project: str
+    ) -> tuple[Leader, leases.Holding | None]:
+        """The seat after claiming it if it was free; and its holding when someone else has it.
+
+        Looked at with a read first: standing sessions wake on every commit, and taking the
+        write lock for nothing would have them contend with every writer.
+        """
+        await self.presence.end_dead_local_sessions()
+        name = lease_name(project)
+
+        def look(conn: Connection) -> leases.Holding | None:
+            return leases.holding(conn, name, now=self.store.clock(), ttl_s=self._ttl_s)
+
+        held = await self.store.read(look)
+        if caller.session_id in self._stepped_down or (held is not None and held.live):
+            mine = held is None or not held.live or held.session_id == caller.session_id
+            return self._view(project, held), None if mine else held
+        try:
+            seat = await self.store.write(
+                lambda conn: self._take(conn, caller, project, force=False)
+            )
+        except AgentpostError as err:
+            if err.code is not ErrorCode.CONFLICT:
+                raise
+            held = await self.store.read(look)  # another session won the race
+            return self._view(project, held), held
+        return seat, None
+
+    async def _until_seat_may_change(
+        self, seat: tuple[Leader, leases.Holding | None], version: int
+    ) -> None:
+        """Sleep until a commit, the holder's lease running out or its process exiting."""
+        leader, held = seat
+        timeout = None
+        if held is not None and leader.expires_at is not None:
+            timeout = max(0.0, leader.expires_at - self.store.clock()) + LAPSE_SLACK_S
+        async with anyio.create_task_group() as group:
+
+            async def on_commit() -> None:
+                await self.store.wait_changed(version, timeout)
+                group.cancel_scope.cancel()
+
+            async def on_exit(pid: int) -> None:
+                await process_exit(pid)
+                group.cancel_scope.cancel()
+
+            group.start_soon(on_commit)
+            if held is not None and held.pid and held.host == this_host():
+                group.start_soon(on_exit, held.pid)
+
+    # -- inside a transaction ----------------------------------------------------------------
+
+    def _take(self, conn: Connection, caller: Caller, project: str, *, force: bool) -> Leader:
+        now = self.store.clock()
+        name = lease_name(project)
+        before = leases.holding(conn, name, now=now, ttl_s=self._ttl_s)
+        term = leases.claim(
+            conn,
+            self.store.dialect,
+            name,
+            holder=caller.agent,
+            session_id=caller.session_id or "",
+            now=now,
+            ttl_s=self._ttl_s,
+            force=force,
+        )
+        if term is None:
+            holder = before.holder if before is not None and before.live else None
+            raise AgentpostError(
+                ErrorCode.CONFLICT,
+                f"{holder} leads {project} (term {before.term if before else 0}); "
+                "the seat frees when its session stops",
+                details={"leader": holder, "term": before.term if before else 0},
+            )
+        if before is None or not before.live or before.session_id != caller.session_id:
+            previous = before.holder if before is not None else None
+            text = f"{caller.agent} now leads {project} (term {term})"
+            if previous is not None:
+                text += f", taking over from {previous}"
+            self._announce(
+                conn, project, text + ".", leader=caller.agent, term=term, previous=previous
+            )
+        return self._seat(conn, project)
+
+    def _announce(
+        self,
+        conn: Connection,
+        project: str,
+        text: str,
+        *,
+        leader: str | None,
+        term: int,
+        previous: str | None,
+    ) -> None:
+        data = {
+            "event": "leader.changed",
+            "project": project,
+            "leader": leader,
+            "term": term,
+            "previous": previous,
+        }
+        self.mailbox.system_post_in(
+            conn, f"#{check_channel(project)}", text, subject="leader", data=data
+        )
+
+    def _seat(self, conn: Connection, project: str) -> Leader:
+        held = leases.holding(conn, lease_name(project), now=self.store.clock(), ttl_s=self._ttl_s)
+        return self._view(project, held)
+
+    def _view(self, project: str, held: leases.Holding | None) -> Leader:
+        if held is None:
+            return Leader(project, None, 0, None, None, None, None)
+        if not held.live:
+            return Leader(project, None, held.term, None, None, None, None)
+        expires = None if held.heartbeat_at is None else held.heartbeat_at + self._ttl_s
+        if expires is not None and math.isinf(expires):
+            expires = None
+        return Leader(
+            project, held.holder, held.term, held.acquired_at, held.session_id, held.branch, expires
+        )
+
+    def _project(self, conn: Connection, caller: Caller, project: str | None) -> str:
+        if project is not None:
+            return check_name(project, "project")
+        if caller.session_id is not None:
+            session = agent_rows.get_session(conn, caller.session_id)
+            if session is not None and session.project:
+                return str(session.project)
+        agent = agent_rows.get_agent(conn, caller.agent)
+        if agent is not None and agent.project:
+            return str(agent.project)
+        raise invalid("you have no project: name one (project=…), or set AGENTPOST_PROJECT")
+
+    async def _eligible(self, branch: str | None, worktree: str | None, host: str) -> bool:
+        head = None
+        if worktree and host == this_host() and self.settings.leader_branches is None:
+            head = await anyio.to_thread.run_sync(_origin_head, worktree)
+        return may_lead(branch, origin_head=head, leader_branches=self.settings.leader_branches)
+
+    def _eligibility_rule(self) -> str:
+        if self.settings.leader_branches is not None:
+            return f"only {', '.join(self.settings.leader_branches)} may (config leader_branches)"
+        return "only the project's default branch may (origin's HEAD, else main or master)"

@@ -1,0 +1,126 @@
+"""Blocking questions: `request` sends a message of kind `request` and waits for its one
+response; `respond` gives it; `check_request` fetches an answer that came after the asker stopped
+waiting.
+
+The wait is woken by the store when mail reaches the asker, as `Mailbox.wait` is: nothing
+polls. The response is a message to the asker like any other (it is in their inbox and the
+request's thread); the call that hands the answer over marks it read.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from typing import Any
+
+import anyio
+
+from agentpost.config import Settings
+from agentpost.domain import limits as rules
+from agentpost.domain.errors import forbidden, invalid, not_found
+from agentpost.domain.models import Caller, DeliveryState, Kind, SendResult
+from agentpost.domain.names import check_name
+from agentpost.domain.requests import RequestAnswer
+from agentpost.services.mailbox import Mailbox
+from agentpost.services.presence import Heartbeat
+from agentpost.store import mail
+from agentpost.store import requests as request_rows
+from agentpost.store.database import Connection, Row, Store
+
+
+def _request_row(conn: Connection, request_id: str) -> Row[Any]:
+    row = mail.message_row(conn, request_id) if isinstance(request_id, str) else None
+    if row is None or row.kind != Kind.REQUEST.value:
+        raise not_found(f"no request {request_id!r}", request_id=request_id)
+    return row
+
+
+class Requests:
+    def __init__(self, store: Store, settings: Settings, mailbox: Mailbox) -> None:
+        self.store = store
+        self.settings = settings
+        self.mailbox = mailbox
+
+    async def request(
+        self, caller: Caller, to: str, question: str, data: Any = None, timeout_s: float = 60
+    ) -> RequestAnswer:
+        """Ask one agent and wait (at most `max_wait_s`) for the answer; `timed_out` if none
+        came in time, never an error: `check_request` fetches a later answer."""
+        timeout = rules.check_timeout(timeout_s, self.settings.limits)
+        if isinstance(to, str) and to.startswith("#"):
+            raise invalid("a request goes to one agent, not to a channel")
+        addressee = check_name(to, "recipient")
+        sent = await self.store.write(
+            lambda conn: self.mailbox.send_in(
+                conn, caller, addressee, question, data=data, kind=Kind.REQUEST
+            )
+        )
+        return await self._await_answer(caller, sent.id, timeout)
+
+    async def respond(
+        self, caller: Caller, request_id: str, answer: str, data: Any = None
+    ) -> SendResult:
+        """Answer a request addressed to you, once: the response is a message to the asker
+        in the request's thread (`reply_to` = the request)."""
+
+        def tx(conn: Connection) -> SendResult:
+            row = _request_row(conn, request_id)
+            if caller.agent not in json.loads(row.recipients):
+                raise forbidden("only the agent a request was sent to may answer it")
+            if request_rows.response_row(conn, row.id) is not None:
+                raise request_rows.already_answered(row.id)
+            with request_rows.answered_once(row.id):
+                return self.mailbox.send_in(
+                    conn,
+                    caller,
+                    row.sender,
+                    answer,
+                    data=data,
+                    reply_to=row.id,
+                    kind=Kind.RESPONSE,
+                )
+
+        return await self.store.write(tx)
+
+    async def check_request(self, caller: Caller, request_id: str) -> RequestAnswer:
+        """Where your request stands: its answer, if one came."""
+
+        def tx(conn: Connection) -> RequestAnswer:
+            row = _request_row(conn, request_id)
+            if row.sender != caller.agent:
+                raise forbidden("only the agent who asked may check a request")
+            return self._answer(conn, caller, row.id)
+
+        return await self.store.write(tx)
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    async def _await_answer(self, caller: Caller, request_id: str, timeout: float) -> RequestAnswer:
+        # A monotonic deadline, as `Mailbox.wait` keeps: the store's clock may be injected.
+        deadline = anyio.current_time() + timeout
+        heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
+        # The response is mail to the asker: its delivery wakes this watch, made before looking.
+        with self.store.watch(caller.agent) as news:
+            while True:
+                await heartbeat.beat()
+                found = await self.store.glance(lambda c: request_rows.response_row(c, request_id))
+                if found is not None:
+                    answered = partial(self._answer, caller=caller, request_id=request_id)
+                    return await self.store.write(answered)
+                remaining = deadline - anyio.current_time()
+                if remaining <= 0:
+                    return RequestAnswer(request_id, answered=False, timed_out=True)
+                await news.wait(heartbeat.timeout(remaining))
+
+    def _answer(self, conn: Connection, caller: Caller, request_id: str) -> RequestAnswer:
+        """The answer as the asker gets it; the response, now handed over, is marked read."""
+        found = request_rows.response_row(conn, request_id, caller.agent)
+        if found is None:
+            return RequestAnswer(request_id, answered=False)
+        state = found.delivery_state
+        if state == DeliveryState.QUEUED.value:
+            mail.mark_read(conn, caller.agent, [found.seq], self.store.clock())
+            state = DeliveryState.READ.value
+        return RequestAnswer(
+            request_id, answered=True, response=mail.message_from_row(found, state)
+        )

@@ -1,0 +1,252 @@
+"""Advisory file reservations: reserve, renew, release and list claims on paths of a project.
+
+Every decision is made in one write transaction, on the store's clock, against the project's
+live reservations (store.reservations says what live is), so two agents racing for one path
+cannot both get it. A call is decided path by path: the paths that conflict with nobody are
+granted, the others come back with what they conflict with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agentpost.config import Settings
+from agentpost.domain.errors import invalid
+from agentpost.domain.ids import reservation_id
+from agentpost.domain.models import Caller
+from agentpost.domain.names import check_name
+from agentpost.domain.reservations import (
+    DEFAULT_TTL_S,
+    Conflict,
+    Reservation,
+    ReservationsChanged,
+    ReserveResult,
+    Tracked,
+    check_ids,
+    check_paths,
+    check_reason,
+    check_ttl,
+    conflicts_with,
+    is_glob,
+    no_tracked_files,
+    normalise_path,
+    overlaps,
+    tracked_matcher,
+)
+from agentpost.services.presence import PresenceService
+from agentpost.services.worktree_files import local_worktree, tracked_files
+from agentpost.store import agents as agent_rows
+from agentpost.store import reservations as rows
+from agentpost.store.database import Connection, Store
+
+NO_PROJECT = (
+    "reservations belong to a project, and this session has none: run `agentpost mcp` inside "
+    "the repository, set AGENTPOST_PROJECT, or give your agent a project"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Place:
+    """Where the caller works: its project, its worktree, and the live reservations there."""
+
+    project: str
+    session_id: str | None
+    host: str | None
+    worktree: str | None
+    """The caller's session's, when it works in this project."""
+    held: list[Reservation]
+
+
+class Reservations:
+    def __init__(self, store: Store, settings: Settings, presence: PresenceService) -> None:
+        self.store = store
+        self.settings = settings
+        self.presence = presence
+
+    # -- where the caller is ----------------------------------------------------------------------
+
+    def _place_tx(self, conn: Connection, caller: Caller, project: str | None) -> _Place:
+        session = agent_rows.get_session(conn, caller.session_id) if caller.session_id else None
+        own = session.project if session is not None else None
+        if own is None:
+            agent = agent_rows.get_agent(conn, caller.agent)
+            own = agent.project if agent is not None else None
+        if project is None and own is None:
+            raise invalid(NO_PROJECT)
+        chosen = project or own or ""
+        here = session is not None and chosen == session.project
+        now = self.store.clock()
+        return _Place(
+            project=chosen,
+            session_id=caller.session_id,
+            host=session.host if here and session is not None else None,
+            worktree=session.worktree if here and session is not None else None,
+            held=rows.live(conn, chosen, now, self.settings.offline_after_s),
+        )
+
+    async def _place(self, caller: Caller, project: str | None = None) -> _Place:
+        # A local session whose process is gone is offline at once, as `who` says.
+        await self.presence.end_dead_local_sessions()
+        return await self.store.read(lambda conn: self._place_tx(conn, caller, project))
+
+    async def _tracked(self, place: _Place, paths: Sequence[str], agent: str) -> Tracked:
+        """The worktree's tracked files, when a glob is involved and the worktree is here."""
+        theirs = [r.path for r in place.held if r.agent != agent]
+        if not any(is_glob(p) for p in [*paths, *theirs]):
+            return no_tracked_files
+        worktree = local_worktree(place.host, place.worktree)
+        if worktree is None:
+            return no_tracked_files
+        return tracked_matcher(await tracked_files(worktree))
+
+    # -- the operations ---------------------------------------------------------------------------
+
+    async def reserve(
+        self,
+        caller: Caller,
+        paths: Sequence[str] | str,
+        *,
+        exclusive: bool = True,
+        ttl_s: float = DEFAULT_TTL_S,
+        reason: str | None = None,
+    ) -> ReserveResult:
+        """Claim paths (or globs) of the caller's project for `ttl_s`. Reserving a path the
+        caller already holds renews it and takes the new `exclusive` and `reason`."""
+        wanted = check_paths(paths)
+        ttl = check_ttl(ttl_s)
+        why = check_reason(reason)
+        place = await self._place(caller)
+        tracked = await self._tracked(place, wanted, caller.agent)
+        offline_after_s = self.settings.offline_after_s
+
+        def tx(conn: Connection) -> ReserveResult:
+            now = self.store.clock()
+            rows.release_lapsed(conn, place.project, now, offline_after_s)
+            held = rows.live(conn, place.project, now, offline_after_s)
+            mine = {r.path: r for r in held if r.agent == caller.agent}
+            granted: list[Reservation] = []
+            conflicts: list[Conflict] = []
+            for path in wanted:
+                blocking = conflicts_with(caller.agent, path, exclusive, held, tracked)
+                if blocking:
+                    conflicts.extend(
+                        Conflict(path, r.agent, r.exclusive, r.expires_at, r.path) for r in blocking
+                    )
+                    continue
+                values: dict[str, Any] = {
+                    "exclusive": exclusive,
+                    "reason": why,
+                    "expires_at": now + ttl,
+                    "worktree": place.worktree,
+                }
+                if path in mine:
+                    rows.change(conn, mine[path].id, session_id=place.session_id, **values)
+                    granted.append(replace(mine[path], **values))
+                    continue
+                new = Reservation(
+                    id=reservation_id(now),
+                    project=place.project,
+                    agent=caller.agent,
+                    path=path,
+                    created_at=now,
+                    **values,
+                )
+                rows.add(conn, new, place.session_id)
+                granted.append(new)
+            return ReserveResult(granted, conflicts)
+
+        return await self.store.write(tx)
+
+    async def renew_reservations(
+        self, caller: Caller, ids: Sequence[str] | None = None, *, ttl_s: float = DEFAULT_TTL_S
+    ) -> ReservationsChanged:
+        """Move the caller's live reservations' expiry to `ttl_s` from now: those of `ids`
+        (in any project), or every one in the caller's project. An expired or released one
+        is not renewed (someone else may hold its paths by now): reserve it again."""
+        chosen_ids = None if ids is None else check_ids(ids)
+        ttl = check_ttl(ttl_s)
+        place = await self._place(caller)
+
+        def tx(conn: Connection) -> ReservationsChanged:
+            now = self.store.clock()
+            found, missing = self._own(conn, caller, place.project, chosen_ids, now)
+            for r in found:
+                rows.change(conn, r.id, expires_at=now + ttl)
+            return ReservationsChanged([replace(r, expires_at=now + ttl) for r in found], missing)
+
+        return await self.store.write(tx)
+
+    async def release_reservations(
+        self,
+        caller: Caller,
+        *,
+        paths: Sequence[str] | str | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> ReservationsChanged:
+        """Give up the caller's own reservations: those of `ids` (in any project), those of
+        `paths` (as reserved, in the caller's project), or, with neither, all of them in the
+        caller's project. Another agent's are never touched: they come back in `not_found`."""
+        chosen_paths = None if paths is None else check_paths(paths)
+        chosen_ids = None if ids is None else check_ids(ids)
+        place = await self._place(caller)
+
+        def tx(conn: Connection) -> ReservationsChanged:
+            now = self.store.clock()
+            released: list[Reservation] = []
+            missing: list[str] = []
+            if chosen_ids is not None:
+                found, missing = self._own(conn, caller, place.project, chosen_ids, now)
+                released.extend(found)
+            if chosen_paths is not None:
+                mine = self._own(conn, caller, place.project, None, now)[0]
+                by_path = {r.path: r for r in mine}
+                released.extend(by_path[p] for p in chosen_paths if p in by_path)
+                missing.extend(p for p in chosen_paths if p not in by_path)
+            if chosen_ids is None and chosen_paths is None:
+                released = self._own(conn, caller, place.project, None, now)[0]
+            released = list({r.id: r for r in released}.values())
+            rows.release(conn, [r.id for r in released], now)
+            return ReservationsChanged(released, missing)
+
+        return await self.store.write(tx)
+
+    def _own(
+        self,
+        conn: Connection,
+        caller: Caller,
+        project: str,
+        ids: list[str] | None,
+        now: float,
+    ) -> tuple[list[Reservation], list[str]]:
+        """The caller's live reservations: every one in `project`, or those of `ids` in any
+        project, with the ids that named none of them."""
+        offline_after_s = self.settings.offline_after_s
+        if ids is None:
+            return rows.live(conn, project, now, offline_after_s, agent=caller.agent), []
+        mine = {r.id: r for r in rows.live(conn, None, now, offline_after_s, agent=caller.agent)}
+        return [mine[i] for i in ids if i in mine], [i for i in ids if i not in mine]
+
+    async def reservations(
+        self, caller: Caller, project: str | None = None, path: str | None = None
+    ) -> list[Reservation]:
+        """The live reservations of the caller's project (or of `project`), oldest first; with
+        `path`, those that overlap it."""
+        if project is not None:
+            check_name(project, "project")
+        wanted = None if path is None else normalise_path(path)
+        place = await self._place(caller, project)
+        if wanted is None:
+            return place.held
+        tracked = await self._tracked(place, [wanted], "")
+        return [r for r in place.held if overlaps(wanted, r.path, tracked)]
+
+    async def live(self, project: str) -> list[Reservation]:
+        """Every live reservation of `project`: what the commit guard holds staged files to."""
+        check_name(project, "project")
+        await self.presence.end_dead_local_sessions()
+        now = self.store.clock()
+        return await self.store.read(
+            lambda conn: rows.live(conn, project, now, self.settings.offline_after_s)
+        )

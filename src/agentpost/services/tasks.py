@@ -1,0 +1,264 @@
+"""Delegated tasks: handed out as a message of kind `task`, moved along the table of
+agentpost.domain.tasks, every change kept with its time and note and told to the other side.
+
+A task and the message that tells of it are written in one transaction (`Mailbox.send_in`):
+there is never a task nobody was told of, nor a message about a task that is not there.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agentpost.config import Settings
+from agentpost.domain import limits as rules
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
+from agentpost.domain.ids import task_id as new_task_id
+from agentpost.domain.leadership import lease_name
+from agentpost.domain.models import Caller, Kind
+from agentpost.domain.names import check_name
+from agentpost.domain.tasks import ROLES, Task, TaskStatus, check_move, check_status
+from agentpost.services.drafts import check_priority
+from agentpost.services.mailbox import Mailbox
+from agentpost.store import agents as agent_rows
+from agentpost.store import leases
+from agentpost.store import tasks as task_rows
+from agentpost.store.database import Connection, Row, Store
+
+
+def _title(title: str, settings: Settings) -> str:
+    if not isinstance(title, str) or not title.strip():
+        raise invalid("title must be non-empty text")
+    return rules.check_subject(title.strip(), settings.limits)
+
+
+def _text(value: str | None, what: str, settings: Settings) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise invalid(f"{what} must be text")
+    rules.check_text(value, what)
+    size, limit = len(value.encode("utf-8")), settings.limits.max_body_bytes
+    if size > limit:
+        raise rules.too_large(what, size, limit, "bytes")
+    return value
+
+
+def _due(due: float | None) -> float | None:
+    if due is None:
+        return None
+    if isinstance(due, bool) or not isinstance(due, int | float) or not math.isfinite(due):
+        raise invalid("due must be a time in Unix seconds")
+    return float(due)
+
+
+def _role(role: str) -> tuple[bool, bool]:
+    """(assigned, created) for a listing's `role`."""
+    if role not in ROLES:
+        raise invalid(f"role must be one of {', '.join(ROLES)}", role=role)
+    return role != "created", role != "assigned"
+
+
+class Tasks:
+    def __init__(self, store: Store, settings: Settings, mailbox: Mailbox) -> None:
+        self.store = store
+        self.settings = settings
+        self.mailbox = mailbox
+
+    async def delegate(
+        self,
+        caller: Caller,
+        to: str,
+        title: str,
+        detail: str | None = None,
+        *,
+        priority: str = "normal",
+        data: Any = None,
+        due: float | None = None,
+    ) -> Task:
+        """Create a task for `to` and deliver it as a message of kind `task`, in one go."""
+        assignee = check_name(to, "assignee")
+        title = _title(title, self.settings)
+        detail = _text(detail, "detail", self.settings)
+        level = check_priority(priority)
+        data_json = rules.encode_data(data, self.settings.limits)
+        when = _due(due)
+
+        def tx(conn: Connection) -> Task:
+            now = self.store.clock()
+            project = self._project(conn, caller)
+            if self.settings.delegate_requires_leader:
+                self._check_leader(conn, caller, project, now)
+            tid = new_task_id(now)
+            sent = self.mailbox.send_in(
+                conn,
+                caller,
+                assignee,
+                detail if detail.strip() else title,
+                subject=title,
+                data={"task_id": tid, "status": TaskStatus.OPEN.value, "due": when, "data": data},
+                priority=level.value,
+                must_read=True,  # work handed out never expires unread
+                kind=Kind.TASK,
+            )
+            task_rows.insert_task(
+                conn,
+                id=tid,
+                project=project,
+                creator=caller.agent,
+                assignee=assignee,
+                title=title,
+                detail=detail,
+                priority=level.value,
+                status=TaskStatus.OPEN.value,
+                data=data_json,
+                due=when,
+                message_id=sent.id,
+                created_at=now,
+                updated_at=now,
+            )
+            task_rows.record_change(
+                conn,
+                tid,
+                at=now,
+                actor=caller.agent,
+                from_status=None,
+                to_status=TaskStatus.OPEN,
+                note="",
+            )
+            return self._one(conn, tid)
+
+        return await self.store.write(tx)
+
+    async def update_task(
+        self,
+        caller: Caller,
+        task_id: str,
+        status: str,
+        note: str | None = None,
+        result: Any = None,
+    ) -> Task:
+        """Move a task (see the table in agentpost.domain.tasks) and tell the other side."""
+        wanted = check_status(status)
+        note = _text(note, "note", self.settings)
+        result_json = rules.encode_data(result, self.settings.limits)
+
+        def tx(conn: Connection) -> Task:
+            now = self.store.clock()
+            row = self._row(conn, task_id)
+            current = TaskStatus(row.status)
+            check_move(caller.agent, row.creator, row.assignee, current, wanted)
+            moved = task_rows.move(
+                conn, row.id, current=current, wanted=wanted, result=result_json, now=now
+            )
+            if not moved:  # another change came first: decided against what no longer holds
+                raise AgentpostError(
+                    ErrorCode.CONFLICT, f"task {task_id!r} changed meanwhile; read it again"
+                )
+            task_rows.record_change(
+                conn,
+                row.id,
+                at=now,
+                actor=caller.agent,
+                from_status=current,
+                to_status=wanted,
+                note=note,
+            )
+            self._tell(conn, caller, row, current, wanted, note, result)
+            return self._one(conn, row.id)
+
+        return await self.store.write(tx)
+
+    async def tasks(
+        self, caller: Caller, role: str = "all", status: str | None = None, limit: int = 50
+    ) -> list[Task]:
+        """The caller's tasks, newest first, each with its history."""
+        assigned, created = _role(role)
+        wanted = None if status is None else check_status(status)
+        rules.check_limit(limit)
+
+        def tx(conn: Connection) -> list[Task]:
+            found = task_rows.task_rows(
+                conn, caller.agent, assigned=assigned, created=created, status=wanted, limit=limit
+            )
+            return task_rows.load(conn, found)
+
+        return await self.store.read(tx)
+
+    async def task(self, caller: Caller, task_id: str) -> Task:
+        """One task with its history; only its creator and assignee may read it."""
+
+        def tx(conn: Connection) -> Task:
+            row = self._row(conn, task_id)
+            if caller.agent not in (row.creator, row.assignee):
+                raise forbidden("only the task's creator and assignee may read it")
+            return self._one(conn, row.id)
+
+        return await self.store.read(tx)
+
+    # -- inside the transaction --------------------------------------------------------------
+
+    def _row(self, conn: Connection, task_id: str) -> Row[Any]:
+        row = task_rows.get_task(conn, task_id) if isinstance(task_id, str) else None
+        if row is None:
+            raise not_found(f"no task {task_id!r}", task_id=task_id)
+        return row
+
+    def _one(self, conn: Connection, task_id: str) -> Task:
+        return task_rows.load(conn, [self._row(conn, task_id)])[0]
+
+    def _project(self, conn: Connection, caller: Caller) -> str | None:
+        """The project the caller works in: its session's, else its agent's."""
+        if caller.session_id is not None:
+            session = agent_rows.get_session(conn, caller.session_id)
+            if session is not None and session.project:
+                return str(session.project)
+        agent = agent_rows.get_agent(conn, caller.agent)
+        return str(agent.project) if agent is not None and agent.project else None
+
+    def _check_leader(
+        self, conn: Connection, caller: Caller, project: str | None, now: float
+    ) -> None:
+        if project is None:
+            raise forbidden("only a project's leader may delegate, and you have no project")
+        holder = leases.holder_of(
+            conn, lease_name(project), now=now, ttl_s=self.settings.offline_after_s
+        )
+        if holder != caller.agent:
+            raise forbidden(
+                f"only the leader of {project} may delegate (delegate_requires_leader)",
+                project=project,
+                leader=holder,
+            )
+
+    def _tell(
+        self,
+        conn: Connection,
+        caller: Caller,
+        row: Row[Any],
+        current: TaskStatus,
+        wanted: TaskStatus,
+        note: str,
+        result: Any,
+    ) -> None:
+        """Tell the other side of the task, in the task's thread."""
+        other = row.creator if caller.agent == row.assignee else row.assignee
+        if other == caller.agent:
+            return  # a task one gave oneself: nobody else to tell
+        said = f"{caller.agent} moved task {row.id} from {current.value} to {wanted.value}"
+        self.mailbox.send_in(
+            conn,
+            caller,
+            other,
+            f"{said}: {note}" if note.strip() else f"{said}.",
+            subject=f"[{wanted.value}] {row.title}"[: self.settings.max_subject_chars],
+            data={
+                "task_id": row.id,
+                "status": wanted.value,
+                "from_status": current.value,
+                "note": note,
+                "result": result,
+            },
+            thread_id=row.message_id,
+            kind=Kind.TASK,
+        )

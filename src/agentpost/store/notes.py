@@ -1,0 +1,149 @@
+"""The read behind `agentpost hook claude`: new mail for one agent, on the SQLite file directly.
+
+A Claude Code hook runs before every prompt and after every tool call, so it must cost next to
+nothing: this module uses only the standard library (sqlite3, no SQLAlchemy, no event loop), opens
+the database read-only, and never writes to it. What the hook has already told is kept beside the
+database in small files (`hook-cursors/<agent>`, written atomically, one lock per agent), so two
+hooks running at once still tell each message once.
+
+The queries name the tables and columns of `agentpost.store.schema`; tests/cli/test_hook.py runs
+them on a database the real store made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+CURSORS_DIR = "hook-cursors"
+BUSY_MS = 100
+"""A reader of a WAL database waits only for a checkpoint's brief lock; the hook gives up fast."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveSession:
+    agent: str
+    pid: int
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """One new message, as much as a one-line note needs."""
+
+    seq: int
+    id: str
+    sender: str
+    kind: str
+    channel: str | None
+    subject: str
+    body: str
+    priority: str
+
+
+def database_path(url: str) -> Path:
+    """The file of a `sqlite:///…` URL (as `agentpost.store.sqlite` reads it)."""
+    return Path(url.removeprefix("sqlite:///").split("?", 1)[0]).expanduser()
+
+
+@contextlib.contextmanager
+def _reader(path: Path) -> Iterator[sqlite3.Connection]:
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_MS / 1000)
+    try:
+        yield db
+    finally:
+        db.close()
+
+
+_LIVE_SESSIONS = """
+SELECT agent, pid, started_at FROM sessions
+WHERE ended_at IS NULL AND transport = 'stdio' AND host = ? AND pid IS NOT NULL
+ORDER BY started_at DESC
+"""
+_STARTED_AT = """
+SELECT max(started_at) FROM sessions
+WHERE agent = ? AND ended_at IS NULL AND transport = 'stdio' AND host = ?
+"""
+_SEQ_BEFORE = "SELECT coalesce(max(seq), 0) FROM messages WHERE created_at <= ?"
+_NEWEST_SEQ = "SELECT coalesce(max(message_seq), 0) FROM deliveries WHERE recipient = ?"
+_DELIVERED_AFTER = """
+SELECT m.seq, m.id, m.sender, m.kind, m.channel, m.subject, substr(m.body, 1, 400), m.priority,
+       d.state, d.expires_at
+FROM deliveries d JOIN messages m ON m.seq = d.message_seq
+WHERE d.recipient = ? AND d.message_seq > ?
+ORDER BY d.message_seq
+LIMIT ?
+"""
+
+
+def live_local_sessions(path: Path, host: str) -> list[LiveSession]:
+    """Open stdio sessions of this host, newest first."""
+    with _reader(path) as db:
+        rows = db.execute(_LIVE_SESSIONS, (host,)).fetchall()
+    return [LiveSession(agent, int(pid), float(started)) for agent, pid, started in rows]
+
+
+def start_cursor(path: Path, agent: str, host: str) -> int:
+    """Where a first note starts: the newest message stored before the agent's live session here
+    began (its backlog is the session's to read, not the hook's to dump); without one, now."""
+    with _reader(path) as db:
+        (started,) = db.execute(_STARTED_AT, (agent, host)).fetchone()
+        if started is None:
+            (seq,) = db.execute(_NEWEST_SEQ, (agent,)).fetchone()
+        else:
+            (seq,) = db.execute(_SEQ_BEFORE, (started,)).fetchone()
+    return int(seq)
+
+
+def unread_after(
+    path: Path, agent: str, after_seq: int, now: float, limit: int
+) -> tuple[list[Note], int]:
+    """Unread, unexpired mail of `agent` delivered after `after_seq`, oldest first, and the new
+    cursor: the last delivery looked at, read or not (mail already read needs no note)."""
+    with _reader(path) as db:
+        rows = db.execute(_DELIVERED_AFTER, (agent, after_seq, limit)).fetchall()
+    notes = [
+        Note(seq, id_, sender, kind, channel, subject or "", body or "", priority)
+        for seq, id_, sender, kind, channel, subject, body, priority, state, expires in rows
+        if state == "queued" and (expires is None or expires > now)
+    ]
+    return notes, (rows[-1][0] if rows else after_seq)
+
+
+class Cursors:
+    """Per-agent cursors of what the hook has told, as files under `home/hook-cursors`."""
+
+    def __init__(self, home: Path) -> None:
+        self.folder = home / CURSORS_DIR
+
+    def _file(self, agent: str) -> Path:
+        return self.folder / agent  # agent names are [a-z0-9_-]: safe as file names
+
+    @contextlib.contextmanager
+    def held(self, agent: str) -> Iterator[None]:
+        """Hold this agent's lock: a second hook waits, then sees the first one's cursor."""
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.folder / f".{agent}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def get(self, agent: str) -> int | None:
+        try:
+            return int(self._file(agent).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def put(self, agent: str, seq: int) -> None:
+        """Atomically: a reader sees the old cursor or the new one, never half of one."""
+        target = self._file(agent)
+        partial = target.with_name(f".{agent}.{os.getpid()}.tmp")
+        partial.write_text(f"{seq}\n")
+        os.replace(partial, target)

@@ -1,0 +1,109 @@
+"""Queries on file reservations, and the one definition of a live one.
+
+A reservation is live while it is not released, its TTL has not passed, and its agent is
+around: some session of the agent is online, or ended (or last heartbeat) within
+`offline_after_s`. So reservations lapse 45 s after their agent's last session went away, with
+no write of their own; `release_lapsed` makes that final before anyone is granted a path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, exists, func, insert, not_, select, update
+
+from agentpost.domain.reservations import Reservation
+from agentpost.store.schema import reservations, sessions
+
+
+def _agent_around(now: float, offline_after_s: float) -> Any:
+    last_alive = func.coalesce(sessions.c.ended_at, sessions.c.heartbeat_at)
+    return exists().where(
+        sessions.c.agent == reservations.c.agent, last_alive > now - offline_after_s
+    )
+
+
+def _unreleased(project: str, now: float) -> Any:
+    return and_(
+        reservations.c.project == project,
+        reservations.c.released_at.is_(None),
+        reservations.c.expires_at > now,
+    )
+
+
+def live(
+    conn: Connection,
+    project: str | None,
+    now: float,
+    offline_after_s: float,
+    *,
+    agent: str | None = None,
+) -> list[Reservation]:
+    """The project's live reservations (every project's: None), of `agent` only if given,
+    oldest first."""
+    query = select(reservations).where(
+        reservations.c.released_at.is_(None),
+        reservations.c.expires_at > now,
+        _agent_around(now, offline_after_s),
+    )
+    if project is not None:
+        query = query.where(reservations.c.project == project)
+    if agent is not None:
+        query = query.where(reservations.c.agent == agent)
+    rows = conn.execute(query.order_by(reservations.c.created_at, reservations.c.id))
+    return [reservation_of(row) for row in rows]
+
+
+def release_lapsed(conn: Connection, project: str, now: float, offline_after_s: float) -> None:
+    """Release the project's reservations whose agent went away, so that they stay lapsed
+    when it comes back: by then someone else may hold what they claimed."""
+    conn.execute(
+        update(reservations)
+        .where(_unreleased(project, now), not_(_agent_around(now, offline_after_s)))
+        .values(released_at=now)
+    )
+
+
+def add(conn: Connection, reservation: Reservation, session_id: str | None) -> None:
+    conn.execute(
+        insert(reservations).values(
+            id=reservation.id,
+            project=reservation.project,
+            agent=reservation.agent,
+            session_id=session_id,
+            worktree=reservation.worktree,
+            pattern=reservation.path,
+            exclusive=reservation.exclusive,
+            reason=reservation.reason,
+            created_at=reservation.created_at,
+            expires_at=reservation.expires_at,
+        )
+    )
+
+
+def change(conn: Connection, reservation_id: str, **values: Any) -> None:
+    conn.execute(update(reservations).where(reservations.c.id == reservation_id).values(**values))
+
+
+def release(conn: Connection, ids: Sequence[str], now: float) -> None:
+    if ids:
+        conn.execute(
+            update(reservations)
+            .where(reservations.c.id.in_(list(ids)), reservations.c.released_at.is_(None))
+            .values(released_at=now)
+        )
+
+
+def reservation_of(row: Row[Any]) -> Reservation:
+    return Reservation(
+        id=row.id,
+        project=row.project,
+        agent=row.agent,
+        path=row.pattern,
+        exclusive=bool(row.exclusive),
+        reason=row.reason or "",
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        worktree=row.worktree,
+    )

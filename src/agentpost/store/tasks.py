@@ -1,0 +1,134 @@
+"""Queries on delegated tasks and their history.
+
+A status change is a compare-and-set on the status it was decided from, so of two changes made
+at once on the same task only the first applies; the other finds the task moved and is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, insert, or_, select, update
+
+from agentpost.domain.models import Priority
+from agentpost.domain.tasks import Task, TaskChange, TaskStatus
+from agentpost.store.schema import task_history, tasks
+
+
+def insert_task(conn: Connection, **values: Any) -> None:
+    conn.execute(insert(tasks).values(**values))
+
+
+def record_change(
+    conn: Connection,
+    task_id: str,
+    *,
+    at: float,
+    actor: str,
+    from_status: TaskStatus | None,
+    to_status: TaskStatus,
+    note: str,
+) -> None:
+    conn.execute(
+        insert(task_history).values(
+            task_id=task_id,
+            at=at,
+            actor=actor,
+            from_status=None if from_status is None else from_status.value,
+            to_status=to_status.value,
+            note=note,
+        )
+    )
+
+
+def get_task(conn: Connection, task_id: str) -> Row[Any] | None:
+    return conn.execute(select(tasks).where(tasks.c.id == task_id)).first()
+
+
+def move(
+    conn: Connection,
+    task_id: str,
+    *,
+    current: TaskStatus,
+    wanted: TaskStatus,
+    result: str | None,
+    now: float,
+) -> bool:
+    """Set the status if it still is `current` (and the result, when given); False if not."""
+    values: dict[str, Any] = {"status": wanted.value, "updated_at": now}
+    if result is not None:
+        values["result"] = result
+    stmt = update(tasks).where(tasks.c.id == task_id, tasks.c.status == current.value)
+    return bool(conn.execute(stmt.values(**values)).rowcount)
+
+
+def task_rows(
+    conn: Connection,
+    agent: str,
+    *,
+    assigned: bool,
+    created: bool,
+    status: TaskStatus | None,
+    limit: int,
+) -> list[Row[Any]]:
+    """`agent`'s tasks (given to them, made by them, or both), newest first."""
+    mine = []
+    if assigned:
+        mine.append(tasks.c.assignee == agent)
+    if created:
+        mine.append(tasks.c.creator == agent)
+    query = select(tasks).where(or_(*mine))
+    if status is not None:
+        query = query.where(tasks.c.status == status.value)
+    return list(conn.execute(query.order_by(tasks.c.id.desc()).limit(limit)))
+
+
+def histories(conn: Connection, task_ids: Sequence[str]) -> dict[str, list[TaskChange]]:
+    """Each task's changes, oldest first."""
+    out: dict[str, list[TaskChange]] = {task_id: [] for task_id in task_ids}
+    if not task_ids:
+        return out
+    query = (
+        select(task_history)
+        .where(task_history.c.task_id.in_(list(task_ids)))
+        .order_by(task_history.c.seq)
+    )
+    for row in conn.execute(query):
+        out[row.task_id].append(
+            TaskChange(
+                at=row.at,
+                actor=row.actor,
+                from_status=None if row.from_status is None else TaskStatus(row.from_status),
+                to_status=TaskStatus(row.to_status),
+                note=row.note,
+            )
+        )
+    return out
+
+
+def task_from_row(row: Row[Any], history: list[TaskChange]) -> Task:
+    return Task(
+        id=row.id,
+        project=row.project,
+        creator=row.creator,
+        assignee=row.assignee,
+        title=row.title,
+        detail=row.detail,
+        priority=Priority(row.priority),
+        status=TaskStatus(row.status),
+        data=None if row.data is None else json.loads(row.data),
+        due=row.due,
+        result=None if row.result is None else json.loads(row.result),
+        thread_id=row.message_id,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        history=history,
+    )
+
+
+def load(conn: Connection, found: Sequence[Row[Any]]) -> list[Task]:
+    """Tasks of `found` rows, each with its history."""
+    changes = histories(conn, [row.id for row in found])
+    return [task_from_row(row, changes[row.id]) for row in found]

@@ -1,0 +1,203 @@
+"""Who a commit concerns, and waking only the waiters it concerns.
+
+A waiting long-poll, event stream or push loop only cares about its own agent's mail and
+events. Waking every waiter on every commit costs waiters × commits looks at an inbox, which
+is what a server holding a thousand waits spends its time on. So a write transaction notes
+the agents it wrote news for (`concern`: the recipients of the deliveries and events it
+wrote, collected on the connection beside the writes), and once it has committed the store
+wakes only their watches (`Wakeups.publish`). A commit made by another process is seen through
+the file's change signal and tells nobody what it touched, so it wakes every watch
+(`Wakeups.wake_all`).
+
+No wake-up is lost: a waiter registers its `Watch` *before* it looks at the database, and a
+wake-up that lands between its look and its `wait` is kept in the watch, so that `wait`
+returns at once. A spurious wake-up only means "look again".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Collection, Iterable
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy import Connection
+
+log = logging.getLogger(__name__)
+
+_KEY = "agentpost.concerned"
+
+
+# -- collecting, in the transaction (any thread) ---------------------------------------------------
+
+
+def concern(conn: Connection, agents: Iterable[str]) -> None:
+    """Note that this transaction wrote news for `agents` (mail, events): once it commits,
+    their waiters look again. Call it beside the write."""
+    found: list[str] | None = conn.info.get(_KEY)
+    if found is None:
+        conn.info[_KEY] = found = []
+    found.extend(agents)
+
+
+def noted(conn: Connection) -> int:
+    """A mark to undo back to (`forget_since`) when a savepoint rolls back."""
+    return len(conn.info.get(_KEY, ()))
+
+
+def forget_since(conn: Connection, mark: int) -> None:
+    """A rolled-back part of the transaction concerns nobody."""
+    found: list[str] | None = conn.info.get(_KEY)
+    if found is not None:
+        del found[mark:]
+
+
+def take(conn: Connection) -> frozenset[str]:
+    """Whom the transaction concerned, and start afresh (the connection outlives it)."""
+    return frozenset(conn.info.pop(_KEY, ()))
+
+
+# -- waking, on the event loop ---------------------------------------------------------------------
+
+
+def _expire(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class Watch:
+    """One waiter's registration: of one agent's news, or (`agent` None) of any news.
+
+    Use it as a context manager around the waiter's whole loop: look, then `wait`, then look
+    again. A wake-up that comes while the waiter is looking is kept for its next `wait`.
+    """
+
+    __slots__ = ("_future", "_wakeups", "_woken", "agent", "agent_of")
+
+    def __init__(
+        self, wakeups: Wakeups, agent: str | None, agent_of: Callable[[], str] | None = None
+    ) -> None:
+        self._wakeups = wakeups
+        self.agent = agent
+        self.agent_of = agent_of
+        self._woken = False
+        self._future: asyncio.Future[None] | None = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._wakeups._remove(self)
+
+    def wake(self) -> None:
+        self._woken = True
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self, timeout: float | None) -> bool:
+        """Until woken since the last `wait` (at once if that happened already) or `timeout`
+        seconds passed; True when woken."""
+        poll = self._wakeups.poll_s
+        if poll is not None:
+            timeout = poll if timeout is None else min(timeout, poll)
+        if not self._woken and (timeout is None or timeout > 0):
+            loop = asyncio.get_running_loop()
+            future = self._future = loop.create_future()
+            timer = None if timeout is None else loop.call_later(timeout, _expire, future)
+            try:
+                await future
+            finally:
+                self._future = None
+                if timer is not None:
+                    timer.cancel()
+        else:
+            await asyncio.sleep(0)  # a checkpoint all the same: a loop of waits never hogs it
+        woken, self._woken = self._woken, False
+        return woken
+
+
+class Wakeups:
+    """This process's watches, by agent. Lives on the event loop thread.
+
+    `poll_s` bounds every wait where other processes' commits cannot be heard at all
+    (PostgreSQL, until LISTEN/NOTIFY): waiters then look again at least that often.
+    """
+
+    def __init__(self, poll_s: float | None = None) -> None:
+        self.poll_s = poll_s
+        self._by_agent: dict[str, set[Watch]] = {}
+        self._news: set[Watch] = set()
+        self._following: set[Watch] = set()
+
+    def watch(self, agent: str | None) -> Watch:
+        """Register now, before looking: woken by commits concerning `agent` (None: by any
+        commit that concerned someone, i.e. wrote news) and by other processes' commits."""
+        watch = Watch(self, agent)
+        self._add(watch)
+        return watch
+
+    def watch_following(self, agent_of: Callable[[], str]) -> Watch:
+        """As `watch`, for whichever agent `agent_of()` names when a commit is published: a
+        session that may take another name. Each commit asks it, so keep such watches few
+        (one per local session)."""
+        watch = Watch(self, None, agent_of)
+        self._following.add(watch)
+        return watch
+
+    def publish(self, concerned: Collection[str]) -> None:
+        """This process committed news for `concerned`."""
+        if not concerned:
+            return
+        for agent in concerned:
+            for watch in self._by_agent.get(agent, ()):
+                watch.wake()
+        for watch in self._news:
+            watch.wake()
+        for watch in self._following:
+            assert watch.agent_of is not None
+            try:
+                named = watch.agent_of()
+            except Exception:  # whoever it is cannot be told: let it look
+                log.warning("a watch could not name its agent; waking it", exc_info=True)
+                named = None
+            if named is None or named in concerned:
+                watch.wake()
+
+    def wake_all(self) -> None:
+        """Something committed that nobody can say the reach of (another process's commit)."""
+        for watches in self._by_agent.values():
+            for watch in watches:
+                watch.wake()
+        for watch in self._news | self._following:
+            watch.wake()
+
+    def watching(self, agent: str | None) -> int:
+        """How many watches `agent` has (None: watches of any news)."""
+        return len(self._news if agent is None else self._by_agent.get(agent, ()))
+
+    def _add(self, watch: Watch) -> None:
+        if watch.agent is None:
+            self._news.add(watch)
+        else:
+            self._by_agent.setdefault(watch.agent, set()).add(watch)
+
+    def _remove(self, watch: Watch) -> None:
+        if watch.agent is None:
+            self._news.discard(watch)
+            self._following.discard(watch)
+            return
+        watches = self._by_agent.get(watch.agent)
+        if watches is not None:
+            watches.discard(watch)
+            if not watches:
+                del self._by_agent[watch.agent]

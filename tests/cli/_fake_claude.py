@@ -1,0 +1,54 @@
+"""A stand-in for Claude Code in tests/cli/test_hook.py: `python _fake_claude.py AGENTPOST NAME`.
+
+Starts `AGENTPOST mcp` as its child (AGENTPOST_AGENT=NAME in that child's environment only),
+initializes it over its pipes so its session is registered, prints `ready`; then for every line
+on stdin (a hook's JSON input) runs `AGENTPOST hook claude` as another child and prints its
+stdout as one JSON string. Closing stdin ends both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def main() -> None:
+    agentpost, name = sys.argv[1], sys.argv[2]
+    server = subprocess.Popen(
+        [agentpost, "mcp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "AGENTPOST_AGENT": name, "AGENTPOST_PROJECT": "apollo"},
+        text=True,
+    )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "fake-claude", "version": "0"},
+        },
+    }
+    server.stdin.write(json.dumps(initialize) + "\n")
+    server.stdin.flush()
+    while "result" not in json.loads(server.stdout.readline()):
+        pass
+    print("ready", flush=True)
+    for line in sys.stdin:
+        done = subprocess.run(
+            [agentpost, "hook", "claude"], input=line, capture_output=True, text=True, check=True
+        )
+        sys.stderr.write(done.stderr)
+        print(json.dumps(done.stdout), flush=True)
+    server.stdin.close()
+    server.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

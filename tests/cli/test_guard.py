@@ -1,0 +1,256 @@
+"""The commit guard end to end: `agentpost guard install` in a real repository, then real
+`git commit`s, refused or let through by the reservations of the test's post office.
+
+Reservations are arranged in-process through the services, by sessions of this test's own
+process (so they stay live); every act and observation is git's or the command line's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentpost.config import Settings
+from agentpost.domain.models import Caller
+from agentpost.services import PostOffice
+from agentpost.services.local_identity import LocalContext, this_host
+from service_process import Service
+
+AGENTPOST = Path(sys.executable).with_name("agentpost")
+WAIT_S = 30
+
+
+def git_env(**extra: str) -> dict[str, str]:
+    """This test's post office, and no git configuration of the machine's."""
+    env = {
+        **os.environ,
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.org",
+    }
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, cwd=cwd, env=git_env(**env), capture_output=True, text=True, timeout=WAIT_S
+    )
+
+
+def git(repo: Path, *args: str) -> str:
+    done = run(["git", *args], repo)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def agentpost(repo: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return run([str(AGENTPOST), *args], repo, **env)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository `shop` (so its project is `shop`) with one commit."""
+    root = tmp_path / "shop"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    for name in ("src/app.py", "src/util.py", "docs/guide.md"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(f"{name}\n")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "start")
+    return root
+
+
+def commit(repo: Path, *files: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Change `files`, stage them and try to commit."""
+    for name in files:
+        path = repo / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(path.read_text() + "more\n" if path.exists() else "new\n")
+    git(repo, "add", *files)
+    return run(["git", "commit", "-qm", f"change {' '.join(files)}"], repo, **env)
+
+
+def reserve(
+    agent: str, paths: list[str], *, worktree: str = "/elsewhere/shop", exclusive: bool = True
+) -> None:
+    """`agent` reserves `paths` of project shop from a live local session (this process)."""
+
+    async def main() -> None:
+        office = await PostOffice.open(Settings())
+        try:
+            context = LocalContext(
+                host=this_host(), pid=os.getpid(), project="shop", worktree=worktree, branch="x"
+            )
+            session = await office.presence.open_local_session(context, name=agent)
+            caller = Caller(agent, session.id)
+            result = await office.reservations.reserve(
+                caller, paths, exclusive=exclusive, reason="rewriting it"
+            )
+            assert result.conflicts == []
+        finally:
+            await office.aclose()
+
+    anyio.run(main)
+
+
+def installed(repo: Path) -> None:
+    done = agentpost(repo, "guard", "install")
+    assert done.returncode == 0, done.stderr
+
+
+# -- refusing and allowing ------------------------------------------------------------------------
+
+
+def test_a_commit_touching_a_file_another_agent_holds_exclusively_is_refused(repo: Path) -> None:
+    installed(repo)
+    reserve("bob", ["src/**"])
+    done = commit(repo, "src/app.py", "docs/guide.md")
+    assert done.returncode == 1
+    assert "src/app.py: held by bob as 'src/**' until 20" in done.stderr
+    assert "rewriting it" in done.stderr
+    assert "AGENTPOST_GUARD=off" in done.stderr
+    assert "docs/guide.md" not in done.stderr
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "1"
+
+
+def test_a_commit_of_files_nobody_else_holds_goes_through(repo: Path) -> None:
+    installed(repo)
+    reserve("bob", ["src/app.py"])
+    reserve("carol", ["docs/*"], exclusive=False)  # shared: a claim, not a lock
+    done = commit(repo, "src/util.py", "docs/guide.md", "README.md")
+    assert done.returncode == 0, done.stderr
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+
+
+def test_agentpost_guard_off_lets_any_commit_through(repo: Path) -> None:
+    installed(repo)
+    reserve("bob", ["src/**"])
+    done = commit(repo, "src/app.py", AGENTPOST_GUARD="off")
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_holder_commits_its_own_files_by_name(repo: Path) -> None:
+    installed(repo)
+    reserve("bob", ["src/**"])
+    assert commit(repo, "src/app.py", AGENTPOST_AGENT="bob").returncode == 0
+    assert commit(repo, "src/app.py", AGENTPOST_AGENT="alice").returncode == 1
+
+
+def test_the_holder_commits_its_own_files_from_the_worktree_it_reserved_them_in(
+    repo: Path,
+) -> None:
+    installed(repo)
+    reserve("bob", ["src/**"], worktree=str(repo))
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_worktree_of_the_repository_shares_the_guard(repo: Path, tmp_path: Path) -> None:
+    installed(repo)
+    linked = tmp_path / "shop-feature"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(linked))
+    reserve("bob", ["src/app.py"], worktree=str(repo))
+    done = commit(linked, "src/app.py")
+    assert done.returncode == 1
+    assert "held by bob" in done.stderr
+
+
+def test_an_unreadable_post_office_warns_and_lets_the_commit_through(repo: Path) -> None:
+    installed(repo)
+    done = commit(repo, "src/app.py", AGENTPOST_URL="http://127.0.0.1:9", AGENTPOST_KEY="ap_x")
+    assert done.returncode == 0
+    assert "reservations not checked (unavailable" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_with_a_url_and_key_the_guard_reads_the_remote_service(
+    repo: Path, service: Service
+) -> None:
+    installed(repo)
+    bob = await service.agent("bob", project="shop")
+    answer = await bob.post("/v1/reservations", json={"paths": ["src/*.py"]})
+    assert answer.status_code == 200, answer.text
+    alice_key = await service.create_agent("alice", project="shop")
+    env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": alice_key}
+    done = await anyio.to_thread.run_sync(lambda: commit(repo, "src/app.py", **env))
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob as 'src/*.py'" in done.stderr
+    git(repo, "restore", "--staged", "src/app.py")
+    done = await anyio.to_thread.run_sync(lambda: commit(repo, "docs/guide.md", **env))
+    assert done.returncode == 0, done.stderr
+
+
+# -- installing and removing ----------------------------------------------------------------------
+
+
+def test_install_is_idempotent_and_uninstall_removes_the_hook(repo: Path) -> None:
+    installed(repo)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    first = hook.read_text()
+    installed(repo)
+    assert hook.read_text() == first
+    assert os.access(hook, os.X_OK)
+    assert str(AGENTPOST) in first  # by absolute path: a git client's PATH may not find it
+    done = agentpost(repo, "guard", "uninstall")
+    assert done.returncode == 0, done.stderr
+    assert not hook.exists()
+    reserve("bob", ["src/**"])
+    assert commit(repo, "src/app.py").returncode == 0
+
+
+def test_a_foreign_hook_is_chained_kept_running_and_restored_on_uninstall(repo: Path) -> None:
+    hooks = repo / ".git" / "hooks"
+    foreign = hooks / "pre-commit"
+    script = '#!/bin/sh\necho "lint ran" >> "$(git rev-parse --git-dir)/lint.log"\n'
+    foreign.write_text(script)
+    foreign.chmod(0o755)
+    installed(repo)
+    installed(repo)  # again: the chained hook stays chained, once
+    assert (hooks / "pre-commit.before-agentpost").read_text() == script
+
+    assert commit(repo, "docs/guide.md").returncode == 0
+    assert (repo / ".git" / "lint.log").read_text() == "lint ran\n"
+    reserve("bob", ["src/**"])
+    assert commit(repo, "src/app.py").returncode == 1
+    assert (repo / ".git" / "lint.log").read_text() == "lint ran\n"  # refused before it
+
+    assert agentpost(repo, "guard", "uninstall").returncode == 0
+    assert foreign.read_text() == script
+    assert os.access(foreign, os.X_OK)
+    assert not (hooks / "pre-commit.before-agentpost").exists()
+
+
+def test_uninstall_leaves_a_foreign_hook_alone(repo: Path) -> None:
+    foreign = repo / ".git" / "hooks" / "pre-commit"
+    foreign.write_text("#!/bin/sh\nexit 0\n")
+    done = agentpost(repo, "guard", "uninstall")
+    assert done.returncode == 0
+    assert "nothing to remove" in done.stdout
+    assert foreign.read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_install_honours_core_hooks_path(repo: Path) -> None:
+    git(repo, "config", "core.hooksPath", ".githooks")
+    installed(repo)
+    assert (repo / ".githooks" / "pre-commit").exists()
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+    reserve("bob", ["src/**"])
+    assert commit(repo, "src/app.py").returncode == 1
+
+
+def test_install_outside_a_repository_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    done = agentpost(folder, "guard", "install")
+    assert done.returncode == 2
+    assert "not inside a git repository" in done.stderr

@@ -1,0 +1,220 @@
+"""`agentpost install claude|codex`: merged into existing settings, idempotent, `--dry-run` inert.
+
+Each test runs the installed `agentpost` script as a process in a project folder made by the
+test, with settings files holding other people's servers, hooks, keys and comments.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+AGENTPOST = Path(sys.executable).with_name("agentpost")
+VENV_BIN = str(AGENTPOST.parent)
+
+THEIR_MCP = {
+    "mcpServers": {"github": {"command": "gh-mcp", "args": ["--stdio"]}},
+    "note": "kept as is",
+}
+THEIR_SETTINGS = {
+    "permissions": {"allow": ["Bash(git status)"]},
+    "hooks": {
+        "PostToolUse": [
+            {"matcher": "Edit|Write", "hooks": [{"type": "command", "command": "ruff format"}]}
+        ],
+        "Stop": [{"hooks": [{"type": "command", "command": "say done"}]}],
+    },
+}
+THEIR_CODEX = """# my codex settings
+model = "o4-mini"  # the fast one
+
+[mcp_servers.docs]
+command = "docs-mcp"
+args = ["serve"]  # keep this comment
+"""
+
+
+def install(
+    *args: str, cwd: Path, path: str | None = None, codex_home: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": path if path is not None else os.environ.get("PATH", "")}
+    if codex_home is not None:
+        env["CODEX_HOME"] = str(codex_home)
+    return subprocess.run(
+        [str(AGENTPOST), "install", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=4) + "\n")
+
+
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    write_json(root / ".mcp.json", THEIR_MCP)
+    write_json(root / ".claude" / "settings.json", THEIR_SETTINGS)
+    return root
+
+
+def snapshot(*paths: Path) -> dict[Path, str | None]:
+    return {p: p.read_text() if p.exists() else None for p in paths}
+
+
+def our_commands(settings: dict[str, Any], event: str) -> list[str]:
+    return [
+        h["command"]
+        for group in settings["hooks"][event]
+        for h in group["hooks"]
+        if h["command"].endswith("hook claude")
+    ]
+
+
+def test_claude_merges_the_server_and_hooks_into_existing_settings(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    done = install("claude", cwd=root, path=f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}")
+    assert done.returncode == 0, done.stderr
+
+    mcp = json.loads((root / ".mcp.json").read_text())
+    assert mcp["note"] == "kept as is"
+    assert mcp["mcpServers"]["github"] == THEIR_MCP["mcpServers"]["github"]
+    assert mcp["mcpServers"]["agentpost"] == {"command": "agentpost", "args": ["mcp"]}
+
+    settings = json.loads((root / ".claude" / "settings.json").read_text())
+    assert settings["permissions"] == THEIR_SETTINGS["permissions"]
+    assert settings["hooks"]["Stop"] == THEIR_SETTINGS["hooks"]["Stop"]
+    post = settings["hooks"]["PostToolUse"]
+    assert post[0] == THEIR_SETTINGS["hooks"]["PostToolUse"][0]
+    assert post[1]["matcher"] == "*"
+    for event in ("SessionStart", "UserPromptSubmit", "PostToolUse"):
+        assert our_commands(settings, event) == ["agentpost hook claude"], event
+
+    # The command it wrote runs as a hook: nothing to say here, and exit 0.
+    hook = subprocess.run(
+        ["sh", "-c", our_commands(settings, "PostToolUse")[0]],
+        input="{}",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"},
+        check=True,
+    )
+    assert hook.stdout == ""
+
+
+def test_claude_twice_changes_nothing_the_second_time(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    assert install("claude", cwd=root).returncode == 0
+    files = (root / ".mcp.json", root / ".claude" / "settings.json")
+    before = snapshot(*files)
+    again = install("claude", cwd=root)
+    assert again.returncode == 0, again.stderr
+    assert snapshot(*files) == before
+    assert again.stdout.count("already set up, unchanged") == 2
+
+
+def test_claude_keeps_an_agentpost_server_someone_configured(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    mine = {"command": "agentpost", "args": ["mcp", "--url", "https://post.example"]}
+    write_json(root / ".mcp.json", {"mcpServers": {"agentpost": mine}})
+    assert install("claude", cwd=root).returncode == 0
+    assert json.loads((root / ".mcp.json").read_text())["mcpServers"] == {"agentpost": mine}
+    settings = json.loads((root / ".claude" / "settings.json").read_text())
+    assert len(our_commands(settings, "SessionStart")) == 1
+
+
+def test_claude_without_agentpost_on_path_writes_the_absolute_command(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    assert install("claude", cwd=root, path="/usr/bin:/bin").returncode == 0
+    mcp = json.loads((root / ".mcp.json").read_text())
+    assert mcp["mcpServers"]["agentpost"]["command"] == str(AGENTPOST.resolve())
+    settings = json.loads((root / ".claude" / "settings.json").read_text())
+    assert our_commands(settings, "UserPromptSubmit") == [f"{AGENTPOST.resolve()} hook claude"]
+
+
+def test_claude_writes_to_the_top_of_the_repository(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "src" / "deep").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    assert install("claude", cwd=root / "src" / "deep").returncode == 0
+    assert (root / ".mcp.json").exists()
+    assert (root / ".claude" / "settings.json").exists()
+    assert not (root / "src" / "deep" / ".mcp.json").exists()
+
+
+def test_claude_dry_run_prints_the_change_and_writes_nothing(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    files = (root / ".mcp.json", root / ".claude" / "settings.json")
+    before = snapshot(*files)
+    done = install("claude", "--dry-run", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert snapshot(*files) == before
+    assert f"{root / '.mcp.json'}: would change (added the MCP server 'agentpost'" in done.stdout
+    assert '+    "agentpost": {' in done.stdout
+    assert "added the PostToolUse hook" in done.stdout
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert install("claude", "--dry-run", cwd=empty).returncode == 0
+    assert list(empty.iterdir()) == []
+
+
+def test_claude_refuses_a_settings_file_that_is_not_json_and_leaves_it(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    broken = root / ".claude" / "settings.json"
+    broken.write_text("{ this is not json")
+    files = (root / ".mcp.json", broken)
+    before = snapshot(*files)
+    done = install("claude", cwd=root)
+    assert done.returncode == 2
+    assert "is not JSON" in done.stderr
+    assert snapshot(*files) == before
+
+
+def test_codex_adds_its_table_keeping_comments_and_other_servers(tmp_path: Path) -> None:
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    config = codex_home / "config.toml"
+    config.write_text(THEIR_CODEX)
+    done = install("codex", cwd=tmp_path, codex_home=codex_home, path="/usr/bin:/bin")
+    assert done.returncode == 0, done.stderr
+    text = config.read_text()
+    assert text.startswith(THEIR_CODEX)  # every byte of theirs, comments included
+    parsed = tomllib.loads(text)
+    assert parsed["model"] == "o4-mini"
+    assert parsed["mcp_servers"]["docs"] == {"command": "docs-mcp", "args": ["serve"]}
+    assert parsed["mcp_servers"]["agentpost"] == {
+        "command": str(AGENTPOST.resolve()),
+        "args": ["mcp"],
+    }
+
+    again = install("codex", cwd=tmp_path, codex_home=codex_home, path="/usr/bin:/bin")
+    assert again.returncode == 0
+    assert config.read_text() == text
+    assert "already set up, unchanged" in again.stdout
+
+
+@pytest.mark.parametrize("existing", [None, THEIR_CODEX])
+def test_codex_dry_run_writes_nothing(tmp_path: Path, existing: str | None) -> None:
+    codex_home = tmp_path / "codex"
+    config = codex_home / "config.toml"
+    if existing is not None:
+        codex_home.mkdir()
+        config.write_text(existing)
+    done = install("codex", "--dry-run", cwd=tmp_path, codex_home=codex_home)
+    assert done.returncode == 0, done.stderr
+    assert "would change (added [mcp_servers.agentpost])" in done.stdout
+    assert "+[mcp_servers.agentpost]" in done.stdout
+    assert snapshot(config) == {config: existing}

@@ -1,0 +1,286 @@
+"""Reserved paths: what may be reserved, how it is spelled, when two claims overlap, and who
+conflicts with whom."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.reservations import (
+    MAX_PATH_CHARS,
+    MAX_PATHS,
+    MAX_TTL_S,
+    Conflict,
+    Reservation,
+    ReservationsChanged,
+    ReserveResult,
+    check_paths,
+    check_reason,
+    check_ttl,
+    conflicts_with,
+    held_against,
+    matches,
+    normalise_path,
+    overlaps,
+    tracked_matcher,
+)
+
+TRACKED = tracked_matcher(
+    ["README.md", "docs/guide.md", "src/a/b.py", "src/a/c.txt", "src/main.py", "tests/test_a.py"]
+)
+
+
+def held(
+    agent: str, path: str, *, exclusive: bool = True, worktree: str | None = None
+) -> Reservation:
+    return Reservation(
+        id=f"r_{agent}_{path}",
+        project="shop",
+        agent=agent,
+        path=path,
+        exclusive=exclusive,
+        reason="",
+        created_at=1.0,
+        expires_at=2.0,
+        worktree=worktree,
+    )
+
+
+# -- spelling -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("given_path", "spelled"),
+    [
+        ("src/a.py", "src/a.py"),
+        ("./src/a.py", "src/a.py"),
+        ("src//a.py", "src/a.py"),
+        ("src/", "src"),
+        ("  src/*.py ", "src/*.py"),
+        ("src/a/../b.py", "src/b.py"),
+        ("src/./**", "src/**"),
+        ("#notes", "#notes"),
+    ],
+)
+def test_paths_are_spelled_one_way(given_path: str, spelled: str) -> None:
+    assert normalise_path(given_path) == spelled
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "   ",
+        ".",
+        "./",
+        "/etc/passwd",
+        "/work/main/src/a.py",
+        "~/x",
+        "C:/src/a.py",
+        "..",
+        "../other/a.py",
+        "src/../../a.py",
+        "src\\a.py",
+        "src/a\n.py",
+        "src/\x00a",
+        "x" * (MAX_PATH_CHARS + 1),
+    ],
+)
+def test_absolute_escaping_empty_or_odd_paths_are_invalid(bad: str) -> None:
+    with pytest.raises(AgentpostError) as caught:
+        normalise_path(bad)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_call_names_at_least_one_and_at_most_max_paths() -> None:
+    for bad in ([], [f"f{i}" for i in range(MAX_PATHS + 1)]):
+        with pytest.raises(AgentpostError) as caught:
+            check_paths(bad)
+        assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert len(check_paths([f"f{i}" for i in range(MAX_PATHS)])) == MAX_PATHS
+
+
+def test_duplicates_in_one_call_count_once_in_the_order_given() -> None:
+    assert check_paths(["b", "./a", "a", "b/"]) == ["b", "a"]
+    assert check_paths("src/a.py") == ["src/a.py"]
+
+
+@pytest.mark.parametrize("ttl", [0, -1, float("inf"), float("nan"), MAX_TTL_S + 1, True, "60"])
+def test_a_ttl_is_positive_finite_and_bounded(ttl: object) -> None:
+    with pytest.raises(AgentpostError) as caught:
+        check_ttl(ttl)  # type: ignore[arg-type]
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_reason_is_short_text() -> None:
+    assert check_reason(None) == ""
+    assert check_reason("fixing the parser") == "fixing the parser"
+    for bad in ("x" * 1001, "a\x00b"):
+        with pytest.raises(AgentpostError):
+            check_reason(bad)
+
+
+# -- matching -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "covered"),
+    [
+        ("src/a/b.py", "src/a/b.py", True),
+        ("src", "src/a/b.py", True),  # a folder covers what is in it
+        ("src/a", "src/ab.py", False),
+        ("src/**", "src/a/b.py", True),
+        ("src/*.py", "src/main.py", True),
+        ("src/*.py", "src/a/b.py", False),
+        ("*.md", "README.md", True),
+        ("*.md", "docs/guide.md", False),  # anchored at the project root
+        ("**/*.md", "docs/guide.md", True),
+        ("docs/*", "src/a.py", False),
+        ("src/[ab].py", "src/a.py", True),
+        ("#notes", "#notes", True),
+        ("!x", "!x", True),
+    ],
+)
+def test_patterns_match_paths_from_the_project_root(pattern: str, path: str, covered: bool) -> None:
+    assert matches(pattern, path) is covered
+
+
+# -- overlap --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("src/**", "src/a/b.py"),  # the issue's own case
+        ("src/a/b.py", "src/a/b.py"),
+        ("src", "src/a/b.py"),
+        ("src/*", "src/main.py"),
+        ("docs/*", "docs/*.md"),
+        ("src/[ab].py", "src/[ab].py"),  # identical patterns, even one that does not match itself
+        ("**", "anything/at/all"),
+    ],
+)
+def test_overlapping_patterns_overlap_by_their_text_alone(a: str, b: str) -> None:
+    assert overlaps(a, b)
+    assert overlaps(b, a)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("docs/*", "src/*"),  # the issue's own case
+        ("src/a.py", "src/b.py"),
+        ("src/a", "src/ab"),
+        ("*.md", "src/*.py"),
+        ("src/a/b.py", "src/a/c.py"),
+    ],
+)
+def test_disjoint_patterns_do_not_overlap(a: str, b: str) -> None:
+    assert not overlaps(a, b, TRACKED)
+    assert not overlaps(b, a, TRACKED)
+
+
+def test_two_globs_overlap_through_a_tracked_file_that_matches_both() -> None:
+    # Neither matches the other as a path; `src/a/b.py` is matched by both.
+    assert not overlaps("**/*.py", "src/a/**")
+    assert overlaps("**/*.py", "src/a/**", TRACKED)
+    assert overlaps("src/a/**", "**/*.py", TRACKED)
+
+
+def test_globs_that_share_no_tracked_file_do_not_overlap() -> None:
+    assert not overlaps("**/*.txt", "tests/**", TRACKED)
+
+
+def test_a_folder_and_a_glob_overlap_through_a_tracked_file_in_the_folder() -> None:
+    assert not overlaps("src/a", "*/a/b.py")
+    assert overlaps("src/a", "*/a/b.py", TRACKED)
+
+
+segment = st.text(alphabet="abcxyz._-*?", min_size=1, max_size=5).filter(
+    lambda s: s not in (".", "..")
+)
+patterns = st.lists(segment, min_size=1, max_size=4).map("/".join)
+plain = st.lists(
+    st.text(alphabet="abcxyz._-", min_size=1, max_size=5).filter(lambda s: s not in (".", "..")),
+    min_size=1,
+    max_size=4,
+).map("/".join)
+
+
+@given(patterns, patterns)
+def test_overlap_is_symmetric(a: str, b: str) -> None:
+    assert overlaps(a, b) == overlaps(b, a)
+    assert overlaps(a, b, TRACKED) == overlaps(b, a, TRACKED)
+
+
+@given(patterns)
+def test_every_pattern_overlaps_itself(a: str) -> None:
+    assert overlaps(a, a)
+
+
+@given(plain)
+def test_a_path_is_covered_by_itself_and_by_every_folder_above_it(path: str) -> None:
+    assert matches(path, path)
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        assert overlaps("/".join(parts[:depth]), path)
+
+
+# -- who conflicts --------------------------------------------------------------------------------
+
+
+def test_shared_reservations_coexist() -> None:
+    assert (
+        conflicts_with("alice", "src/**", False, [held("bob", "src/a.py", exclusive=False)]) == []
+    )
+
+
+def test_an_exclusive_request_conflicts_with_anothers_shared_reservation() -> None:
+    theirs = held("bob", "src/a.py", exclusive=False)
+    assert conflicts_with("alice", "src/**", True, [theirs]) == [theirs]
+
+
+def test_a_shared_request_conflicts_with_anothers_exclusive_reservation() -> None:
+    theirs = held("bob", "src/a.py")
+    assert conflicts_with("alice", "src/a.py", False, [theirs]) == [theirs]
+
+
+def test_an_agents_own_reservations_never_conflict_with_it() -> None:
+    assert conflicts_with("alice", "src/**", True, [held("alice", "src/a.py")]) == []
+
+
+def test_reservations_that_do_not_overlap_do_not_conflict() -> None:
+    assert conflicts_with("alice", "docs/*", True, [held("bob", "src/*")], TRACKED) == []
+
+
+# -- the commit guard -----------------------------------------------------------------------------
+
+
+def test_the_guard_holds_staged_paths_to_other_agents_exclusive_reservations() -> None:
+    reservations = [
+        held("bob", "src/**"),
+        held("carol", "docs/*", exclusive=False),
+        held("me", "README.md"),
+        held("mine-by-worktree", "tests/**", worktree="/w/here"),
+    ]
+    staged = ["src/a/b.py", "docs/guide.md", "README.md", "tests/test_a.py", "other.txt"]
+    refused = held_against(staged, reservations, agent="me", worktree="/w/here")
+    assert [(path, r.agent) for path, r in refused] == [("src/a/b.py", "bob")]
+
+
+def test_without_a_name_only_the_worktree_says_what_is_yours() -> None:
+    reservations = [held("me", "README.md", worktree="/w/elsewhere")]
+    assert held_against(["README.md"], reservations, agent=None, worktree="/w/here") != []
+
+
+# -- the records as JSON --------------------------------------------------------------------------
+
+
+def test_answers_read_back_from_their_json() -> None:
+    mine = held("alice", "src/**", worktree="/w")
+    result = ReserveResult([mine], [Conflict("docs/*", "bob", True, 9.0, "docs/**")])
+    assert ReserveResult.from_dict(result.to_dict()) == result
+    changed = ReservationsChanged([mine], ["r_gone"])
+    assert ReservationsChanged.from_dict(changed.to_dict()) == changed

@@ -1,0 +1,101 @@
+"""File reservations over the network: REST through the Python client, and the `coord` tools of
+MCP over HTTP, against a real `agentpost serve`. Worktrees over there are not on this host, so
+patterns are compared by their text alone."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from remote_office import Office
+from service_process import Service
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def office(service: Service) -> AsyncIterator[Office]:
+    opened = Office(service)
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
+
+
+async def test_reserve_list_renew_and_release_over_rest(office: Office) -> None:
+    alice = await office.agent("alice", project="shop")
+    bob = await office.agent("bob", project="shop")
+    mine = await alice.reserve(["src/**"], ttl_s=600, reason="parser rewrite")
+    [granted] = mine.granted
+    assert (granted.path, granted.agent, granted.project, granted.exclusive) == (
+        "src/**",
+        "alice",
+        "shop",
+        True,
+    )
+
+    theirs = await bob.reserve(["src/a.py", "./docs/"], exclusive=False)
+    assert [r.path for r in theirs.granted] == ["docs"]
+    [conflict] = theirs.conflicts
+    assert (conflict.path, conflict.holder, conflict.held, conflict.expires_at) == (
+        "src/a.py",
+        "alice",
+        "src/**",
+        granted.expires_at,
+    )
+    assert [r.agent for r in await bob.reservations(path="src/a.py")] == ["alice"]
+    assert sorted(r.agent for r in await bob.reservations()) == ["alice", "bob"]
+
+    renewed = await alice.renew_reservations(ttl_s=3600)
+    assert [r.id for r in renewed.reservations] == [granted.id]
+    assert renewed.reservations[0].expires_at > granted.expires_at
+
+    refused = await bob.release_reservations(ids=[granted.id])
+    assert (refused.reservations, refused.not_found) == ([], [granted.id])
+    released = await alice.release_reservations()
+    assert [r.id for r in released.reservations] == [granted.id]
+    assert (await bob.reserve(["src/a.py"])).conflicts == []
+
+
+async def test_an_agent_without_a_project_is_told_how_to_name_one(office: Office) -> None:
+    loner = await office.agent("loner")
+    with pytest.raises(AgentpostError) as caught:
+        await loner.reserve(["src/a.py"])
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "AGENTPOST_PROJECT" in caught.value.message
+
+
+async def test_bad_input_is_refused_with_400(service: Service) -> None:
+    alice = await service.agent("alice", project="shop")
+    for body in (
+        {"paths": ["src/a.py"], "holder": "bob"},  # unknown fields are refused
+        {"paths": ["/etc/passwd"]},
+        {"paths": []},
+        {"paths": ["a"], "ttl_s": 0},
+    ):
+        answer = await alice.post("/v1/reservations", json=body)
+        assert answer.status_code == 400, (body, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_argument"
+
+
+async def test_the_coord_tools_reserve_over_mcp_http(service: Service) -> None:
+    alice_key = await service.create_agent("alice", project="shop")
+    bob = await service.agent("bob", project="shop")
+    await bob.post("/v1/reservations", json={"paths": ["docs/*"]})
+    headers = {"Authorization": f"Bearer {alice_key}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        Client(streamable_http_client(f"{service.url}/mcp", http_client=http)) as client,
+    ):
+        listed = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"reserve", "renew_reservations", "release_reservations", "reservations"} <= listed
+        result = await client.call_tool("reserve", {"paths": ["docs/guide.md", "src/*"]})
+        assert not result.is_error
+        assert result.structured_content is not None
+        assert [r["path"] for r in result.structured_content["granted"]] == ["src/*"]
+        assert [c["holder"] for c in result.structured_content["conflicts"]] == ["bob"]

@@ -1,0 +1,174 @@
+"""Tasks and blocking questions over a real `agentpost serve`: REST through the Python client and
+raw HTTP (status codes, body rules), and the same tools over MCP/HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from agentpost.client.async_client import AsyncClient
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Kind
+from agentpost.domain.requests import RequestAnswer
+from agentpost.domain.tasks import TaskStatus
+from service_process import Service
+
+pytestmark = pytest.mark.anyio
+
+WAKE_S = 20
+
+
+@asynccontextmanager
+async def clients(service: Service, *names: str) -> AsyncIterator[list[AsyncClient]]:
+    keys = [await service.create_agent(name) for name in names]
+    opened = [AsyncClient(service.url, key) for key in keys]
+    try:
+        yield opened
+    finally:
+        for client in opened:
+            await client.aclose()
+
+
+async def test_a_task_is_delegated_reported_on_and_read_back_over_rest(service: Service) -> None:
+    async with clients(service, "boss", "worker", "stranger") as (boss, worker, stranger):
+        task = await boss.delegate("worker", "Fix the build", detail="CI is red", priority="urgent")
+        assert (task.status, task.assignee, task.creator) == (TaskStatus.OPEN, "worker", "boss")
+        [delivered] = (await worker.inbox()).messages
+        assert (delivered.kind, delivered.data["task_id"]) == (Kind.TASK, task.id)
+
+        moved = await worker.update_task(task.id, "done", note="green", result={"ok": True})
+        assert (moved.status, moved.result) == (TaskStatus.DONE, {"ok": True})
+        assert await boss.task(task.id) == moved
+        assert [t.id for t in await boss.tasks("created", status="done")] == [task.id]
+        assert await worker.tasks("created") == []
+        [told] = (await boss.inbox()).messages
+        assert (told.kind, told.thread_id, told.data["status"]) == (
+            Kind.TASK,
+            task.thread_id,
+            "done",
+        )
+
+        for call, code in (
+            (stranger.task(task.id), ErrorCode.FORBIDDEN),
+            (boss.update_task(task.id, "cancelled"), ErrorCode.CONFLICT),
+            (worker.task("t_nope"), ErrorCode.NOT_FOUND),
+        ):
+            with pytest.raises(AgentpostError) as caught:
+                await call
+            assert caught.value.code is code
+
+
+async def test_a_request_blocks_over_rest_until_another_client_answers(service: Service) -> None:
+    async with clients(service, "alice", "bob", "carol") as (alice, bob, carol):
+        answers: list[RequestAnswer] = []
+
+        async def ask() -> None:
+            answers.append(await alice.request("bob", "Which port?", timeout_s=40))
+
+        with anyio.fail_after(WAKE_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(ask)
+                [asked] = (await bob.wait(WAKE_S)).messages
+                assert not answers
+                with pytest.raises(AgentpostError) as caught:
+                    await carol.respond(asked.id, "not mine to answer")
+                assert caught.value.code is ErrorCode.FORBIDDEN
+                sent = await bob.respond(asked.id, "8080", data={"port": 8080})
+
+        [answer] = answers
+        assert (answer.request_id, answer.answered, answer.answer) == (asked.id, True, "8080")
+        assert answer.data == {"port": 8080}
+        assert answer.response is not None
+        assert answer.response.id == sent.id
+        with pytest.raises(AgentpostError) as caught:
+            await bob.respond(asked.id, "9090")
+        assert caught.value.code is ErrorCode.CONFLICT
+        assert (await alice.check_request(asked.id)).answer == "8080"
+
+
+async def test_the_rest_routes_answer_with_their_status_codes(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    late = await alice.post("/v1/requests", json={"to": "bob", "question": "?", "timeout_s": 0})
+    assert late.status_code == 200, late.text
+    asked: dict[str, Any] = late.json()
+    assert (asked["answered"], asked["timed_out"]) == (False, True)
+    request_id = asked["request_id"]
+    answered = await bob.post(f"/v1/requests/{request_id}/response", json={"answer": "late"})
+    assert answered.status_code == 201, answered.text
+    again = await bob.post(f"/v1/requests/{request_id}/response", json={"answer": "again"})
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "conflict"
+    checked = await alice.get(f"/v1/requests/{request_id}")
+    assert (checked.json()["answered"], checked.json()["answer"]) == (True, "late")
+    assert (await bob.get(f"/v1/requests/{request_id}")).status_code == 403
+    assert (await alice.get("/v1/requests/m_nope")).status_code == 404
+
+    created = await alice.post("/v1/tasks", json={"to": "bob", "title": "Review"})
+    assert created.status_code == 201, created.text
+    task_id = created.json()["id"]
+    extra = await alice.post("/v1/tasks", json={"to": "bob", "title": "x", "from": "owner"})
+    assert extra.status_code == 400
+    bad_status = await bob.patch(f"/v1/tasks/{task_id}", json={"status": "finished"})
+    assert bad_status.status_code == 400
+    forbidden = await bob.patch(f"/v1/tasks/{task_id}", json={"status": "cancelled"})
+    assert forbidden.status_code == 403
+    moved = await bob.patch(f"/v1/tasks/{task_id}", json={"status": "accepted", "note": "ok"})
+    assert moved.status_code == 200
+    assert moved.json()["history"][-1]["note"] == "ok"
+
+
+async def test_the_task_and_request_tools_work_over_mcp_http(service: Service) -> None:
+    alice_key = await service.create_agent("alice")
+    bob_key = await service.create_agent("bob")
+
+    @asynccontextmanager
+    async def connect(key: str) -> AsyncIterator[Client]:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
+            Client(
+                streamable_http_client(f"{service.url}/mcp?tools=core,coord", http_client=http)
+            ) as client,
+        ):
+            yield client
+
+    async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = await client.call_tool(tool, arguments)
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        return result.structured_content
+
+    async with connect(alice_key) as alice, connect(bob_key) as bob:
+        names = {tool.name for tool in (await alice.list_tools()).tools}
+        assert {"delegate", "tasks", "update_task", "request", "respond", "check_request"} <= names
+
+        task = await call(alice, "delegate", to="bob", title="Fix the build")
+        [assigned] = (await call(bob, "tasks", role="assigned"))["tasks"]
+        assert assigned["id"] == task["id"]
+        [delivered] = (await call(bob, "inbox"))["messages"]
+        assert (delivered["kind"], delivered["data"]["task_id"]) == ("task", task["id"])
+        await call(bob, "update_task", task_id=task["id"], status="done", note="fixed")
+        [told] = (await call(alice, "inbox"))["messages"]
+        assert (told["kind"], told["data"]["status"]) == ("task", "done")
+
+        answers: list[dict[str, Any]] = []
+
+        async def ask() -> None:
+            answers.append(await call(alice, "request", to="bob", question="Ship?", timeout_s=40))
+
+        with anyio.fail_after(WAKE_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(ask)
+                [asked] = (await call(bob, "wait", timeout_s=WAKE_S))["messages"]
+                await call(bob, "respond", request_id=asked["id"], answer="yes")
+        [answer] = answers
+        assert (answer["answered"], answer["answer"]) == (True, "yes")
+        checked = await call(alice, "check_request", request_id=asked["id"])
+        assert checked["answer"] == "yes"

@@ -1,0 +1,272 @@
+"""Leadership: one leader per project, a term that grows with every holder, and failover."""
+
+from __future__ import annotations
+
+import subprocess
+
+import anyio
+import pytest
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.leadership import Leader
+from agentpost.domain.models import Caller, Kind
+from agentpost.services import PostOffice
+from agentpost.store import leases
+from backends import FakeClock, OpenOffice, refused_without_change, session_caller
+
+pytestmark = pytest.mark.anyio
+
+
+def dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+async def announcements(office: PostOffice, reader: Caller) -> list[tuple[str, dict[str, object]]]:
+    found = await office.mailbox.inbox(reader, limit=50)
+    return [(m.body, m.data) for m in found.messages if m.kind is Kind.SYSTEM]
+
+
+async def led_by(office: PostOffice, caller: Caller, name: str) -> Leader:
+    """The seat once `name` holds it: looked at again after each commit, for 10 s at most."""
+    with anyio.fail_after(10):
+        while True:
+            version = office.store.version
+            seat = await office.leadership.leader(caller)
+            if seat.leader == name:
+                return seat
+            await office.store.wait_changed(version, 1)
+
+
+async def test_the_first_session_on_the_default_branch_leads_with_term_one(
+    office: PostOffice,
+) -> None:
+    alice = await session_caller(office, "alice")
+    watcher = await session_caller(office, "watcher", branch="feature-x")
+    seat = await office.leadership.claim(alice)
+    assert (seat.project, seat.leader, seat.term, seat.session_id) == (
+        "shop",
+        "alice",
+        1,
+        alice.session_id,
+    )
+    assert seat.expires_at is not None
+    assert seat.since is not None
+    assert await office.leadership.leader(watcher) == seat
+    (body, data), *_ = await announcements(office, watcher)
+    assert body == "alice now leads shop (term 1)."
+    assert data == {
+        "event": "leader.changed",
+        "project": "shop",
+        "leader": "alice",
+        "term": 1,
+        "previous": None,
+    }
+
+
+async def test_claiming_a_seat_another_live_session_holds_is_a_conflict(
+    office: PostOffice,
+) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.leadership.claim(alice)
+    err = await refused_without_change(office, ErrorCode.CONFLICT, office.leadership.claim(bob))
+    assert err.details == {"leader": "alice", "term": 1}
+
+
+async def test_claiming_again_keeps_the_term_and_announces_nothing(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    await office.leadership.claim(alice)
+    before = await announcements(office, alice)
+    again = await office.leadership.claim(alice)
+    assert (again.leader, again.term) == ("alice", 1)
+    assert await announcements(office, alice) == before[len(before) :]
+
+
+async def test_a_session_off_the_default_branch_may_not_lead(office: PostOffice) -> None:
+    feature = await session_caller(office, "feat", branch="feature-x")
+    err = await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.leadership.claim(feature)
+    )
+    assert "default branch" in err.message
+    master = await session_caller(office, "old", project="legacy", branch="master")
+    assert (await office.leadership.claim(master)).leader == "old"
+
+
+async def test_leader_branches_in_config_choose_who_may_lead(open_office: OpenOffice) -> None:
+    office = await open_office(leader_branches=["develop"])
+    develop = await session_caller(office, "dev", branch="develop")
+    main = await session_caller(office, "main-agent", branch="main")
+    await refused_without_change(office, ErrorCode.FORBIDDEN, office.leadership.claim(main))
+    assert (await office.leadership.claim(develop)).leader == "dev"
+
+
+async def test_a_session_leads_only_its_own_project(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.leadership.claim(alice, "other")
+    )
+
+
+async def test_when_the_holder_stops_the_next_claim_gets_a_greater_term(
+    office: PostOffice,
+) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.leadership.claim(alice)
+    await office.presence.end_session(alice.session_id or "")
+    assert (await office.leadership.leader(bob)).leader is None
+    assert (await office.leadership.leader(bob)).term == 1  # the last term stays on show
+    seat = await office.leadership.claim(bob)
+    assert (seat.leader, seat.term) == ("bob", 2)
+    bodies = [body for body, _ in await announcements(office, bob)]
+    assert bodies[-1] == "bob now leads shop (term 2), taking over from alice."
+
+
+async def test_a_holder_whose_process_died_leads_no_more(office: PostOffice) -> None:
+    ghost = await session_caller(office, "ghost", pid=dead_pid())
+    await office.store.write(
+        lambda conn: leases.claim(
+            conn,
+            office.store.dialect,
+            "leader:shop",
+            holder="ghost",
+            session_id=ghost.session_id or "",
+            now=office.store.clock(),
+            ttl_s=45,
+        )
+    )
+    bob = await session_caller(office, "bob")
+    assert (await office.leadership.leader(bob)).leader is None
+    assert (await office.leadership.claim(bob)).term == 2
+
+
+async def test_heartbeats_renew_the_lease_and_silence_lets_it_lapse(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    seat = await office.leadership.claim(alice)
+    clock.advance(30)
+    await office.presence.heartbeat(alice.session_id or "")
+    clock.advance(30)
+    renewed = await office.leadership.leader(bob)
+    assert renewed.leader == "alice"
+    assert renewed.expires_at is not None
+    assert seat.expires_at is not None
+    assert renewed.expires_at == seat.expires_at + 30
+    await refused_without_change(office, ErrorCode.CONFLICT, office.leadership.claim(bob))
+    clock.advance(16)  # 46 s since alice's last heartbeat
+    assert (await office.leadership.leader(bob)).leader is None
+    await office.presence.heartbeat(bob.session_id or "")
+    assert (await office.leadership.claim(bob)).term == 2
+
+
+async def test_release_frees_the_seat_and_says_so(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.leadership.claim(alice)
+    free = await office.leadership.release(alice)
+    assert (free.leader, free.term) == (None, 1)
+    bodies = [body for body, _ in await announcements(office, bob)]
+    assert bodies[-1] == "alice stepped down as leader of shop (term 1); the seat is free."
+    assert (await office.leadership.claim(bob)).term == 2
+
+
+async def test_only_the_holder_may_release(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.leadership.claim(alice)
+    await refused_without_change(office, ErrorCode.CONFLICT, office.leadership.release(bob))
+
+
+async def test_a_local_session_may_force_the_seat_and_the_term_grows(
+    office: PostOffice,
+) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.leadership.claim(alice)
+    seat = await office.leadership.claim(bob, force=True)
+    assert (seat.leader, seat.term) == ("bob", 2)
+    assert (await office.leadership.leader(alice)).leader == "bob"
+
+
+async def test_force_over_http_is_for_the_owner_only(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    await office.leadership.claim(alice)
+    remote = await office.presence.ensure_agent("remote")
+    session = await office.presence.open_http_session(
+        remote, host="elsewhere", project="shop", branch="main"
+    )
+    caller = Caller("remote", session.id)
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.leadership.claim(caller, force=True)
+    )
+    owner = Caller("remote", session.id, admin=True)
+    assert (await office.leadership.claim(owner, force=True)).leader == "remote"
+
+
+async def test_of_many_simultaneous_claims_exactly_one_wins(office: PostOffice) -> None:
+    callers = [await session_caller(office, f"agent-{i}") for i in range(8)]
+    outcomes: list[str] = []
+
+    async def claim(caller: Caller) -> None:
+        try:
+            await office.leadership.claim(caller)
+            outcomes.append("won")
+        except AgentpostError as err:
+            outcomes.append(err.code.value)
+
+    async with anyio.create_task_group() as group:
+        for caller in callers:
+            group.start_soon(claim, caller)
+    assert sorted(outcomes) == ["conflict"] * 7 + ["won"]
+    assert (await office.leadership.leader(callers[0])).term == 1
+
+
+async def test_a_standing_session_takes_the_seat_when_the_holder_stops(
+    office: PostOffice,
+) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.leadership.claim(alice)
+    async with anyio.create_task_group() as group:
+        group.start_soon(office.leadership.stand, bob)
+        await anyio.sleep(0.2)
+        assert (await office.leadership.leader(bob)).leader == "alice"
+        await office.presence.end_session(alice.session_id or "")
+        await led_by(office, bob, "bob")
+        group.cancel_scope.cancel()
+    assert (await office.leadership.leader(bob)).term == 2
+
+
+async def test_a_session_that_may_not_lead_does_not_stand(office: PostOffice) -> None:
+    feature = await session_caller(office, "feat", branch="feature-x")
+    with anyio.fail_after(5):
+        await office.leadership.stand(feature)  # returns at once
+    assert (await office.leadership.leader(feature)).leader is None
+
+
+async def test_leaders_lists_every_project_seat(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    olga = await session_caller(office, "olga", project="ops")
+    await office.leadership.claim(alice)
+    await office.leadership.claim(olga)
+    assert [(s.project, s.leader) for s in await office.leadership.leaders()] == [
+        ("ops", "olga"),
+        ("shop", "alice"),
+    ]
+
+
+async def test_a_session_that_stepped_down_stands_no_more_until_it_claims_again(
+    office: PostOffice,
+) -> None:
+    alice = await session_caller(office, "alice")
+    async with anyio.create_task_group() as group:
+        group.start_soon(office.leadership.stand, alice)
+        await led_by(office, alice, "alice")
+        await office.leadership.release(alice)
+        await anyio.sleep(0.3)  # time enough for standing to take it back, were it to
+        assert (await office.leadership.leader(alice)).leader is None
+        group.cancel_scope.cancel()

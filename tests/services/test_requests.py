@@ -1,0 +1,169 @@
+"""Blocking questions: the asker waits for the answer (woken by the change signal, not polling),
+a late answer is fetched with `check_request`, and a request is answered once, by its addressee."""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import pytest
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller, DeliveryState, Kind
+from agentpost.domain.requests import RequestAnswer
+from agentpost.services import PostOffice
+from backends import OpenOffice, refused_without_change
+
+pytestmark = pytest.mark.anyio
+
+WAKE_S = 10
+"""How long a test allows for what happens within milliseconds."""
+
+
+async def agents(office: PostOffice, *names: str) -> list[Caller]:
+    return [await office.presence.ensure_agent(name) for name in names]
+
+
+async def asked(office: PostOffice, caller: Caller) -> str:
+    """The id of the request that reaches `caller`'s inbox, once it is there."""
+    with anyio.fail_after(WAKE_S):
+        found = await office.mailbox.wait(caller, timeout_s=WAKE_S)
+    [request] = found.messages
+    assert request.kind is Kind.REQUEST
+    return request.id
+
+
+async def test_a_request_is_answered_while_the_asker_waits(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    answers: list[RequestAnswer] = []
+
+    async def ask() -> None:
+        answers.append(
+            await office.requests.request(alice, "bob", "Which port?", {"svc": "api"}, timeout_s=60)
+        )
+
+    with anyio.fail_after(WAKE_S):
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            request_id = await asked(office, bob)
+            [request] = await office.mailbox.thread(bob, request_id)
+            assert (request.sender, request.body, request.data) == (
+                "alice",
+                "Which port?",
+                {"svc": "api"},
+            )
+            response = await office.requests.respond(bob, request_id, "8080", {"port": 8080})
+
+    [answer] = answers
+    assert answer.request_id == request_id
+    assert (answer.answered, answer.timed_out) == (True, False)
+    assert (answer.answer, answer.data) == ("8080", {"port": 8080})
+    assert answer.response is not None
+    assert (answer.response.sender, answer.response.id) == ("bob", response.id)
+    assert answer.response.state is DeliveryState.READ
+    # The response is also mail to the asker, in the request's thread, and was handed over.
+    [mail] = (await office.mailbox.inbox(alice, unread_only=False, peek=True)).messages
+    assert (mail.id, mail.kind, mail.reply_to) == (response.id, Kind.RESPONSE, request_id)
+    assert mail.thread_id == response.thread_id == request_id
+    assert mail.state is DeliveryState.READ
+
+
+async def test_a_request_times_out_then_the_late_answer_is_fetched_by_check_request(
+    office: PostOffice,
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    timed_out = await office.requests.request(alice, "bob", "Still there?", timeout_s=0)
+    assert timed_out == RequestAnswer(timed_out.request_id, answered=False, timed_out=True)
+    pending = await office.requests.check_request(alice, timed_out.request_id)
+    assert (pending.answered, pending.answer, pending.timed_out) == (False, None, False)
+
+    await office.requests.respond(bob, timed_out.request_id, "yes, sorry")
+    [late] = (await office.mailbox.inbox(alice, peek=True)).messages
+    assert (late.kind, late.state) == (Kind.RESPONSE, DeliveryState.QUEUED)
+    checked = await office.requests.check_request(alice, timed_out.request_id)
+    assert (checked.answered, checked.answer) == (True, "yes, sorry")
+    assert checked.response is not None
+    assert checked.response.sender == "bob"
+    assert (await office.mailbox.inbox(alice)).messages == []  # handed over: read
+
+
+async def test_a_wait_is_capped_by_max_wait_s(open_office: OpenOffice) -> None:
+    office = await open_office(max_wait_s=0.05)
+    alice, _ = await agents(office, "alice", "bob")
+    with anyio.fail_after(WAKE_S):
+        answer = await office.requests.request(alice, "bob", "Anyone?", timeout_s=10_000)
+    assert answer.timed_out
+
+
+async def test_a_request_is_answered_once(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    await office.requests.respond(bob, asked_.request_id, "yes")
+    await refused_without_change(
+        office, ErrorCode.CONFLICT, office.requests.respond(bob, asked_.request_id, "no!")
+    )
+    assert (await office.requests.check_request(alice, asked_.request_id)).answer == "yes"
+
+
+async def test_only_the_addressee_may_respond(office: PostOffice) -> None:
+    alice, _, carol = await agents(office, "alice", "bob", "carol")
+    asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    for someone in (carol, alice):
+        await refused_without_change(
+            office, ErrorCode.FORBIDDEN, office.requests.respond(someone, asked_.request_id, "ok")
+        )
+
+
+async def test_only_the_asker_may_check_a_request(office: PostOffice) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    for someone in (bob, carol):
+        await refused_without_change(
+            office, ErrorCode.FORBIDDEN, office.requests.check_request(someone, asked_.request_id)
+        )
+
+
+async def test_what_is_no_request_is_not_found_and_bad_input_changes_nothing(
+    office: PostOffice,
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    plain = await office.mailbox.send(alice, "bob", "just mail")
+    calls = [
+        (ErrorCode.NOT_FOUND, office.requests.respond(bob, plain.id, "ok")),
+        (ErrorCode.NOT_FOUND, office.requests.respond(bob, "m_nope", "ok")),
+        (ErrorCode.NOT_FOUND, office.requests.check_request(alice, plain.id)),
+        (ErrorCode.NOT_FOUND, office.requests.check_request(alice, "m_nope")),
+        (ErrorCode.INVALID_ARGUMENT, office.requests.request(alice, "#general", "?")),
+        (ErrorCode.INVALID_ARGUMENT, office.requests.request(alice, "bob", "?", timeout_s=-1)),
+        (ErrorCode.INVALID_ARGUMENT, office.requests.request(alice, "bob", " ", timeout_s=0)),
+        (ErrorCode.UNKNOWN_RECIPIENT, office.requests.request(alice, "nobody", "?")),
+    ]
+    for code, call in calls:
+        await refused_without_change(office, code, call)
+    asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.requests.respond(bob, asked_.request_id, "")
+    )
+
+
+async def test_of_concurrent_responds_exactly_one_wins(open_office: OpenOffice) -> None:
+    offices = [await open_office() for _ in range(4)]
+    alice, bob = await agents(offices[0], "alice", "bob")
+    asked_ = await offices[0].requests.request(alice, "bob", "Who wins?", timeout_s=0)
+    outcomes = await asyncio.gather(
+        *(o.requests.respond(bob, asked_.request_id, f"answer {n}") for n, o in enumerate(offices)),
+        return_exceptions=True,
+    )
+    won = [o for o in outcomes if not isinstance(o, BaseException)]
+    lost = [o for o in outcomes if isinstance(o, BaseException)]
+    assert len(won) == 1, outcomes
+    assert all(isinstance(e, AgentpostError) and e.code is ErrorCode.CONFLICT for e in lost)
+    checked = await offices[0].requests.check_request(alice, asked_.request_id)
+    assert checked.response is not None
+    assert checked.response.id == won[0].id
+    responses = [
+        m
+        for m in (await offices[0].mailbox.inbox(alice, unread_only=False, peek=True)).messages
+        if m.kind is Kind.RESPONSE
+    ]
+    assert len(responses) == 1

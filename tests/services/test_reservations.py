@@ -1,0 +1,403 @@
+"""File reservations: who may claim which paths of a project, for how long, and when a claim
+lapses. On both databases, with the store's clock moved by the test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agentpost.domain.errors import ErrorCode
+from agentpost.domain.models import Caller
+from agentpost.domain.reservations import Reservation
+from agentpost.services import PostOffice
+from agentpost.services.local_identity import LocalContext, this_host
+from backends import FakeClock, refused_without_change, session_caller
+
+pytestmark = pytest.mark.anyio
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def paths(found: list[Reservation]) -> list[tuple[str, str]]:
+    """(agent, path) of each, sorted: reservations made at one instant have no order."""
+    return sorted((r.agent, r.path) for r in found)
+
+
+async def held(office: PostOffice, caller: Caller) -> list[tuple[str, str]]:
+    return paths(await office.reservations.reservations(caller))
+
+
+Pair = tuple[Caller, Caller]
+
+
+@pytest.fixture
+async def pair(office: PostOffice) -> Pair:
+    """alice and bob, each with a live local session in project shop."""
+    return await session_caller(office, "alice"), await session_caller(office, "bob")
+
+
+# -- reserving ------------------------------------------------------------------------------------
+
+
+async def test_an_exclusive_reservation_refuses_an_overlapping_one_of_another_agent(
+    office: PostOffice,
+    pair: Pair,
+) -> None:
+    alice, bob = pair
+    mine = await office.reservations.reserve(alice, ["src/**"], reason="parser rewrite")
+    assert [(r.path, r.exclusive, r.reason) for r in mine.granted] == [
+        ("src/**", True, "parser rewrite")
+    ]
+    assert mine.granted[0].expires_at == office.store.clock() + 3600
+
+    theirs = await office.reservations.reserve(bob, ["src/a/b.py"], exclusive=False)
+    assert theirs.granted == []
+    [conflict] = theirs.conflicts
+    assert (conflict.path, conflict.holder, conflict.exclusive, conflict.held) == (
+        "src/a/b.py",
+        "alice",
+        True,
+        "src/**",
+    )
+    assert conflict.expires_at == mine.granted[0].expires_at
+    assert await held(office, bob) == [("alice", "src/**")]
+
+
+async def test_a_call_grants_the_paths_that_conflict_with_nobody_and_lists_the_rest(
+    office: PostOffice,
+    pair: Pair,
+) -> None:
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["src/*"])
+    result = await office.reservations.reserve(bob, ["docs/*", "src/main.py", "README.md"])
+    assert [r.path for r in result.granted] == ["docs/*", "README.md"]
+    assert [(c.path, c.holder) for c in result.conflicts] == [("src/main.py", "alice")]
+
+
+async def test_shared_reservations_coexist(office: PostOffice, pair: Pair) -> None:
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["src/**"], exclusive=False)
+    result = await office.reservations.reserve(bob, ["src/a.py"], exclusive=False)
+    assert [r.path for r in result.granted] == ["src/a.py"]
+    assert await held(office, alice) == [("alice", "src/**"), ("bob", "src/a.py")]
+
+
+async def test_an_exclusive_request_conflicts_with_anothers_shared_reservation(
+    office: PostOffice,
+    pair: Pair,
+) -> None:
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["src/a.py"], exclusive=False)
+    result = await office.reservations.reserve(bob, ["src"])
+    assert [(c.holder, c.exclusive) for c in result.conflicts] == [("alice", False)]
+
+
+async def test_an_agents_own_overlapping_reservations_never_conflict(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    await office.reservations.reserve(alice, ["src/**"])
+    result = await office.reservations.reserve(alice, ["src/a.py", "src"])
+    assert result.conflicts == []
+    assert len(result.granted) == 2
+
+
+async def test_disjoint_paths_of_two_agents_are_both_granted(
+    office: PostOffice, pair: Pair
+) -> None:
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["docs/*"])
+    assert (await office.reservations.reserve(bob, ["src/*"])).conflicts == []
+
+
+async def test_reserving_a_held_path_again_renews_and_updates_it_in_place(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await session_caller(office, "alice")
+    first = (await office.reservations.reserve(alice, ["./src/a.py"], ttl_s=60)).granted[0]
+    clock.advance(30)
+    again = await office.reservations.reserve(
+        alice, ["src/a.py"], exclusive=False, ttl_s=600, reason="now only reading"
+    )
+    [renewed] = again.granted
+    assert renewed.id == first.id
+    assert (renewed.exclusive, renewed.reason) == (False, "now only reading")
+    assert renewed.expires_at == clock.now + 600
+    [listed] = await office.reservations.reservations(alice)
+    assert listed == renewed
+
+
+async def test_two_agents_racing_for_one_path_get_it_once(office: PostOffice) -> None:
+    callers = [await session_caller(office, f"agent{i}") for i in range(6)]
+    winners: list[str] = []
+
+    async def race(caller: Caller) -> None:
+        if (await office.reservations.reserve(caller, ["src/app.py"])).granted:
+            winners.append(caller.agent)
+
+    async with anyio.create_task_group() as group:
+        for caller in callers:
+            group.start_soon(race, caller)
+    assert len(winners) == 1
+    assert await held(office, callers[0]) == [(winners[0], "src/app.py")]
+
+
+async def test_bad_paths_ttls_and_reasons_are_refused_without_change(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    await office.reservations.reserve(alice, ["docs/*"])
+    for call in (
+        office.reservations.reserve(alice, ["/etc/passwd"]),
+        office.reservations.reserve(alice, ["src/a.py", "../outside.py"]),
+        office.reservations.reserve(alice, []),
+        office.reservations.reserve(alice, ["src/a.py"], ttl_s=0),
+        office.reservations.reserve(alice, ["src/a.py"], reason="x" * 5000),
+        office.reservations.renew_reservations(alice, ttl_s=-5),
+        office.reservations.release_reservations(alice, paths=["/abs"]),
+        office.reservations.reservations(alice, path="../x"),
+    ):
+        await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, call)
+
+
+async def test_a_caller_with_no_project_is_told_how_to_name_one(office: PostOffice) -> None:
+    nobody = await office.presence.ensure_agent("nobody")  # no session, no project
+    refused = await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.reservations.reserve(nobody, ["src/a.py"])
+    )
+    assert "AGENTPOST_PROJECT" in refused.message
+
+
+async def test_projects_keep_their_reservations_apart(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice", project="shop")
+    bob = await session_caller(office, "bob", project="bank")
+    await office.reservations.reserve(alice, ["src/**"])
+    assert (await office.reservations.reserve(bob, ["src/a.py"])).conflicts == []
+    assert await held(office, bob) == [("bob", "src/a.py")]
+    shop = await office.reservations.reservations(bob, project="shop")
+    assert paths(shop) == [("alice", "src/**")]
+
+
+# -- listing --------------------------------------------------------------------------------------
+
+
+async def test_listing_with_a_path_shows_the_reservations_that_overlap_it(
+    office: PostOffice,
+    pair: Pair,
+) -> None:
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["src/**", "docs/guide.md"])
+    await office.reservations.reserve(bob, ["tests/*"], exclusive=False)
+    found = await office.reservations.reservations(bob, path="src/a/b.py")
+    assert paths(found) == [("alice", "src/**")]
+    assert paths(await office.reservations.reservations(bob, path="docs")) == [
+        ("alice", "docs/guide.md")
+    ]
+    assert await office.reservations.reservations(bob, path="bench/x.py") == []
+
+
+# -- lapsing --------------------------------------------------------------------------------------
+
+
+async def test_a_reservation_ends_at_its_ttl(
+    office: PostOffice, pair: Pair, clock: FakeClock
+) -> None:
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["src/a.py"], ttl_s=120)
+    clock.advance(10)
+    await office.presence.heartbeat(alice.session_id or "")
+    await office.presence.heartbeat(bob.session_id or "")
+    assert (await office.reservations.reserve(bob, ["src/a.py"])).conflicts != []
+    clock.advance(110)
+    await office.presence.heartbeat(alice.session_id or "")
+    await office.presence.heartbeat(bob.session_id or "")
+    assert [r.path for r in (await office.reservations.reserve(bob, ["src/a.py"])).granted] == [
+        "src/a.py"
+    ]
+
+
+async def test_reservations_lapse_45_s_after_the_agents_last_session_ended(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await session_caller(office, "alice")
+    await office.reservations.reserve(alice, ["src/**"])
+    await office.presence.end_session(alice.session_id or "")
+    clock.advance(44)
+    bob = await session_caller(office, "bob")
+    assert paths(await office.reservations.reservations(bob)) == [("alice", "src/**")]
+    assert (await office.reservations.reserve(bob, ["src/a.py"])).conflicts != []
+    clock.advance(2)
+    assert await office.reservations.reservations(bob) == []
+    assert (await office.reservations.reserve(bob, ["src/a.py"])).conflicts == []
+
+
+async def test_one_live_session_keeps_all_of_its_agents_reservations(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    first = await session_caller(office, "alice")
+    await office.reservations.reserve(first, ["src/**"])
+    second = await session_caller(office, "alice")
+    await office.presence.end_session(first.session_id or "")
+    clock.advance(300)
+    await office.presence.heartbeat(second.session_id or "")
+    bob = await session_caller(office, "bob")
+    assert (await office.reservations.reserve(bob, ["src/a.py"])).conflicts != []
+
+
+async def test_a_silent_session_lets_its_reservations_lapse_once_it_is_offline(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await session_caller(office, "alice")
+    await office.reservations.reserve(alice, ["src/**"])
+    clock.advance(44)
+    bob = await session_caller(office, "bob")
+    assert len(await office.reservations.reservations(bob)) == 1
+    clock.advance(2)  # 46 s without a heartbeat: offline, and its claims with it
+    assert await office.reservations.reservations(bob) == []
+
+
+async def test_a_dead_local_process_ends_its_session_and_its_reservations_lapse_45_s_later(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    crashed = await session_caller(office, "crashed", pid=dead_pid())
+    await office.reservations.reserve(crashed, ["src/**"])
+    bob = await session_caller(office, "bob")
+    assert len(await office.reservations.reservations(bob)) == 1  # the death is noticed here
+    assert (await office.presence.session(crashed.session_id or "")).ended_at == clock.now
+    clock.advance(46)
+    await office.presence.heartbeat(bob.session_id or "")
+    assert await office.reservations.reservations(bob) == []
+
+
+async def test_a_lapsed_reservation_stays_lapsed_when_its_agent_comes_back(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await session_caller(office, "alice")
+    await office.reservations.reserve(alice, ["src/**"])
+    await office.presence.end_session(alice.session_id or "")
+    clock.advance(60)
+    bob = await session_caller(office, "bob")
+    assert (await office.reservations.reserve(bob, ["src/a.py"])).granted
+    back = await session_caller(office, "alice")
+    assert paths(await office.reservations.reservations(back)) == [("bob", "src/a.py")]
+
+
+# -- renewing and releasing -----------------------------------------------------------------------
+
+
+async def test_renewing_without_ids_renews_every_reservation_of_the_caller_in_the_project(
+    office: PostOffice, pair: Pair, clock: FakeClock
+) -> None:
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["src/a.py", "src/b.py"], ttl_s=60)
+    await office.reservations.reserve(bob, ["docs/*"], ttl_s=60)
+    clock.advance(40)
+    renewed = await office.reservations.renew_reservations(alice, ttl_s=600)
+    assert sorted(r.path for r in renewed.reservations) == ["src/a.py", "src/b.py"]
+    assert {r.expires_at for r in renewed.reservations} == {clock.now + 600}
+    assert renewed.not_found == []
+    await office.presence.heartbeat(alice.session_id or "")
+    await office.presence.heartbeat(bob.session_id or "")
+    clock.advance(30)  # past the first TTL: only the renewed ones are left
+    assert await held(office, alice) == [("alice", "src/a.py"), ("alice", "src/b.py")]
+
+
+async def test_renewing_by_id_renews_only_those_and_reports_the_rest(
+    office: PostOffice, pair: Pair, clock: FakeClock
+) -> None:
+    alice, bob = pair
+    a, b = (await office.reservations.reserve(alice, ["a", "b"], ttl_s=60)).granted
+    [theirs] = (await office.reservations.reserve(bob, ["c"], ttl_s=60)).granted
+    renewed = await office.reservations.renew_reservations(
+        alice, [a.id, theirs.id, "r_nothing"], ttl_s=300
+    )
+    assert [r.id for r in renewed.reservations] == [a.id]
+    assert renewed.not_found == [theirs.id, "r_nothing"]
+    unchanged = {r.id: r.expires_at for r in await office.reservations.reservations(bob)}
+    assert unchanged[theirs.id] == theirs.expires_at
+    assert unchanged[b.id] == b.expires_at
+
+
+async def test_an_expired_reservation_is_not_renewed(office: PostOffice, clock: FakeClock) -> None:
+    alice = await session_caller(office, "alice")
+    [gone] = (await office.reservations.reserve(alice, ["a"], ttl_s=10)).granted
+    clock.advance(11)
+    await office.presence.heartbeat(alice.session_id or "")
+    renewed = await office.reservations.renew_reservations(alice, [gone.id])
+    assert (renewed.reservations, renewed.not_found) == ([], [gone.id])
+
+
+async def test_releasing_by_id_and_by_path_frees_them_for_others(
+    office: PostOffice, pair: Pair
+) -> None:
+    alice, bob = pair
+    a, _b, _c = (await office.reservations.reserve(alice, ["a", "b/", "c"])).granted
+    done = await office.reservations.release_reservations(alice, ids=[a.id], paths=["./b"])
+    assert sorted(r.path for r in done.reservations) == ["a", "b"]
+    assert done.not_found == []
+    result = await office.reservations.reserve(bob, ["a", "b", "c"])
+    assert [r.path for r in result.granted] == ["a", "b"]
+    assert [c.path for c in result.conflicts] == ["c"]
+
+
+async def test_releasing_with_neither_ids_nor_paths_releases_all_of_yours(
+    office: PostOffice,
+    pair: Pair,
+) -> None:
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["a", "b"])
+    await office.reservations.reserve(bob, ["c"])
+    done = await office.reservations.release_reservations(alice)
+    assert sorted(r.path for r in done.reservations) == ["a", "b"]
+    assert await held(office, alice) == [("bob", "c")]
+
+
+async def test_someone_elses_reservation_is_never_released_and_comes_back_not_found(
+    office: PostOffice,
+    pair: Pair,
+) -> None:
+    alice, bob = pair
+    [theirs] = (await office.reservations.reserve(alice, ["src/**"])).granted
+    done = await office.reservations.release_reservations(bob, ids=[theirs.id], paths=["src/**"])
+    assert (done.reservations, done.not_found) == ([], [theirs.id, "src/**"])
+    assert await held(office, bob) == [("alice", "src/**")]
+
+
+# -- tracked files --------------------------------------------------------------------------------
+
+
+def git_repository(root: Path, files: list[str]) -> Path:
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True)
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(name)
+    subprocess.run(["git", "-C", str(root), "add", "."], check=True)
+    return root
+
+
+async def test_two_globs_overlap_when_a_file_tracked_in_the_callers_worktree_matches_both(
+    office: PostOffice, tmp_path: Path
+) -> None:
+    repo = git_repository(tmp_path / "shop", ["src/a/b.py", "docs/guide.md"])
+    context = LocalContext(
+        host=this_host(), pid=os.getpid(), project="shop", worktree=str(repo), branch="main"
+    )
+    session = await office.presence.open_local_session(context, name="alice")
+    alice = Caller(session.agent, session.id)
+    elsewhere = await session_caller(office, "bob")  # a worktree that is not on this host
+    await office.reservations.reserve(alice, ["src/a/**"])
+    # Bob's worktree is not here: the globs are compared by their text, which share nothing.
+    assert (await office.reservations.reserve(elsewhere, ["**/*.py"])).granted
+    await office.reservations.release_reservations(elsewhere)
+    await office.reservations.release_reservations(alice)
+    await office.reservations.reserve(elsewhere, ["src/a/**"])
+    # Alice's worktree tracks src/a/b.py, which both globs match.
+    result = await office.reservations.reserve(alice, ["**/*.py", "**/*.md"])
+    assert [c.path for c in result.conflicts] == ["**/*.py"]
+    assert [r.path for r in result.granted] == ["**/*.md"]

@@ -1,0 +1,258 @@
+"""Delegated tasks: handed out as a `task` message, moved along the table, every change kept with
+its time and note and told to the other side — and every refusal changing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller, Kind, Priority
+from agentpost.domain.tasks import TaskStatus
+from agentpost.services import PostOffice
+from backends import FakeClock, OpenOffice, refused_without_change, session_caller
+
+pytestmark = pytest.mark.anyio
+
+
+async def agents(office: PostOffice, *names: str) -> list[Caller]:
+    return [await office.presence.ensure_agent(name) for name in names]
+
+
+async def test_delegate_creates_an_open_task_and_delivers_it_as_a_task_message(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(
+        boss,
+        "worker",
+        "Fix the build",
+        "CI is red on main",
+        priority="urgent",
+        data={"pr": 12},
+        due=clock.now + 3600,
+    )
+    assert task.id.startswith("t_")
+    assert (task.creator, task.assignee, task.status) == ("boss", "worker", TaskStatus.OPEN)
+    assert (task.title, task.detail, task.priority) == (
+        "Fix the build",
+        "CI is red on main",
+        Priority.URGENT,
+    )
+    assert (task.data, task.due, task.result) == ({"pr": 12}, clock.now + 3600, None)
+    [created] = task.history
+    assert (created.at, created.actor, created.from_status, created.to_status) == (
+        clock.now,
+        "boss",
+        None,
+        TaskStatus.OPEN,
+    )
+
+    [message] = (await office.mailbox.inbox(worker)).messages
+    assert message.kind is Kind.TASK
+    assert (message.sender, message.subject, message.body) == (
+        "boss",
+        "Fix the build",
+        "CI is red on main",
+    )
+    assert message.priority is Priority.URGENT
+    assert message.must_read  # never expires unread, whatever the default TTL
+    assert message.data["task_id"] == task.id
+    assert message.thread_id == task.thread_id == message.id
+
+
+async def test_the_assignee_moves_the_task_and_the_creator_is_told_each_time_in_its_thread(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await office.mailbox.inbox(worker)
+
+    clock.advance(10)
+    await office.tasks.update_task(worker, task.id, "accepted", note="on it")
+    clock.advance(10)
+    await office.tasks.update_task(worker, task.id, "in_progress")
+    clock.advance(10)
+    done = await office.tasks.update_task(
+        worker, task.id, "done", note="green again", result={"commit": "abc123"}
+    )
+
+    assert done.status is TaskStatus.DONE
+    assert done.result == {"commit": "abc123"}
+    assert done.updated_at == clock.now
+    assert [(c.actor, c.from_status, c.to_status, c.note) for c in done.history] == [
+        ("boss", None, TaskStatus.OPEN, ""),
+        ("worker", TaskStatus.OPEN, TaskStatus.ACCEPTED, "on it"),
+        ("worker", TaskStatus.ACCEPTED, TaskStatus.IN_PROGRESS, ""),
+        ("worker", TaskStatus.IN_PROGRESS, TaskStatus.DONE, "green again"),
+    ]
+    assert [c.at for c in done.history] == [
+        clock.now - 30,
+        clock.now - 20,
+        clock.now - 10,
+        clock.now,
+    ]
+
+    told = (await office.mailbox.inbox(boss)).messages
+    assert [m.data["status"] for m in told] == ["accepted", "in_progress", "done"]
+    assert all(m.kind is Kind.TASK and m.sender == "worker" for m in told)
+    assert {m.thread_id for m in told} == {task.thread_id}
+    assert "on it" in told[0].body
+    assert told[2].data["result"] == {"commit": "abc123"}
+    assert await office.tasks.task(boss, task.id) == done
+    assert await office.tasks.task(worker, task.id) == done
+
+
+async def test_the_creator_cancels_and_the_assignee_is_told(office: PostOffice) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await office.mailbox.inbox(worker)
+    cancelled = await office.tasks.update_task(boss, task.id, "cancelled", note="not needed")
+    assert cancelled.status is TaskStatus.CANCELLED
+    [told] = (await office.mailbox.inbox(worker)).messages
+    assert (told.kind, told.sender, told.thread_id) == (Kind.TASK, "boss", task.thread_id)
+    assert told.data["status"] == "cancelled"
+
+
+async def test_cancel_by_assignee_is_forbidden(office: PostOffice) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.tasks.update_task(worker, task.id, "cancelled")
+    )
+
+
+async def test_done_by_the_creator_is_forbidden(office: PostOffice) -> None:
+    boss, _ = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.tasks.update_task(boss, task.id, "done")
+    )
+
+
+async def test_a_stranger_may_neither_move_nor_read_a_task(office: PostOffice) -> None:
+    boss, _, stranger = await agents(office, "boss", "worker", "stranger")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    for status in ("accepted", "cancelled", "done"):
+        await refused_without_change(
+            office, ErrorCode.FORBIDDEN, office.tasks.update_task(stranger, task.id, status)
+        )
+    await refused_without_change(office, ErrorCode.FORBIDDEN, office.tasks.task(stranger, task.id))
+    assert await office.tasks.tasks(stranger) == []
+
+
+async def test_a_finished_task_moves_no_more(office: PostOffice) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await office.tasks.update_task(worker, task.id, "failed", note="cannot reproduce")
+    for who, status in ((worker, "in_progress"), (worker, "done"), (boss, "cancelled")):
+        await refused_without_change(
+            office, ErrorCode.CONFLICT, office.tasks.update_task(who, task.id, status)
+        )
+
+
+async def test_bad_input_is_refused_and_changes_nothing(office: PostOffice) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    calls = [
+        (ErrorCode.INVALID_ARGUMENT, office.tasks.delegate(boss, "worker", "  ")),
+        (ErrorCode.INVALID_ARGUMENT, office.tasks.delegate(boss, "worker", "two\nlines")),
+        (ErrorCode.INVALID_ARGUMENT, office.tasks.delegate(boss, "worker", "t", priority="high")),
+        (ErrorCode.INVALID_ARGUMENT, office.tasks.delegate(boss, "#general", "t")),
+        (ErrorCode.INVALID_ARGUMENT, office.tasks.delegate(boss, "worker", "t", due=float("nan"))),
+        (ErrorCode.UNKNOWN_RECIPIENT, office.tasks.delegate(boss, "nobody", "t")),
+        (ErrorCode.INVALID_ARGUMENT, office.tasks.update_task(worker, task.id, "finished")),
+        (ErrorCode.NOT_FOUND, office.tasks.update_task(worker, "t_nope", "done")),
+        (ErrorCode.NOT_FOUND, office.tasks.task(worker, "t_nope")),
+        (ErrorCode.INVALID_ARGUMENT, office.tasks.tasks(worker, role="mine")),
+        (ErrorCode.INVALID_ARGUMENT, office.tasks.tasks(worker, status="finished")),
+    ]
+    for code, call in calls:
+        await refused_without_change(office, code, call)
+
+
+async def test_tasks_lists_the_callers_tasks_by_role_and_status_newest_first(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    boss, worker, other = await agents(office, "boss", "worker", "other")
+    first = await office.tasks.delegate(boss, "worker", "first")
+    clock.advance(1)
+    second = await office.tasks.delegate(boss, "worker", "second")
+    clock.advance(1)
+    upward = await office.tasks.delegate(worker, "boss", "upward")
+    clock.advance(1)
+    await office.tasks.delegate(boss, "other", "elsewhere")
+    await office.tasks.update_task(worker, first.id, "in_progress")
+
+    def titles(found: list[object]) -> list[str]:
+        return [t.title for t in found]  # type: ignore[attr-defined]
+
+    assert titles(await office.tasks.tasks(worker, role="assigned")) == ["second", "first"]
+    assert titles(await office.tasks.tasks(worker, role="created")) == ["upward"]
+    assert titles(await office.tasks.tasks(worker)) == ["upward", "second", "first"]
+    assert titles(await office.tasks.tasks(worker, status="open")) == ["upward", "second"]
+    assert titles(await office.tasks.tasks(worker, role="assigned", status="in_progress")) == [
+        "first"
+    ]
+    assert [t.id for t in await office.tasks.tasks(boss, role="assigned")] == [upward.id]
+    assert second.id in [t.id for t in await office.tasks.tasks(boss, role="created")]
+    assert titles(await office.tasks.tasks(other)) == ["elsewhere"]
+
+
+async def test_a_task_whose_message_is_refused_is_not_stored(open_office: OpenOffice) -> None:
+    office = await open_office(max_unacked=1)
+    boss, _ = await agents(office, "boss", "worker")
+    await office.mailbox.send(boss, "worker", "fills the inbox")
+    await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.tasks.delegate(boss, "worker", "Fix the build")
+    )
+    assert await office.tasks.tasks(boss) == []
+
+
+async def test_with_delegate_requires_leader_only_the_projects_leader_delegates(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(delegate_requires_leader=True, auto_lead=False)
+    lead = await session_caller(office, "lead", project="shop", branch="main")
+    dev = await session_caller(office, "dev", project="shop", branch="main")
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.tasks.delegate(lead, "dev", "Fix the build")
+    )
+    await office.leadership.claim(lead)
+    task = await office.tasks.delegate(lead, "dev", "Fix the build")
+    assert (task.project, task.status) == ("shop", TaskStatus.OPEN)
+    await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.tasks.delegate(dev, "lead", "Review it")
+    )
+    # Reporting back is not delegating: the assignee moves the task as ever.
+    await office.tasks.update_task(dev, task.id, "done")
+
+
+async def test_without_the_setting_anyone_delegates_and_the_task_keeps_the_callers_project(
+    office: PostOffice,
+) -> None:
+    dev = await session_caller(office, "dev", project="shop", branch="feature")
+    await session_caller(office, "qa", project="shop", branch="feature")
+    task = await office.tasks.delegate(dev, "qa", "Test it")
+    assert task.project == "shop"
+
+
+async def test_two_moves_at_once_one_applies_and_the_other_is_a_conflict(
+    open_office: OpenOffice,
+) -> None:
+    first, second = await open_office(), await open_office()
+    boss, worker = await agents(first, "boss", "worker")
+    task = await first.tasks.delegate(boss, "worker", "Fix the build")
+    outcomes = await asyncio.gather(
+        first.tasks.update_task(worker, task.id, "done"),
+        second.tasks.update_task(boss, task.id, "cancelled"),
+        return_exceptions=True,
+    )
+    won = [o for o in outcomes if not isinstance(o, BaseException)]
+    lost = [o for o in outcomes if isinstance(o, AgentpostError)]
+    assert len(won) == 1, outcomes
+    assert [e.code for e in lost] == [ErrorCode.CONFLICT]
+    final = await first.tasks.task(boss, task.id)
+    assert final.status is won[0].status
+    assert len(final.history) == 2

@@ -1,0 +1,276 @@
+"""Waking only the waiters a commit concerns: per-agent watches, and everyone for other processes.
+
+Waits are bounded by `anyio.fail_after`; "not woken" is read with `wait(0)`, which answers at
+once whether a wake-up is pending, so no test sleeps to prove that nothing happened.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+from sqlalchemy import Connection
+
+from agentpost.store import agents, mail, sqlite, wakeups
+from agentpost.store.database import Store
+from agentpost.store.schema import rate_windows
+from agentpost.store.wakeups import Wakeups
+from store.test_mail import put
+
+pytestmark = pytest.mark.anyio
+
+
+# -- the registry ----------------------------------------------------------------------------------
+
+
+async def test_news_for_an_agent_wakes_that_agents_watches_only() -> None:
+    hub = Wakeups()
+    bob, bob_too, carol = hub.watch("bob"), hub.watch("bob"), hub.watch("carol")
+    hub.publish({"bob", "dave"})
+    assert await bob.wait(0) is True
+    assert await bob_too.wait(0) is True
+    assert await carol.wait(0) is False
+
+
+async def test_a_wake_up_between_the_look_and_the_wait_is_not_lost() -> None:
+    hub = Wakeups()
+    with hub.watch("bob") as news:
+        # the waiter has looked and found nothing; the news lands before it waits
+        hub.publish({"bob"})
+        with anyio.fail_after(5):
+            assert await news.wait(None) is True
+
+
+async def test_each_wake_up_ends_one_wait() -> None:
+    hub = Wakeups()
+    news = hub.watch("bob")
+    hub.publish({"bob"})
+    hub.publish({"bob"})
+    assert await news.wait(0) is True
+    assert await news.wait(0) is False
+
+
+async def test_a_blocked_wait_returns_when_its_agent_has_news() -> None:
+    hub = Wakeups()
+    news = hub.watch("bob")
+    woken: list[bool] = []
+
+    async def waiter() -> None:
+        woken.append(await news.wait(None))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await anyio.wait_all_tasks_blocked()
+        hub.publish({"carol"})
+        await anyio.wait_all_tasks_blocked()
+        assert woken == []
+        hub.publish({"bob"})
+    assert woken == [True]
+
+
+async def test_a_wait_that_times_out_says_it_was_not_woken() -> None:
+    with Wakeups().watch("bob") as news, anyio.fail_after(5):
+        assert await news.wait(0.01) is False
+
+
+async def test_another_processs_commit_wakes_every_watch() -> None:
+    hub = Wakeups()
+    bob, carol, anyone = hub.watch("bob"), hub.watch("carol"), hub.watch(None)
+    hub.wake_all()
+    assert [await w.wait(0) for w in (bob, carol, anyone)] == [True, True, True]
+
+
+async def test_a_watch_of_any_news_wakes_for_commits_that_concerned_someone() -> None:
+    hub = Wakeups()
+    anyone = hub.watch(None)
+    hub.publish(frozenset())
+    assert await anyone.wait(0) is False
+    hub.publish({"bob"})
+    assert await anyone.wait(0) is True
+
+
+async def test_a_closed_watch_is_forgotten() -> None:
+    hub = Wakeups()
+    with hub.watch("bob") as news:
+        assert hub.watching("bob") == 1
+    assert hub.watching("bob") == 0
+    hub.publish({"bob"})
+    assert await news.wait(0) is False
+
+
+async def test_a_watch_following_a_session_hears_the_news_of_its_name_at_the_time() -> None:
+    hub = Wakeups()
+    name = ["session-1"]
+    news = hub.watch_following(lambda: name[0])
+    hub.publish({"bob"})
+    assert await news.wait(0) is False
+    name[0] = "bob"  # the session took another name
+    hub.publish({"session-1"})
+    assert await news.wait(0) is False
+    hub.publish({"bob"})
+    assert await news.wait(0) is True
+    hub.wake_all()
+    assert await news.wait(0) is True
+    news.close()
+    hub.publish({"bob"})
+    assert await news.wait(0) is False
+
+
+async def test_a_wait_is_bounded_by_the_poll_where_other_processes_go_unheard() -> None:
+    with Wakeups(poll_s=0.01).watch("bob") as news, anyio.fail_after(5):
+        assert await news.wait(None) is False
+
+
+# -- the store -------------------------------------------------------------------------------------
+
+
+async def test_a_delivery_wakes_its_recipients_and_nobody_else(store: Store) -> None:
+    bob, carol, dave = store.watch("bob"), store.watch("carol"), store.watch("dave")
+    anyone = store.watch(None)
+    await put(store, "alice", ["bob", "carol"])
+    assert [await w.wait(0) for w in (bob, carol, dave, anyone)] == [True, True, False, True]
+
+
+async def test_reading_mail_wakes_its_sender_who_gets_the_receipt(store: Store) -> None:
+    _, seq = await put(store, "alice", ["bob"])
+    alice, bob = store.watch("alice"), store.watch("bob")
+    await store.write(lambda c: mail.mark_read(c, "bob", [seq], store.clock()))
+    assert await alice.wait(0) is True
+    assert await bob.wait(0) is False
+
+
+async def test_a_commit_without_news_wakes_no_watch_but_every_commit_waiters(
+    store: Store,
+) -> None:
+    bob, anyone = store.watch("bob"), store.watch(None)
+    before = store.version
+    await store.write(lambda c: agents.create_agent(c, "bob", now=store.clock()))
+    assert await bob.wait(0) is False
+    assert await anyone.wait(0) is False
+    with anyio.fail_after(5):
+        assert await store.wait_changed(before, timeout=5) > before
+
+
+async def test_a_refused_write_wakes_nobody_and_spares_its_neighbours(store: Store) -> None:
+    class Refused(Exception):
+        pass
+
+    def refused(conn: Connection) -> None:
+        wakeups.concern(conn, ["carol"])
+        raise Refused
+
+    def delivered(conn: Connection) -> None:
+        wakeups.concern(conn, ["bob"])
+
+    bob, carol = store.watch("bob"), store.watch("carol")
+    refusals: list[Exception] = []
+
+    async def attempt() -> None:
+        try:
+            await store.write(refused)
+        except Refused as exc:
+            refusals.append(exc)
+
+    async with anyio.create_task_group() as tg:  # together, so SQLite's writer batches them
+        for _ in range(3):
+            tg.start_soon(attempt)
+            tg.start_soon(store.write, delivered)
+    assert len(refusals) == 3
+    assert await bob.wait(0) is True
+    assert await carol.wait(0) is False
+
+
+# -- other processes (SQLite: the file is shared) -----------------------------------------------
+
+INSERT_KEY = "INSERT INTO rate_windows (key, window_start, count) VALUES (?, 0, 1)"
+FOREIGN_COMMIT = (
+    "import sqlite3, sys\n"
+    "conn = sqlite3.connect(sys.argv[1], timeout=30)\n"
+    f"conn.execute({INSERT_KEY!r}, (sys.argv[2],))\n"
+    "conn.commit()\n"
+)
+
+
+def commit_elsewhere(path: Path, key: str) -> None:
+    subprocess.run([sys.executable, "-c", FOREIGN_COMMIT, str(path), key], check=True)
+
+
+async def test_a_commit_of_another_process_wakes_every_watch(lite: Store) -> None:
+    assert lite.path is not None
+    bob, carol = lite.watch("bob"), lite.watch("carol")
+    await anyio.to_thread.run_sync(commit_elsewhere, lite.path, "elsewhere")
+    with anyio.fail_after(10):
+        assert await bob.wait(None) is True
+        assert await carol.wait(None) is True
+
+
+async def test_a_foreign_commit_taken_in_with_a_local_one_still_wakes_everyone(
+    lite: Store,
+) -> None:
+    """The race: another process commits between this process's commit and the moment the
+    change signal reads the file for it. The signal's reading then takes in both commits as
+    this process's own; the writer's look for foreign commits must still wake everyone."""
+    assert lite.path is not None
+    carol = lite.watch("carol")  # the local commit concerns bob only
+    raw = sqlite3.connect(lite.path, timeout=30)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(put, lite, "alice", ["bob"])
+            await anyio.wait_all_tasks_blocked()  # submitted: the writer commits on its own
+            # Hold the event loop (no await) until the local commit is in the file, so the
+            # loop handles that commit's wake-ups only after the foreign commit below.
+            deadline = time.monotonic() + 10
+            while not raw.execute("SELECT count(*) FROM messages").fetchone()[0]:
+                assert time.monotonic() < deadline, "the local commit never landed"
+            time.sleep(0.05)  # noqa: ASYNC251 - the writer hands the commit to the loop right after
+            raw.execute(INSERT_KEY, ("x",))
+            raw.commit()
+        with anyio.fail_after(10):
+            assert await carol.wait(None) is True
+    finally:
+        raw.close()
+
+
+async def test_the_writer_tells_another_connections_commit_from_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "agentpost.db"
+    await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema
+    concerned: list[frozenset[str]] = []
+    foreign = threading.Event()
+    runner = sqlite.SqliteRunner(path, on_commit=concerned.append, on_foreign=foreign.set)
+    raw = sqlite3.connect(path, timeout=30)
+
+    def local(key: str) -> Callable[[Connection], None]:
+        def tx(conn: Connection) -> None:
+            conn.execute(rate_windows.insert().values(key=key, window_start=0.0, count=1))
+            wakeups.concern(conn, ["bob"])
+
+        return tx
+
+    try:
+        await runner.write(local("a"))
+        assert concerned == [frozenset({"bob"})]
+        runner.look_for_foreign()
+        await runner.write(local("b"))  # queued behind the look: the look is done by then
+        assert not foreign.is_set()  # our own commits are not another process's
+
+        raw.execute(INSERT_KEY, ("c",))
+        raw.commit()
+        runner.look_for_foreign()
+        assert await anyio.to_thread.run_sync(foreign.wait, 10)
+
+        foreign.clear()
+        raw.execute(INSERT_KEY, ("d",))
+        raw.commit()
+        await runner.write(local("e"))  # the next write transaction looks too
+        assert foreign.is_set()
+    finally:
+        raw.close()
+        await anyio.to_thread.run_sync(runner.close)
