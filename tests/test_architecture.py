@@ -309,3 +309,36 @@ def test_every_home_is_a_real_module_or_package() -> None:
         if not any(in_home(n, home) for n in names)
     )
     assert not missing, f"homes that do not exist: {missing}"
+
+
+# -- faces speak to the services, not the store -------------------------------------------------
+
+
+def store_reaches(source: str) -> list[int]:
+    """Lines where `source` reads an attribute named `store` (`office.store.watch(…)`): the
+    store reached through the services' objects, a crossing no import shows."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute) and node.attr == "store"
+    )
+
+
+def test_the_reader_sees_the_store_reached_through_an_attribute() -> None:
+    source = (
+        "from agentpost.store import notes\n"
+        "'office.store in a string'\n"
+        "with office.store.watch(None) as news:\n"
+        "    path = self.office.store.path\n"
+    )
+    assert store_reaches(source) == [3, 4]
+
+
+def test_faces_never_reach_into_the_store_through_the_services() -> None:
+    violations = [
+        f"{name}:{line} reads .store"
+        for name, path in modules().items()
+        if layer_of(name) in FACES
+        for line in store_reaches(path.read_text())
+    ]
+    assert not violations, "ask a service instead:\n" + report(violations)

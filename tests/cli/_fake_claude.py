@@ -1,9 +1,11 @@
-"""A stand-in for Claude Code in tests/cli/test_hook.py: `python _fake_claude.py AGENTPOST NAME`.
+"""A stand-in for Claude Code in tests/cli/test_hook.py and test_guard.py: `python
+_fake_claude.py AGENTPOST NAME`.
 
 Starts `AGENTPOST mcp` as its child (AGENTPOST_AGENT=NAME in that child's environment only),
 initializes it over its pipes so its session is registered, prints `ready`; then for every line
-on stdin (a hook's JSON input) runs `AGENTPOST hook claude` as another child and prints its
-stdout as one JSON string. Closing stdin ends both.
+on stdin: a JSON object (a hook's input) runs `AGENTPOST hook claude` as another child and prints
+its stdout as one JSON string; a JSON array is a command, run as another child as Claude Code's
+Bash tool runs one, and prints {"returncode", "stderr"}. Closing stdin ends both.
 """
 
 from __future__ import annotations
@@ -41,6 +43,11 @@ def main() -> None:
         pass
     print("ready", flush=True)
     for line in sys.stdin:
+        command = json.loads(line)
+        if isinstance(command, list):
+            ran = subprocess.run(command, capture_output=True, text=True, check=False)
+            print(json.dumps({"returncode": ran.returncode, "stderr": ran.stderr}), flush=True)
+            continue
         done = subprocess.run(
             [agentpost, "hook", "claude"], input=line, capture_output=True, text=True, check=True
         )

@@ -1,8 +1,11 @@
 """The commit guard end to end: `agentpost guard install` in a real repository, then real
 `git commit`s, refused or let through by the reservations of the test's post office.
 
-Reservations are arranged in-process through the services, by sessions of this test's own
-process (so they stay live); every act and observation is git's or the command line's.
+Reservations are arranged in-process through the services, by sessions of a live process no
+commit descends from (so they stay live, and the guard finds no session of the committer: it
+falls back to the worktree, as for a person's commit); every act and observation is git's or the
+command line's. A fake Claude Code (tests/cli/_fake_claude.py) commits as the agent of the real
+`agentpost mcp` it started.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from agentpost.config import Settings
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
+from claude_stand_in import ask, claude_code
 from service_process import Service
 
 AGENTPOST = Path(sys.executable).with_name("agentpost")
 WAIT_S = 30
+OUTSIDER_PID = 1
+"""init: alive, and no commit's ancestor is its parent, so its sessions are nobody's committer."""
 
 
 def git_env(**extra: str) -> dict[str, str]:
@@ -70,26 +76,31 @@ def repo(tmp_path: Path) -> Path:
     return root
 
 
-def commit(repo: Path, *files: str, **env: str) -> subprocess.CompletedProcess[str]:
-    """Change `files`, stage them and try to commit."""
+def stage(repo: Path, *files: str) -> None:
+    """Change `files` and stage them."""
     for name in files:
         path = repo / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(path.read_text() + "more\n" if path.exists() else "new\n")
     git(repo, "add", *files)
+
+
+def commit(repo: Path, *files: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Change `files`, stage them and try to commit."""
+    stage(repo, *files)
     return run(["git", "commit", "-qm", f"change {' '.join(files)}"], repo, **env)
 
 
 def reserve(
     agent: str, paths: list[str], *, worktree: str = "/elsewhere/shop", exclusive: bool = True
 ) -> None:
-    """`agent` reserves `paths` of project shop from a live local session (this process)."""
+    """`agent` reserves `paths` of project shop from a live local session (of `OUTSIDER_PID`)."""
 
     async def main() -> None:
         office = await PostOffice.open(Settings())
         try:
             context = LocalContext(
-                host=this_host(), pid=os.getpid(), project="shop", worktree=worktree, branch="x"
+                host=this_host(), pid=OUTSIDER_PID, project="shop", worktree=worktree, branch="x"
             )
             session = await office.presence.open_local_session(context, name=agent)
             caller = Caller(agent, session.id)
@@ -155,6 +166,25 @@ def test_the_holder_commits_its_own_files_from_the_worktree_it_reserved_them_in(
     assert done.returncode == 0, done.stderr
 
 
+def test_two_agents_in_one_worktree_are_told_apart_by_the_claude_code_that_commits(
+    repo: Path,
+) -> None:
+    installed(repo)
+    reserve("alice", ["src/**"], worktree=str(repo))  # from the worktree bob works in too
+    logs = repo.parent
+    with (
+        claude_code("alice", cwd=repo, log=logs / "alice.stderr", env=git_env()) as alice,
+        claude_code("bob", cwd=repo, log=logs / "bob.stderr", env=git_env()) as bob,
+    ):
+        stage(repo, "src/app.py")
+        refused = ask(bob, ["git", "commit", "-qm", "bob's change"])
+        assert refused["returncode"] == 1, refused["stderr"]
+        assert "src/app.py: held by alice as 'src/**'" in refused["stderr"]
+        done = ask(alice, ["git", "commit", "-qm", "alice's change"])
+        assert done["returncode"] == 0, done["stderr"]
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+
+
 def test_every_worktree_of_the_repository_shares_the_guard(repo: Path, tmp_path: Path) -> None:
     installed(repo)
     linked = tmp_path / "shop-feature"
@@ -170,6 +200,26 @@ def test_an_unreadable_post_office_warns_and_lets_the_commit_through(repo: Path)
     done = commit(repo, "src/app.py", AGENTPOST_URL="http://127.0.0.1:9", AGENTPOST_KEY="ap_x")
     assert done.returncode == 0
     assert "reservations not checked (unavailable" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "config",
+    ['home = "never closed\n', "no_such_setting = 1\n"],
+    ids=["invalid-toml", "unknown-key"],
+)
+def test_a_broken_config_file_warns_and_lets_the_commit_through(
+    repo: Path, tmp_path: Path, config: str
+) -> None:
+    installed(repo)
+    reserve("bob", ["src/**"])
+    broken = tmp_path / "broken.toml"
+    broken.write_text(config)
+    done = commit(repo, "src/app.py", AGENTPOST_CONFIG=str(broken))
+    assert done.returncode == 0, done.stderr
+    assert "reservations not checked (" in done.stderr
+    assert "committing anyway" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
 
 
 @pytest.mark.anyio

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from claude_stand_in import ask, claude_code
 from raw_stdio import raw_session
 
 AGENTPOST = Path(sys.executable).with_name("agentpost")
-FAKE_CLAUDE = Path(__file__).with_name("_fake_claude.py")
 PROMPT = {"session_id": "s-1", "cwd": "/tmp", "hook_event_name": "UserPromptSubmit"}
 
 
@@ -173,37 +173,16 @@ def test_the_read_path_loads_no_sqlalchemy_pydantic_mcp_or_event_loop() -> None:
 
 @contextmanager
 def fake_claude(tmp_path: Path, agent: str) -> Iterator[subprocess.Popen[str]]:
-    """A stand-in for Claude Code: a process that starts `agentpost mcp` as its child (named
-    `agent` in that child's environment only) and runs hooks on request, also as children."""
+    """A stand-in for Claude Code (tests/claude_stand_in.py) whose `agentpost mcp` speaks as
+    `agent`, working in a folder of its own."""
     desk = tmp_path / "desk"
     desk.mkdir(exist_ok=True)
-    with (
-        (tmp_path / f"fake-claude-{agent}.stderr").open("w") as errlog,
-        subprocess.Popen(
-            [sys.executable, str(FAKE_CLAUDE), str(AGENTPOST), agent],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=errlog,
-            text=True,
-            cwd=desk,
-        ) as process,
-    ):
-        assert process.stdout is not None
-        assert process.stdout.readline().strip() == "ready"
-        try:
-            yield process
-        finally:
-            assert process.stdin is not None
-            process.stdin.close()
-            process.wait(timeout=60)
+    with claude_code(agent, cwd=desk, log=tmp_path / f"fake-claude-{agent}.stderr") as process:
+        yield process
 
 
 def run_hook_in(claude: subprocess.Popen[str]) -> str:
-    assert claude.stdin is not None
-    assert claude.stdout is not None
-    claude.stdin.write(json.dumps(PROMPT) + "\n")
-    claude.stdin.flush()
-    output = json.loads(claude.stdout.readline())
+    output = ask(claude, PROMPT)
     assert isinstance(output, str)
     return output
 
@@ -233,6 +212,28 @@ async def test_the_agent_is_the_session_claude_code_started_beside_the_hook(
     assert unread("bob") == 2
 
 
+def test_a_new_session_of_the_agent_starts_its_notes_at_its_own_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cursor is the agent's, but the mail that waited between two sessions is the new
+    session's backlog: it reads it with `inbox`, the hook does not dump it."""
+    monkeypatch.setenv("AGENTPOST_AUTO_LEAD", "false")  # no leader change among the news
+    meet("alice", "bob")
+    with fake_claude(tmp_path, "bob") as claude:
+        first = send("alice", "bob", "during the first session")
+        assert first in context_of(run_hook_in(claude))
+    between = send("alice", "bob", "while bob was away")
+    with fake_claude(tmp_path, "bob") as claude:
+        assert run_hook_in(claude) == ""
+        fresh = send("alice", "bob", "during the second session")
+        note = context_of(run_hook_in(claude))
+        assert "1 new message for bob" in note
+        assert fresh in note
+        assert between not in note
+        assert run_hook_in(claude) == ""  # told once
+    assert unread("bob") == 3
+
+
 def test_it_reads_home_and_agent_from_the_config_file_as_the_other_commands_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -246,4 +247,4 @@ def test_it_reads_home_and_agent_from_the_config_file_as_the_other_commands_do(
     assert hook().stdout == ""
     sent = send("alice", "bob", "found through the config file")
     assert sent in context_of(hook().stdout)
-    assert (elsewhere / "hook-cursors" / "bob").read_text().strip().isdigit()
+    assert (elsewhere / "hook-cursors" / "bob").exists()

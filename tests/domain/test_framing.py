@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from agentpost.domain import framing
-from agentpost.domain.framing import frame_messages, new_nonce
+from agentpost.domain.framing import frame_messages, is_bare, new_nonce
 from agentpost.domain.models import Kind, Message, Priority, Trust
 
 OPEN = re.compile(r"<message-([0-9a-f]{12}) ")
@@ -129,3 +129,8 @@ def test_unverified_mail_gets_a_warning_after_the_frames() -> None:
 
 def test_nothing_to_show_is_just_the_title() -> None:
     assert frame_messages([], title="no mail") == "no mail"
+
+
+def test_only_plain_tokens_are_bare() -> None:
+    assert all(is_bare(t) for t in ("m_01", "#ops", "alice@apollo", "a.b:c,d-e"))
+    assert not any(is_bare(t) for t in ("", 'a"b', "a>b", "a b", "a\nb", "é"))

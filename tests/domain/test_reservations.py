@@ -262,17 +262,27 @@ def test_the_guard_holds_staged_paths_to_other_agents_exclusive_reservations() -
     reservations = [
         held("bob", "src/**"),
         held("carol", "docs/*", exclusive=False),
-        held("me", "README.md"),
-        held("mine-by-worktree", "tests/**", worktree="/w/here"),
+        held("me", "README.md", worktree="/w/elsewhere"),
     ]
-    staged = ["src/a/b.py", "docs/guide.md", "README.md", "tests/test_a.py", "other.txt"]
+    staged = ["src/a/b.py", "docs/guide.md", "README.md", "other.txt"]
     refused = held_against(staged, reservations, agent="me", worktree="/w/here")
     assert [(path, r.agent) for path, r in refused] == [("src/a/b.py", "bob")]
 
 
+def test_a_known_agent_is_held_to_another_agents_reservation_from_its_own_worktree() -> None:
+    reservations = [held("alice", "tests/**", worktree="/w/here")]
+    refused = held_against(["tests/test_a.py"], reservations, agent="me", worktree="/w/here")
+    assert [(path, r.agent) for path, r in refused] == [("tests/test_a.py", "alice")]
+
+
 def test_without_a_name_only_the_worktree_says_what_is_yours() -> None:
-    reservations = [held("me", "README.md", worktree="/w/elsewhere")]
-    assert held_against(["README.md"], reservations, agent=None, worktree="/w/here") != []
+    reservations = [
+        held("me", "README.md", worktree="/w/elsewhere"),
+        held("someone", "tests/**", worktree="/w/here"),
+    ]
+    staged = ["README.md", "tests/test_a.py"]
+    refused = held_against(staged, reservations, agent=None, worktree="/w/here")
+    assert [(path, r.agent) for path, r in refused] == [("README.md", "me")]
 
 
 # -- the records as JSON --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -22,8 +23,8 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
 from agentpost.mcp.http import GROUPS
-from service_process import Service
-from stdio_agents import INBOX_URI, LEGACY, WAKE_TIMEOUT_S
+from service_process import Service, running_service
+from stdio_agents import INBOX_URI, LEGACY, MODERN, WAKE_TIMEOUT_S
 
 pytestmark = pytest.mark.anyio
 
@@ -212,3 +213,26 @@ async def test_a_local_stdio_agents_send_wakes_a_rest_wait_on_the_same_file(
     (answer,) = answers
     assert answer["timed_out"] is False
     assert [(m["from"], m["trust"]) for m in answer["messages"]] == [("local-dev", "verified")]
+
+
+async def test_an_open_subscription_keeps_its_agent_online_without_requests(
+    tmp_path: Path,
+) -> None:
+    """DESIGN: any open subscription counts as a heartbeat. Sessions here go offline after a
+    second without one; alice only listens, for three."""
+    fast = {"AGENTPOST_HEARTBEAT_S": "0.3", "AGENTPOST_OFFLINE_AFTER_S": "1"}
+    async with running_service(tmp_path, fast) as service:
+        bob = await service.agent("bob")
+
+        async def online() -> set[str]:
+            found = (await bob.get("/v1/presence")).json()["agents"]
+            return {a["name"] for a in found if a["online"]}
+
+        alice_key = await service.create_agent("alice")
+        async with connect(service, alice_key, MODERN) as alice:
+            await alice.call("whoami")
+            await anyio.sleep(1.5)
+            assert "alice" not in await online()  # a past request does not last
+            async with alice.client.listen(resource_subscriptions=[INBOX_URI]):
+                await anyio.sleep(3)
+                assert "alice" in await online()

@@ -168,6 +168,27 @@ async def test_touched_groups_new_events_by_agent(office: PostOffice) -> None:
     assert await office.events.touched(seen) == ({}, seen)
 
 
+async def test_touches_names_the_agents_whose_events_grow_from_its_start(
+    office: PostOffice,
+) -> None:
+    alice, bob, _carol = await agents(office, "alice", "bob", "carol")
+    await office.mailbox.send(alice, "carol", "before the start: never named")
+    send, receive = anyio.create_memory_object_stream[dict[str, int]]()
+
+    async def listen() -> None:
+        async for touched in office.events.touches():
+            await send.send(touched)
+
+    async with send, receive, anyio.create_task_group() as tg:
+        tg.start_soon(listen)
+        await anyio.wait_all_tasks_blocked()  # started: waiting for news
+        await office.mailbox.send(alice, "bob", "news")
+        with anyio.fail_after(10):
+            touched = await receive.receive()
+        tg.cancel_scope.cancel()
+    assert touched == {"bob": (await office.events.since(bob, 0))[-1].seq}
+
+
 @pytest.mark.parametrize("after", [-1, 1.5, "7", True, None])
 async def test_a_cursor_that_is_no_event_seq_is_refused(office: PostOffice, after: Any) -> None:
     (bob,) = await agents(office, "bob")

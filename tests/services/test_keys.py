@@ -16,7 +16,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Trust
 from agentpost.services import PostOffice
 from agentpost.services.keys import default_session_id
-from backends import FakeClock, OpenOffice, refused_without_change, snapshot
+from backends import FakeClock, OpenOffice, refused_without_change, session_caller, snapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -343,6 +343,18 @@ async def test_a_named_session_must_be_a_live_session_of_the_same_agent(
         office,
         ErrorCode.NOT_FOUND,
         office.keys.authenticate(alice_secret, ip=ADDRESS, session=session.id),
+    )
+
+
+async def test_a_key_cannot_speak_for_its_agents_local_session(office: PostOffice) -> None:
+    """A local session may do what only a local session may (force leadership): a key that
+    named one would borrow that."""
+    _, secret = await keyed(office, "alice")
+    local = await session_caller(office, "alice")
+    await refused_without_change(
+        office,
+        ErrorCode.NOT_FOUND,
+        office.keys.authenticate(secret, ip=ADDRESS, session=local.session_id),
     )
 
 

@@ -232,7 +232,7 @@ async def test_a_standing_session_takes_the_seat_when_the_holder_stops(
     bob = await session_caller(office, "bob")
     await office.leadership.claim(alice)
     async with anyio.create_task_group() as group:
-        group.start_soon(office.leadership.stand, bob)
+        group.start_soon(office.leadership.stand, lambda: bob)
         await anyio.sleep(0.2)
         assert (await office.leadership.leader(bob)).leader == "alice"
         await office.presence.end_session(alice.session_id or "")
@@ -244,7 +244,7 @@ async def test_a_standing_session_takes_the_seat_when_the_holder_stops(
 async def test_a_session_that_may_not_lead_does_not_stand(office: PostOffice) -> None:
     feature = await session_caller(office, "feat", branch="feature-x")
     with anyio.fail_after(5):
-        await office.leadership.stand(feature)  # returns at once
+        await office.leadership.stand(lambda: feature)  # returns at once
     assert (await office.leadership.leader(feature)).leader is None
 
 
@@ -264,9 +264,21 @@ async def test_a_session_that_stepped_down_stands_no_more_until_it_claims_again(
 ) -> None:
     alice = await session_caller(office, "alice")
     async with anyio.create_task_group() as group:
-        group.start_soon(office.leadership.stand, alice)
+        group.start_soon(office.leadership.stand, lambda: alice)
         await led_by(office, alice, "alice")
         await office.leadership.release(alice)
         await anyio.sleep(0.3)  # time enough for standing to take it back, were it to
         assert (await office.leadership.leader(alice)).leader is None
         group.cancel_scope.cancel()
+
+
+async def test_a_session_that_takes_another_name_keeps_its_seat_and_term(
+    office: PostOffice,
+) -> None:
+    first = await session_caller(office, None)  # auto-named shop-main, as a fresh session is
+    await office.leadership.claim(first)
+    renamed = await office.presence.register(first, name="alice")
+    seat = await office.leadership.leader(renamed)
+    assert (seat.leader, seat.term) == ("alice", 1)
+    assert (await office.leadership.claim(renamed)).term == 1  # still its own, not a new term
+    assert (await office.leadership.release(renamed)).leader is None

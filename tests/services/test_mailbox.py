@@ -882,11 +882,12 @@ async def test_a_large_sweep_goes_in_batches_and_purges_everything_due(
 
 async def test_arrivals_tell_of_new_mail_without_marking_it_read(office: PostOffice) -> None:
     alice, bob = await agents(office, "alice", "bob")
-    await office.mailbox.send(alice, "bob", "old news")  # already there: not an arrival
+    await office.mailbox.send(alice, "bob", "old news")  # before the cursor: not an arrival
+    start = await office.mailbox.latest_arrival(bob)
     told: list[int] = []
 
     async def listen() -> None:
-        async for seq in office.mailbox.arrivals(lambda: bob):
+        async for seq in office.mailbox.arrivals(lambda: bob, after=start):
             told.append(seq)
             return
 
@@ -911,7 +912,7 @@ async def test_arrivals_follow_a_session_that_takes_another_name(office: PostOff
     told: list[int] = []
 
     async def listen() -> None:
-        async for seq in office.mailbox.arrivals(lambda: me[0]):
+        async for seq in office.mailbox.arrivals(lambda: me[0], after=0):
             told.append(seq)
             return
 

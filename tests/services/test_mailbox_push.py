@@ -3,6 +3,9 @@ read or not, never marked read. On both databases."""
 
 from __future__ import annotations
 
+from contextlib import aclosing
+
+import anyio
 import pytest
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
@@ -54,3 +57,43 @@ async def test_a_limit_out_of_range_is_invalid(office: PostOffice) -> None:
     with pytest.raises(AgentpostError) as caught:
         await office.mailbox.arrived_after(bob, 0, limit=0)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+async def test_arrivals_tell_at_once_of_mail_delivered_after_the_cursor_before_listening(
+    office: PostOffice,
+) -> None:
+    """A push that looked up to its cursor, then (after a failure, or before it listened) starts
+    waiting, must not sit on mail that landed in between until some later message comes."""
+    alice, bob = [await office.presence.ensure_agent(n) for n in ("alice", "bob")]
+    await office.mailbox.send(alice, "bob", "already told")
+    cursor = await office.mailbox.latest_arrival(bob)
+    await office.mailbox.send(alice, "bob", "landed between the look and the watch")
+    between = await office.mailbox.latest_arrival(bob)
+
+    with anyio.fail_after(10):
+        async with aclosing(office.mailbox.arrivals(lambda: bob, after=cursor)) as arrivals:
+            assert await anext(arrivals) == between
+    assert [m.body for m in await office.mailbox.arrived_after(bob, cursor)] == [
+        "landed between the look and the watch"
+    ]
+
+
+async def test_arrivals_from_the_newest_cursor_wait_for_the_next_message(
+    office: PostOffice,
+) -> None:
+    alice, bob = [await office.presence.ensure_agent(n) for n in ("alice", "bob")]
+    await office.mailbox.send(alice, "bob", "old news")
+    cursor = await office.mailbox.latest_arrival(bob)
+    told: list[int] = []
+
+    async def listen() -> None:
+        async with aclosing(office.mailbox.arrivals(lambda: bob, after=cursor)) as arrivals:
+            told.append(await anext(arrivals))
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listen)
+            await anyio.wait_all_tasks_blocked()
+            assert told == []
+            await office.mailbox.send(alice, "bob", "new")
+    assert told == [await office.mailbox.latest_arrival(bob)]

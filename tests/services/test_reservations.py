@@ -249,15 +249,33 @@ async def test_one_live_session_keeps_all_of_its_agents_reservations(
     assert (await office.reservations.reserve(bob, ["src/a.py"])).conflicts != []
 
 
-async def test_a_silent_session_lets_its_reservations_lapse_once_it_is_offline(
+async def test_a_silent_session_lets_its_reservations_lapse_45_s_after_it_went_offline(
     office: PostOffice, clock: FakeClock
 ) -> None:
     alice = await session_caller(office, "alice")
     await office.reservations.reserve(alice, ["src/**"])
-    clock.advance(44)
+    clock.advance(46)  # no heartbeat for 46 s: offline since 45 s
+    bob = await session_caller(office, "bob")
+    assert "alice" not in [p.name for p in await office.presence.who()]
+    assert len(await office.reservations.reservations(bob)) == 1  # the grace, as for an end
+    clock.advance(43)
+    assert len(await office.reservations.reservations(bob)) == 1
+    clock.advance(2)  # 91 s after the last heartbeat: 46 s after it went offline
+    assert await office.reservations.reservations(bob) == []
+    assert (await office.reservations.reserve(bob, ["src/a.py"])).conflicts == []
+
+
+async def test_a_session_ended_after_it_fell_silent_lapses_from_when_it_went_offline(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await session_caller(office, "alice")
+    await office.reservations.reserve(alice, ["src/**"])
+    clock.advance(60)  # offline since 45 s; ended now
+    await office.presence.end_session(alice.session_id or "")
+    clock.advance(29)
     bob = await session_caller(office, "bob")
     assert len(await office.reservations.reservations(bob)) == 1
-    clock.advance(2)  # 46 s without a heartbeat: offline, and its claims with it
+    clock.advance(2)  # 91 s: 46 s after it went offline, though only 31 s after it ended
     assert await office.reservations.reservations(bob) == []
 
 

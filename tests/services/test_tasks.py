@@ -11,7 +11,14 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Kind, Priority
 from agentpost.domain.tasks import TaskStatus
 from agentpost.services import PostOffice
-from backends import FakeClock, OpenOffice, refused_without_change, session_caller
+from agentpost.store import agents as agent_rows
+from backends import (
+    FakeClock,
+    OpenOffice,
+    disable_agent,
+    refused_without_change,
+    session_caller,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -208,6 +215,63 @@ async def test_a_task_whose_message_is_refused_is_not_stored(open_office: OpenOf
         office, ErrorCode.INBOX_FULL, office.tasks.delegate(boss, "worker", "Fix the build")
     )
     assert await office.tasks.tasks(boss) == []
+
+
+async def test_the_assignee_finishes_a_task_whose_creator_was_disabled_meanwhile(
+    office: PostOffice,
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await disable_agent(office.store, "boss")
+    done = await office.tasks.update_task(worker, task.id, "done", note="green again")
+    assert done.status is TaskStatus.DONE
+    assert (await office.tasks.task(worker, task.id)).status is TaskStatus.DONE
+    [notice] = await office.mailbox.sent(worker)  # kept in the thread
+    assert (notice.message.thread_id, notice.message.data["status"]) == (task.thread_id, "done")
+    await office.store.write(lambda conn: agent_rows.update_agent(conn, "boss", disabled_at=None))
+    assert (await office.mailbox.inbox(boss)).messages == []  # passed over while disabled
+
+
+async def test_the_assignee_finishes_a_task_while_the_creators_inbox_is_full(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(max_unacked=2)
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await office.mailbox.send(worker, "boss", "one")
+    await office.mailbox.send(worker, "boss", "two")
+    done = await office.tasks.update_task(worker, task.id, "done")
+    assert done.status is TaskStatus.DONE
+    told = (await office.mailbox.inbox(boss)).messages
+    assert [m.body for m in told] == ["one", "two"]  # the notice passed over the full inbox
+    # An ordinary send still meets the full inbox.
+    await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.mailbox.send(worker, "boss", "three")
+    )
+
+
+async def test_the_assignee_finishes_a_task_while_over_its_send_rate(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(send_rate_per_minute=1)
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await office.mailbox.send(worker, "boss", "uses up the minute")
+    await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.mailbox.send(worker, "boss", "one more")
+    )
+    done = await office.tasks.update_task(worker, task.id, "done")
+    assert done.status is TaskStatus.DONE
+    told = (await office.mailbox.inbox(boss)).messages
+    assert [m.data["status"] for m in told if m.kind is Kind.TASK] == ["done"]
+
+
+async def test_the_creator_cancels_a_task_whose_assignee_was_disabled(office: PostOffice) -> None:
+    boss, _ = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await disable_agent(office.store, "worker")
+    cancelled = await office.tasks.update_task(boss, task.id, "cancelled")
+    assert cancelled.status is TaskStatus.CANCELLED
 
 
 async def test_with_delegate_requires_leader_only_the_projects_leader_delegates(

@@ -19,11 +19,13 @@ import anyio.to_thread
 import pytest
 from sqlalchemy import Connection
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import agents, mail, sqlite, wakeups
 from agentpost.store.database import Store
 from agentpost.store.schema import rate_windows
 from agentpost.store.wakeups import Wakeups
 from store.test_mail import put
+from store.test_sqlite import insert_key
 
 pytestmark = pytest.mark.anyio
 
@@ -273,4 +275,89 @@ async def test_the_writer_tells_another_connections_commit_from_its_own(tmp_path
         assert foreign.is_set()
     finally:
         raw.close()
+        await anyio.to_thread.run_sync(runner.close)
+
+
+async def schema_file(tmp_path: Path) -> Path:
+    path = tmp_path / "agentpost.db"
+    await (await Store.open(f"sqlite:///{path}")).aclose()
+    return path
+
+
+async def test_a_batch_that_cannot_begin_leaves_the_look_for_foreign_commits_working(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch takes in the looks queued behind its first write (its own look covers them).
+    When another process holds the write lock past the busy timeout, the batch never begins and
+    never looks: a foreign commit after that must still be seen."""
+    path = await schema_file(tmp_path)
+    monkeypatch.setattr(sqlite, "BUSY_TIMEOUT_MS", 100)  # a begin is refused in 0.1 s
+    foreign, resume = threading.Event(), threading.Event()
+
+    def on_foreign() -> None:
+        foreign.set()
+        resume.wait(10)  # holds the writer: what is queued meanwhile is taken in as one batch
+
+    runner = sqlite.SqliteRunner(path, on_commit=lambda _: None, on_foreign=on_foreign)
+    raw = sqlite3.connect(path, timeout=30, isolation_level=None)
+    refused: list[ErrorCode] = []
+
+    async def refused_write() -> None:
+        with pytest.raises(AgentpostError) as caught:
+            await runner.write(insert_key("refused"))
+        refused.append(caught.value.code)
+
+    try:
+        await runner.write(insert_key("local"))  # the writer has its baseline: it looked
+        raw.execute(INSERT_KEY, ("first",))
+        runner.look_for_foreign()
+        assert await anyio.to_thread.run_sync(foreign.wait, 10)  # the writer is held now
+        foreign.clear()
+        raw.execute("BEGIN IMMEDIATE")  # another process takes the write lock
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(refused_write)
+            await anyio.wait_all_tasks_blocked()  # the write is queued
+            runner.look_for_foreign()  # queued behind it: its batch takes the look in
+            resume.set()
+        assert refused == [ErrorCode.UNAVAILABLE]
+        raw.execute(INSERT_KEY, ("second",))
+        raw.execute("COMMIT")
+        runner.look_for_foreign()
+        assert await anyio.to_thread.run_sync(foreign.wait, 10)
+    finally:
+        resume.set()
+        raw.close()
+        await anyio.to_thread.run_sync(runner.close)
+
+
+async def test_a_look_that_fails_wakes_everyone_and_the_writer_carries_on(tmp_path: Path) -> None:
+    path = await schema_file(tmp_path)
+    foreign = threading.Event()
+    runner = sqlite.SqliteRunner(path, on_commit=lambda _: None, on_foreign=foreign.set)
+    refusals: list[str] = []
+
+    def refuse_one_look(action: int, arg1: str | None, *_: object) -> int:
+        if action == sqlite3.SQLITE_PRAGMA and arg1 == "data_version" and not refusals:
+            refusals.append(arg1)
+            return sqlite3.SQLITE_DENY  # the look raises sqlite3.DatabaseError, not busy
+        return sqlite3.SQLITE_OK
+
+    def install(conn: Connection) -> None:
+        raw = conn.connection.driver_connection
+        assert isinstance(raw, sqlite3.Connection)
+        raw.set_authorizer(refuse_one_look)
+
+    try:
+        await runner.write(install)
+        runner.look_for_foreign()
+        # Nobody can rule out a foreign commit: every waiter looks again.
+        assert await anyio.to_thread.run_sync(foreign.wait, 10)
+        assert refusals == ["data_version"]
+        foreign.clear()
+        with anyio.fail_after(10):
+            await runner.write(insert_key("after"))  # the writer lives on
+        await anyio.to_thread.run_sync(commit_elsewhere, path, "elsewhere")
+        runner.look_for_foreign()
+        assert await anyio.to_thread.run_sync(foreign.wait, 10)
+    finally:
         await anyio.to_thread.run_sync(runner.close)

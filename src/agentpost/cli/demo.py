@@ -23,6 +23,7 @@ async def run_demo(pause: float) -> None:
         settings = Settings(home=Path(folder), database_url=None, agent=None, agents=None)
         office = await PostOffice.open(settings)
         try:
+            console.print(f"[dim]scratch post office: {settings.resolved_database_url}[/dim]")
             await _story(office, pause)
         finally:
             await office.aclose()
@@ -34,7 +35,6 @@ def _step(text: str) -> None:
 
 async def _story(office: PostOffice, pause: float) -> None:
     context = detect()
-    console.print(f"[dim]scratch post office: {office.store.path}[/dim]")
     a = await office.presence.open_local_session(context, name="alice", objective="review #42")
     b = await office.presence.open_local_session(context, name="bob", objective="fix the parser")
     alice, bob = Caller("alice", a.id), Caller("bob", b.id)

@@ -8,15 +8,20 @@ starts it with. A `pre-commit` hook that is not ours is never overwritten: it is
 `uninstall` puts it back. Running `install` again only refreshes our hook.
 
 `check` lists the staged files and refuses the commit (exit 1) when another agent holds one of
-them exclusively in this project, naming the path, the holder and until when. Yours are the
-reservations of `AGENTPOST_AGENT` and those made from this worktree. It reads the local post
-office, or the remote one of `AGENTPOST_URL`/`AGENTPOST_KEY`; when that cannot be read it warns
-and lets the commit through: reservations are advisory, and a broken guard must not stop work.
+them exclusively in this project, naming the path, the holder and until when. The committing
+agent is `AGENTPOST_AGENT`, else the agent of the live local `agentpost mcp` session started by
+the same parent as one of the commit's ancestors (Claude Code starts both; the hook's lookup), so
+two agents sharing a worktree are held to each other's reservations; only when neither names one
+are the reservations made from this worktree yours. It reads the local post office, or the
+remote one of `AGENTPOST_URL`/`AGENTPOST_KEY` (which knows no local processes); when that cannot
+be read, whatever the reason (a bad config file included), it warns and lets the commit through:
+reservations are advisory, and a broken guard must not stop work.
 `AGENTPOST_GUARD=off` bypasses it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -32,6 +37,7 @@ from agentpost.cli.entry import EXIT_CODES
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
 if TYPE_CHECKING:  # the check loads what it needs when it runs: install stays quick
+    from agentpost.config import Settings
     from agentpost.domain.reservations import Reservation
 
 MARKER = "# agentpost-guard"
@@ -149,20 +155,25 @@ def staged_files() -> list[str]:
     return [path for path in listed.split("\0") if path]
 
 
-async def _live_reservations(project: str) -> list[Reservation]:
-    from agentpost.config import Settings
-
-    settings = Settings()
-    if settings.url:
+async def _read_post_office(
+    settings: Settings, project: str
+) -> tuple[str | None, list[Reservation]]:
+    """(the committing agent, the project's live reservations). The agent is AGENTPOST_AGENT,
+    else the one whose local `agentpost mcp` the same Claude Code started (see
+    `Reservations.agent_of_process`); None when neither says: then the worktree says which
+    reservations are yours."""
+    if settings.url:  # a remote post office knows no local processes
         from agentpost.client import AsyncClient
 
         async with AsyncClient(settings.url, settings.key) as client:
-            return await client.reservations(project=project)
+            return settings.agent, await client.reservations(project=project)
     from agentpost.services import PostOffice
 
     office = await PostOffice.open(settings)
     try:
-        return await office.reservations.live(project)
+        held = await office.reservations.live(project)
+        agent = settings.agent or await office.reservations.agent_of_process(os.getpid())
+        return agent, held
     finally:
         await office.aclose()
 
@@ -183,15 +194,17 @@ def check(environ: Mapping[str, str]) -> int:
             return 0
         settings = Settings()
         context = detect(project_override=settings.project)
-        held = anyio.run(_live_reservations, context.project)
-    except AgentpostError as err:
+        agent, held = anyio.run(_read_post_office, settings, context.project)
+    except Exception as exc:  # a bad config, an unreadable store, no git: never stop the commit
+        if isinstance(exc, AgentpostError):
+            why = f"{exc.code.value}: {exc.message}"
+        else:
+            why = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
         typer.echo(
-            f"agentpost guard: reservations not checked ({err.code.value}: {err.message}); "
-            "committing anyway",
-            err=True,
+            f"agentpost guard: reservations not checked ({why}); committing anyway", err=True
         )
         return 0
-    refused = held_against(staged, held, agent=settings.agent, worktree=context.worktree)
+    refused = held_against(staged, held, agent=agent, worktree=context.worktree)
     if not refused:
         return 0
     lines = [
@@ -200,7 +213,7 @@ def check(environ: Mapping[str, str]) -> int:
     ]
     for path, r in refused:
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r.expires_at))
-        why = f" ({r.reason})" if r.reason else ""
+        why = f" ({json.dumps(r.reason, ensure_ascii=False)})" if r.reason else ""
         lines.append(f"  {path}: held by {r.agent} as {r.path!r} until {until}{why}")
     holders = sorted({r.agent for _, r in refused})
     lines.append(

@@ -15,8 +15,9 @@ file itself, as `agentpost.config.Settings` would.
 
 Which agent: AGENTPOST_AGENT (or `agent` in the config file) if set; else the live local stdio
 session whose process is a child of one of this hook's ancestors (Claude Code starts both
-`agentpost mcp` and the hook); else nobody, and nothing is printed. The first note of an agent
-starts at its session's start: the backlog is the session's to read, not the hook's to dump.
+`agentpost mcp` and the hook); else nobody, and nothing is printed. The first note of each new
+session of an agent (its newest live stdio session here) starts at that session's start, not at
+the last session's cursor: the backlog is the session's to read, not the hook's to dump.
 
 Not covered, so nothing is printed: a remote post office (`url`: the hook does not speak HTTP)
 and PostgreSQL (`database_url=postgresql://…`: no driver fits the time budget); there the channel
@@ -63,35 +64,6 @@ def settings(environ: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def parent_of(pid: int) -> int | None:
-    """The parent pid of `pid`, from /proc (None when the process is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
-
-
-def ancestors(pid: int) -> list[int]:
-    """`pid`'s parent, grandparent, … nearest first; init (1) is left out: it adopts orphans."""
-    chain: list[int] = []
-    current = parent_of(pid)
-    while current is not None and current > 1 and current not in chain:
-        chain.append(current)
-        current = parent_of(current)
-    return chain
-
-
-class Session(Protocol):
-    """A live local session, as `agentpost.store.notes` reads it."""
-
-    @property
-    def agent(self) -> str: ...
-    @property
-    def pid(self) -> int: ...
-
-
 class Noted(Protocol):
     """A new message, as `agentpost.store.notes` reads it."""
 
@@ -109,17 +81,6 @@ class Noted(Protocol):
     def body(self) -> str: ...
     @property
     def priority(self) -> str: ...
-
-
-def agent_of_this_session(sessions: Sequence[Session], pid: int) -> str | None:
-    """The agent of the session whose process is a child of this hook's nearest ancestor that
-    has one (newest first when several are)."""
-    parents = {s.pid: parent_of(s.pid) for s in sessions}
-    for ancestor in ancestors(pid):
-        for session in sessions:  # newest first
-            if parents[session.pid] == ancestor:
-                return session.agent
-    return None
 
 
 def _one_line(note: Noted) -> str:
@@ -168,18 +129,24 @@ def note_for(environ: Mapping[str, str], pid: int) -> str | None:
     if not database.exists():
         return None
     host = os.uname().nodename
-    agent = config.get("agent") or agent_of_this_session(
+    agent = config.get("agent") or notes.agent_of_this_session(
         notes.live_local_sessions(database, host), pid
     )
     if agent is None:
         return None
     cursors = notes.Cursors(home)
     with cursors.held(agent):
-        told = cursors.get(agent)
-        cursor = notes.start_cursor(database, agent, host) if told is None else told
-        found, moved = notes.unread_after(database, agent, cursor, time.time(), LOOKED_AT)
-        if moved != told:
-            cursors.put(agent, moved)
+        started = notes.session_started(database, agent, host)
+        kept = cursors.get(agent)
+        if kept is not None and (started is None or started <= kept.session_started):
+            told = kept
+        else:
+            # A first note, or a newer session: start at its start. An older session that
+            # outlived a newer one keeps the cursor, so nothing is told twice.
+            told = notes.Told(notes.start_cursor(database, agent, started), started or 0.0)
+        found, moved = notes.unread_after(database, agent, told.seq, time.time(), LOOKED_AT)
+        if told != kept or moved != told.seq:
+            cursors.put(agent, notes.Told(moved, told.session_started))
     return render(agent, found) if found else None
 
 

@@ -34,10 +34,16 @@ def new_nonce(texts: Iterable[str]) -> str:
 _BARE = re.compile(r"[\w.#:@,-]+", re.ASCII)
 
 
+def is_bare(text: str) -> bool:
+    """Whether `text` is a plain token that may stand unquoted as an attribute value: no
+    quotes, `>`, spaces or newlines that could end the attribute or the tag."""
+    return _BARE.fullmatch(text) is not None
+
+
 def _attr(value: object) -> str:
     """Bare when it is a plain token, else a JSON string (so quotes and `>` stay inert)."""
     text = str(value)
-    return text if _BARE.fullmatch(text) else json.dumps(text, ensure_ascii=False)
+    return text if is_bare(text) else json.dumps(text, ensure_ascii=False)
 
 
 def _texts(message: Message) -> list[str]:

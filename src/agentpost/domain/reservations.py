@@ -312,10 +312,10 @@ def held_against(
     worktree: str | None,
 ) -> list[tuple[str, Reservation]]:
     """What the commit guard refuses: each staged path another agent holds exclusively. Yours
-    are those of `agent`, and those reserved from `worktree` (whoever's name they carry)."""
-    others = [
-        r
-        for r in held
-        if r.exclusive and r.agent != agent and (worktree is None or r.worktree != worktree)
-    ]
+    are those of `agent`; only when the committer's agent is unknown (None) are they those
+    reserved from `worktree`, whoever's name they carry: two agents may share one worktree."""
+    if agent is not None:
+        others = [r for r in held if r.exclusive and r.agent != agent]
+    else:
+        others = [r for r in held if r.exclusive and (worktree is None or r.worktree != worktree)]
     return [(p, r) for p in paths for r in others if matches(r.path, p)]

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, cast
@@ -224,8 +225,13 @@ class _AudienceListen:
     Over stdio there is one audience (None); over HTTP each agent is one.
     """
 
-    def __init__(self, audience: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        audience: Callable[[], str | None],
+        while_listening: Callable[[], AbstractAsyncContextManager[None]],
+    ) -> None:
         self._audience = audience
+        self._while_listening = while_listening
         self._handlers: dict[str | None, ListenHandler] = {}
         self._buses: dict[str | None, InMemorySubscriptionBus] = {}
 
@@ -239,7 +245,9 @@ class _AudienceListen:
     async def __call__(
         self, ctx: _Ctx, params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
-        return await self._handler(self._audience())(ctx, params)
+        handler = self._handler(self._audience())
+        async with self._while_listening():  # the stream stays open inside
+            return await handler(ctx, params)
 
     async def publish(self, uri: str, audience: str | None) -> None:
         targets = self._buses.values() if audience is None else [self._buses.get(audience)]
@@ -282,17 +290,20 @@ class MailboxServer:
         experimental_capabilities: Mapping[str, Mapping[str, Any]] | None = None,
         audience: Callable[[], str | None] = lambda: None,
         offered_tools: Callable[[], Collection[str] | None] = lambda: None,
+        while_listening: Callable[[], AbstractAsyncContextManager[None]] = nullcontext,
     ) -> None:
         """`audience` says, inside a request, whose news the requesting connection may hear;
-        `offered_tools`, which tools it may list and call (None: all of them). Both are asked
-        in the request's context, where `current_http_request()` answers."""
+        `offered_tools`, which tools it may list and call (None: all of them);
+        `while_listening` is entered for as long as a `subscriptions/listen` stream stays
+        open (an open subscription counts as the agent's heartbeat). All are asked in the
+        request's context, where `current_http_request()` answers."""
         self._read = read_resource
         self._resource_uris = tuple(resource_uris)
         self._tools: dict[str, _FunctionTool] = {}
         self._peers = _LegacyPeers()
         self._audience = audience
         self._offered = offered_tools
-        self._listen = _AudienceListen(audience)
+        self._listen = _AudienceListen(audience, while_listening)
         self._server = _LowLevelServer(
             name,
             version=version,
@@ -371,10 +382,6 @@ class MailboxServer:
         once if one did): a push loop waits here, so nothing is pushed into a void before the
         client's `initialize`, and a 2026-era client costs such a loop nothing."""
         await self._peers.joined().wait()
-
-    def has_legacy_peer(self, audience: str | None = None) -> bool:
-        """Whether a custom notification would be offered to anyone now."""
-        return bool(self._peers.all(audience))
 
     # -- transports ---------------------------------------------------------------------------
 

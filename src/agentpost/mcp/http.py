@@ -12,10 +12,8 @@ tells exactly the agents with news that their inbox changed.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Collection
-
-import anyio
+from contextlib import AbstractAsyncContextManager, nullcontext
 
 from agentpost import __version__
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
@@ -29,8 +27,6 @@ from agentpost.mcp.reservation_tools import register_reservation_tools
 from agentpost.mcp.task_tools import register_task_tools
 from agentpost.mcp.tools import register_tools
 from agentpost.services import PostOffice
-
-log = logging.getLogger(__name__)
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "core": (
@@ -138,6 +134,13 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
     async def read_resource(uri: str) -> str:
         return await inbox_resource(desk)
 
+    def while_listening() -> AbstractAsyncContextManager[None]:
+        """An open `subscriptions/listen` stream is a heartbeat of its caller's session."""
+        request = current_http_request()
+        if request is None:
+            return nullcontext()
+        return office.presence.held_open(caller_of(request))
+
     instructions = render_instructions(office.settings.instructions, "(the agent of your key)", [])
     server = MailboxServer(
         "agentpost",
@@ -147,6 +150,7 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
         (INBOX_URI,),
         audience=audience,
         offered_tools=offered_tools,
+        while_listening=while_listening,
     )
     register_tools(server, desk)
     register_leader_tools(server, desk)
@@ -161,17 +165,6 @@ async def push_news(office: PostOffice, server: MailboxServer) -> None:
     """Tell each agent's subscribed connections when its inbox changed; runs until cancelled.
 
     Woken only by commits that wrote events (and by other processes' commits)."""
-    cursor: int | None = None
-    with office.store.watch(None) as news:
-        while True:
-            try:
-                if cursor is None:
-                    cursor = await office.events.newest_overall()
-                touched, cursor = await office.events.touched(cursor)
-                for agent in touched:
-                    await server.notify_resource_updated(INBOX_URI, audience=agent)
-                if not touched:
-                    await news.wait(None)
-            except AgentpostError as err:  # a busy database: look again shortly
-                log.warning("watching for news failed, will retry: %s", err)
-                await anyio.sleep(1)
+    async for touched in office.events.touches():
+        for agent in touched:
+            await server.notify_resource_updated(INBOX_URI, audience=agent)

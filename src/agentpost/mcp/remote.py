@@ -5,11 +5,13 @@ same tools as a local session, through the Python client. The process mints a se
 key's agent with this worktree's project and branch, heartbeats it, pushes `agentpost://inbox`
 updates and Claude Code channel notifications from the service's event stream (new mail only:
 receipts do not change the inbox), and ends the session when the client closes stdin or the
-process is told to stop.
+process is told to stop. As with a local session, mail that comes before Claude Code's
+`initialize` is pushed once it has connected (the newest `HELD` of it, if ever that many).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from contextlib import aclosing
 
 import anyio
@@ -31,10 +33,35 @@ LISTEN_S = 10
 until the stream opens (the tools, `wait` and the piggyback still work)."""
 GOODBYE_S = 5
 """How long ending the session may take when the process stops (the service may be gone)."""
+HELD = 1000
+"""New mail's ids kept for the channel until a 2025-era client has connected: a client that
+never takes the channel (a 2026-era one) must not make the list grow for ever."""
+
+
+class _ChannelPush:
+    """Pushes each new message to Claude Code's channel in arrival order, holding what comes
+    before the client's `initialize` until then, as the local session does."""
+
+    def __init__(self, client: AsyncClient, server: MailboxServer) -> None:
+        self.client, self.server = client, server
+        self.held: deque[str] = deque(maxlen=HELD)
+        self.open = False  # set once what was held has been pushed
+
+    async def arrived(self, message_id: str) -> None:
+        if self.open:
+            await _push_to_channel(self.client, self.server, message_id)
+        else:
+            self.held.append(message_id)
+
+    async def release_when_connected(self) -> None:
+        await self.server.first_legacy_peer()
+        while self.held:  # what arrives meanwhile is appended, and pushed in this loop too
+            await _push_to_channel(self.client, self.server, self.held.popleft())
+        self.open = True  # no await since the last look: nothing can slip in between
 
 
 async def _push_new_mail(
-    client: AsyncClient, server: MailboxServer, listening: anyio.Event
+    client: AsyncClient, server: MailboxServer, listening: anyio.Event, push: _ChannelPush
 ) -> None:
     """Tell the client its inbox changed on every `message.created` event, and push that message
     to Claude Code's channel (a peek: `get_message` reads no delivery). The stream reopens itself
@@ -48,8 +75,8 @@ async def _push_new_mail(
                     cursor = event.seq
                     if event.type == EventType.MESSAGE_CREATED:
                         await server.notify_resource_updated(INBOX_URI)
-                        if event.message_id is not None and server.has_legacy_peer():
-                            await _push_to_channel(client, server, event.message_id)
+                        if event.message_id is not None:
+                            await push.arrived(event.message_id)
         await anyio.sleep(5)  # after a refusal only
 
 
@@ -72,6 +99,7 @@ async def serve_remote_stdio(settings: Settings) -> None:
             others = [a.name for a in agents if a.name != desk.agent]
             server = build_server(desk, settings.instructions, others)
             listening = anyio.Event()
+            push = _ChannelPush(client, server)
 
             async def push_is_listening() -> None:
                 """Mail sent once the client is served must be pushed: the stream starts now."""
@@ -82,7 +110,8 @@ async def serve_remote_stdio(settings: Settings) -> None:
                 server,
                 [
                     lambda: every(settings.heartbeat_s, "heartbeat", desk.heartbeat),
-                    lambda: _push_new_mail(client, server, listening),
+                    lambda: _push_new_mail(client, server, listening, push),
+                    push.release_when_connected,
                 ],
                 ready=push_is_listening,
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,7 +19,8 @@ def until(expires_at: float) -> str:
 
 def _line(r: Reservation) -> str:
     kind = "exclusive" if r.exclusive else "shared"
-    why = f" — {r.reason}" if r.reason else ""
+    # Another agent's free text: quoted, so its newlines and words stay inside one string.
+    why = f" — {json.dumps(r.reason, ensure_ascii=False)}" if r.reason else ""
     return f"- {r.path} [{kind}] {r.agent} {until(r.expires_at)} ({r.id}){why}"
 
 

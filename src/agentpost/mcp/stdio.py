@@ -107,11 +107,17 @@ async def _sweep_periodically(office: PostOffice) -> None:
         await anyio.sleep(SWEEP_EVERY_S)
 
 
-async def _push_arrivals(office: PostOffice, server: MailboxServer, callers: SessionCaller) -> None:
+async def _push_arrivals(
+    office: PostOffice, server: MailboxServer, callers: SessionCaller, start: int
+) -> None:
+    """Tell a subscribed client its inbox changed, for each arrival after `start`; after a
+    failure it goes on from the last arrival told, so mail that came meanwhile is told too."""
+    cursor = start
     while True:
         with survive("watching for new mail"):
-            async for _ in office.mailbox.arrivals(lambda: callers.caller):
+            async for seq in office.mailbox.arrivals(lambda: callers.caller, after=cursor):
                 await server.notify_resource_updated(INBOX_URI)
+                cursor = seq
         await anyio.sleep(1)  # after a failure only
 
 
@@ -120,7 +126,9 @@ async def _push_to_channel(
 ) -> None:
     """Each message delivered after `start` (the session's start), once, to a 2025-era client:
     Claude Code's channel. It waits for that client's `initialize`, so mail that came in the
-    meantime is told then; a cursor in memory makes each message told once."""
+    meantime is told then; a cursor in memory makes each message told once, and `arrivals`
+    starts from that cursor, so mail delivered after the last look (or during a failure) is
+    told without waiting for more."""
     cursor = start
 
     async def tell() -> None:
@@ -138,8 +146,7 @@ async def _push_to_channel(
     await server.first_legacy_peer()
     while True:
         with survive("pushing mail to the channel"):
-            await tell()
-            async for _ in office.mailbox.arrivals(lambda: callers.caller):
+            async for _ in office.mailbox.arrivals(lambda: callers.caller, after=cursor):
                 await tell()
         await anyio.sleep(1)  # after a failure only
 
@@ -148,7 +155,7 @@ async def _stand_for_leader(office: PostOffice, callers: SessionCaller) -> None:
     """Lead the project whenever the seat is free (`auto_lead`): on start, and on failover."""
     while True:
         with survive("standing for leader"):
-            await office.leadership.stand(callers.caller)
+            await office.leadership.stand(lambda: callers.caller)
             return  # this session may not lead
         await anyio.sleep(1)  # after a failure only
 
@@ -180,7 +187,7 @@ async def serve_stdio(settings: Settings) -> None:
                     "heartbeat",
                     lambda: office.presence.heartbeat(heartbeat_id),
                 ),
-                lambda: _push_arrivals(office, server, callers),
+                lambda: _push_arrivals(office, server, callers, start),
                 lambda: _push_to_channel(office, server, callers, start),
                 lambda: _sweep_periodically(office),
                 *([lambda: _stand_for_leader(office, callers)] if settings.auto_lead else []),

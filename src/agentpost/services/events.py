@@ -7,11 +7,12 @@ off, so a reconnecting stream (`Last-Event-ID`) misses nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from functools import partial
 
 from agentpost.domain import limits as rules
-from agentpost.domain.errors import invalid
+from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.events import Event
 from agentpost.domain.models import Caller
 from agentpost.services.presence import Heartbeat
@@ -19,8 +20,12 @@ from agentpost.store import events as event_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Store
 
+log = logging.getLogger(__name__)
+
 FOLLOW_PAGE = 200
 MAX_TOUCHED = 10_000
+RETRY_S = 1.0
+"""How soon `touches` looks again after the database refused a look (busy)."""
 
 
 def check_cursor(after: int) -> int:
@@ -82,6 +87,30 @@ class Events:
     async def newest_overall(self) -> int:
         """The newest event's seq in the whole post office: where `touched` starts."""
         return await self.store.glance(event_rows.newest)
+
+    async def touches(self) -> AsyncIterator[dict[str, int]]:
+        """`touched` from now on, forever: each item names the agents whose event logs grew
+        since the item before ({agent: their newest seq}; never empty).
+
+        Woken only by commits that wrote events (and by other processes' commits), and watched
+        before the first look, so nothing committed after the start goes unnamed. A refused
+        look (a busy database) is tried again shortly from the same cursor: it skips nothing.
+        """
+        cursor: int | None = None
+        with self.store.watch(None) as news:
+            while True:
+                try:
+                    if cursor is None:
+                        cursor = await self.newest_overall()
+                    touched, cursor = await self.touched(cursor)
+                except AgentpostError as err:
+                    log.warning("watching for news failed, will retry: %s", err)
+                    await news.wait(RETRY_S)
+                    continue
+                if touched:
+                    yield touched
+                else:
+                    await news.wait(None)
 
 
 async def purge_old_events(store: Store, keep_s: float, batch: int) -> int:

@@ -143,7 +143,14 @@ class Keys:
         self, key: Row[Any], found: Row[Any] | None, named: str | None, address: str
     ) -> str:
         """The request's session id; opens, revives or heartbeats it when that is due."""
-        if named is not None and (found is None or found.agent != key.agent or found.ended_at):
+        if named is not None and (
+            found is None
+            or found.agent != key.agent
+            or found.ended_at
+            # A key speaks for sessions minted over HTTP only: a local session's process
+            # is its own, and may do what only a local session may (force leadership).
+            or found.transport != "http"
+        ):
             raise not_found(f"no live session {named!r} of {key.agent}", session=named)
         session_id = named or default_session_id(key.id)
         now = self.store.clock()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from functools import lru_cache
 
 import anyio
@@ -121,15 +122,16 @@ class Leadership:
 
     async def claim_if_eligible(self, caller: Caller) -> Leader | None:
         """What a new session does with `auto_lead`: take its project's seat when it is free
-        and the session may lead; None (and nothing changed) otherwise."""
+        and the session may lead; None (and nothing changed) otherwise, whatever went wrong."""
         if not self.settings.auto_lead:
             return None
         try:
             return await self.claim(caller)
         except AgentpostError as err:
-            if err.code in (ErrorCode.CONFLICT, ErrorCode.FORBIDDEN, ErrorCode.INVALID_ARGUMENT):
-                return None
-            raise
+            if err.code not in (ErrorCode.CONFLICT, ErrorCode.FORBIDDEN):
+                # The session exists already: its opener must learn its id, seat or not.
+                log.warning("a new session could not stand for leader: %s", err)
+            return None
 
     async def release(self, caller: Caller, project: str | None = None) -> Leader:
         """Step down: `conflict` unless the caller's session holds the seat."""
@@ -137,7 +139,7 @@ class Leadership:
         def tx(conn: Connection) -> Leader:
             name = self._project(conn, caller, project)
             before = self._seat(conn, name)
-            mine = before.leader == caller.agent and before.session_id == caller.session_id
+            mine = before.leader is not None and before.session_id == caller.session_id
             if not mine:
                 raise AgentpostError(
                     ErrorCode.CONFLICT,
@@ -172,12 +174,13 @@ class Leadership:
 
     # -- standing for the seat ---------------------------------------------------------------
 
-    async def stand(self, caller: Caller) -> None:
+    async def stand(self, caller_now: Callable[[], Caller]) -> None:
         """Claim the seat of the caller's project whenever it is free; runs until cancelled.
 
-        Returns at once for a session that may not lead. A busy store is waited out.
+        `caller_now` names the caller afresh each round (a stdio session may take another
+        name). Returns at once for a session that may not lead. A busy store is waited out.
         """
-        session_id = caller.session_id
+        session_id = caller_now().session_id
         if session_id is None:
             return
         session = await self.store.read(lambda conn: agent_rows.get_session(conn, session_id))
@@ -189,7 +192,7 @@ class Leadership:
         while True:
             version = self.store.version
             try:
-                seat = await self._claim_if_free(caller, project)
+                seat = await self._claim_if_free(caller_now(), project)
             except AgentpostError as err:
                 log.warning("standing for leader of %s failed, will retry: %s", project, err)
                 await anyio.sleep(1)

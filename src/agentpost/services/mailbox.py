@@ -109,10 +109,15 @@ class Mailbox:
         ttl_s: float | None = None,
         must_read: bool = False,
         kind: Kind = Kind.MESSAGE,
+        notice: bool = False,
     ) -> SendResult:
         """`send` inside the caller's write transaction, for a use case whose own record and
         its message are stored together or not at all (a task and the message delivering it):
-        a refusal raises, and the caller's transaction rolls back with it."""
+        a refusal raises, and the caller's transaction rolls back with it.
+
+        A `notice` reports a change the caller's transaction makes anyway (a task's new status),
+        so it must not be what fails it: it counts against no send rate and passes over direct
+        recipients who are disabled or whose inbox is full; blocks still drop it silently."""
         message = drafts.draft(
             self.settings,
             to,
@@ -126,7 +131,7 @@ class Mailbox:
             must_read=must_read,
             kind=kind,
         )
-        return self._send_draft(conn, caller, message)
+        return self._send_draft(conn, caller, message, notice=notice)
 
     def system_post_in(
         self,
@@ -163,20 +168,28 @@ class Mailbox:
             conn, self.settings, sender, message, now, addressing, message.thread
         )
 
-    def _send_draft(self, conn: Connection, caller: Caller, message: drafts.Draft) -> SendResult:
-        """The whole of an agent's send, in `conn`: every check, then the message stored."""
+    def _send_draft(
+        self, conn: Connection, caller: Caller, message: drafts.Draft, *, notice: bool = False
+    ) -> SendResult:
+        """The whole of an agent's send, in `conn`: every check, then the message stored
+        (a `notice`: see `send_in`)."""
         now = self.store.clock()
         names, channel = message.names, message.channel
         known = agent_rows.existing_names(conn, [caller.agent, *names])
         self._check_sender(caller, known)
         limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
-        self._count_send(conn, caller, now, limits_of[caller.agent].send_rate_per_minute)
+        if not notice:
+            self._count_send(conn, caller, now, limits_of[caller.agent].send_rate_per_minute)
         thread_of = message.thread
         if message.reply_to is not None:
             thread_of = self._parent_thread(conn, caller, message.reply_to, thread_of)
         if channel is None:
-            recipients = self._direct_recipients(conn, names, known)
-            display = recipients
+            if notice:
+                recipients = [n for n in names if known.get(n)]
+                display = names
+            else:
+                recipients = self._direct_recipients(conn, names, known)
+                display = recipients
         else:
             recipients = self._channel_recipients(conn, caller.agent, channel)
             display = [f"#{channel}"]
@@ -184,7 +197,7 @@ class Mailbox:
         dropped = sorted(blocks.blocking(conn, caller.agent, recipients))
         deliver = [n for n in recipients if n not in dropped]
         full = self._full_inboxes(conn, deliver, limits_of, now)
-        if full and channel is None:
+        if full and channel is None and not notice:
             raise AgentpostError(
                 ErrorCode.INBOX_FULL,
                 f"the inbox of {', '.join(full)} is full of unacknowledged "
@@ -479,15 +492,18 @@ class Mailbox:
                 urgent = []
         return Notices(unread, [mail.message_from_row(r, r.delivery_state) for r in urgent])
 
-    async def arrivals(self, caller: Callable[[], Caller]) -> AsyncIterator[int]:
-        """Yield each time new mail has been delivered to the caller (never marks it read).
+    async def arrivals(self, caller: Callable[[], Caller], *, after: int) -> AsyncIterator[int]:
+        """Yield the newest `seq` each time mail later than `after` has been delivered to the
+        caller (never marks it read): at once if some came already.
 
-        Woken by the commits that deliver to the caller (and other processes' commits), so a
-        waiting session costs nothing while idle. `caller` is asked afresh each round: a
-        session may change its name (which wakes it).
+        `after` is the caller's cursor (`latest_arrival` at its start, or the last message it
+        handled), so mail delivered between its last look and this call is never skipped: the
+        watch is registered before the first look. Woken by the commits that deliver to the
+        caller (and other processes' commits), so a waiting session costs nothing while idle.
+        `caller` is asked afresh each round: a session may change its name (which wakes it).
         """
+        newest = after
         with self.store.watch_following(lambda: caller().agent) as news:
-            newest = await self.store.glance(lambda c: mail.newest_delivery_seq(c, caller().agent))
             while True:
                 latest = await self.store.glance(
                     lambda c: mail.newest_delivery_seq(c, caller().agent)

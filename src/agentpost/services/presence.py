@@ -6,7 +6,10 @@ is gone is offline at once, whatever its last heartbeat said.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -21,6 +24,8 @@ from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_n
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
 from agentpost.store.database import Connection, Row, Store
+
+log = logging.getLogger(__name__)
 
 MAX_SUFFIX = 99
 MAX_HOST = 255
@@ -338,6 +343,30 @@ class PresenceService:
         if row is None or row.agent != caller.agent:
             raise not_found(f"no session {session_id!r} of yours", session=session_id)
         return row
+
+    @asynccontextmanager
+    async def held_open(self, caller: Caller) -> AsyncIterator[None]:
+        """While inside, the caller's session heartbeats as if it made requests: an open
+        stream (an MCP subscription) keeps its agent online with no request of its own."""
+        if caller.session_id is None:
+            yield
+            return
+        beat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
+
+        async def keep() -> None:
+            while True:
+                await anyio.sleep(beat.timeout(None) or self.settings.heartbeat_s)
+                try:
+                    await beat.beat()
+                except AgentpostError as err:  # a busy store: the next round tries again
+                    log.warning("a held-open stream's heartbeat failed: %s", err)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(keep)
+            try:
+                yield
+            finally:
+                group.cancel_scope.cancel()
 
     async def heartbeat_of(self, caller: Caller, session_id: str) -> None:
         """Keep one of the caller's live sessions online (over HTTP, by handle)."""

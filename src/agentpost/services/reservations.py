@@ -35,9 +35,11 @@ from agentpost.domain.reservations import (
     overlaps,
     tracked_matcher,
 )
+from agentpost.services.local_identity import this_host
 from agentpost.services.presence import PresenceService
 from agentpost.services.worktree_files import local_worktree, tracked_files
 from agentpost.store import agents as agent_rows
+from agentpost.store import notes
 from agentpost.store import reservations as rows
 from agentpost.store.database import Connection, Store
 
@@ -250,3 +252,20 @@ class Reservations:
         return await self.store.read(
             lambda conn: rows.live(conn, project, now, self.settings.offline_after_s)
         )
+
+    async def agent_of_process(self, pid: int) -> str | None:
+        """The agent a local process acts for (the commit guard's `git commit`): that of the
+        live stdio session of this host started by the same parent as one of the process's
+        ancestors, as Claude Code starts both `agentpost mcp` and the commands it runs (the
+        hook's lookup, agentpost.store.notes); None when there is none."""
+        now, host = self.store.clock(), this_host()
+        found = await self.store.read(
+            lambda conn: agent_rows.live_sessions(conn, now, self.settings.offline_after_s)
+        )
+        here = [
+            notes.LiveSession(s.agent, int(s.pid), float(s.started_at))
+            for s in found
+            if s.transport == "stdio" and s.host == host and s.pid
+        ]
+        here.sort(key=lambda s: s.started_at, reverse=True)
+        return notes.agent_of_this_session(here, pid)

@@ -241,7 +241,9 @@ class Tasks:
         note: str,
         result: Any,
     ) -> None:
-        """Tell the other side of the task, in the task's thread."""
+        """Tell the other side of the task, in the task's thread: as a notice, which passes
+        over a disabled agent or a full inbox and counts against no send rate, so that
+        neither side's mail can hold a task in a status it has left."""
         other = row.creator if caller.agent == row.assignee else row.assignee
         if other == caller.agent:
             return  # a task one gave oneself: nobody else to tell
@@ -261,4 +263,5 @@ class Tasks:
             },
             thread_id=row.message_id,
             kind=Kind.TASK,
+            notice=True,  # the move stands even when the other side cannot take mail now
         )

@@ -58,10 +58,11 @@ def claim(
 ) -> int | None:
     """Take the lease for `session_id`; its term, or None while another live session holds it.
 
-    Already holding it renews nothing and keeps the term (a heartbeat is what renews); a new
-    holder, `force` included, gets the next term.
+    The lease belongs to the session: already holding it renews nothing and keeps the term (a
+    heartbeat is what renews), whatever name the session goes by now; a new holder, `force`
+    included, gets the next term.
     """
-    mine = and_(leases.c.session_id == session_id, leases.c.holder == holder)
+    mine = and_(leases.c.session_id == session_id, leases.c.holder.is_not(None))
     held = conn.execute(select(leases.c.term).where(leases.c.name == name, mine)).first()
     if held is not None and _is_live(conn, name, now - ttl_s):
         return int(held.term)
@@ -103,6 +104,7 @@ def release(conn: Connection, name: str, *, session_ids: list[str] | None = None
 
 _HOLDING = select(
     leases,
+    sessions.c.agent.label("session_agent"),
     sessions.c.ended_at,
     sessions.c.heartbeat_at,
     sessions.c.host,
@@ -121,7 +123,8 @@ def _holding(row: Row[Any], cutoff: float) -> Holding:
     )
     return Holding(
         name=row.name,
-        holder=row.holder,
+        # The session's agent now: a session that took another name keeps its seat.
+        holder=row.session_agent if row.holder is not None and row.session_agent else row.holder,
         session_id=row.session_id,
         term=int(row.term),
         acquired_at=row.acquired_at,

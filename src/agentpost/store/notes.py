@@ -4,7 +4,8 @@ A Claude Code hook runs before every prompt and after every tool call, so it mus
 nothing: this module uses only the standard library (sqlite3, no SQLAlchemy, no event loop), opens
 the database read-only, and never writes to it. What the hook has already told is kept beside the
 database in small files (`hook-cursors/<agent>`, written atomically, one lock per agent), so two
-hooks running at once still tell each message once.
+hooks running at once still tell each message once. A cursor remembers the start of the session
+it was kept for: a newer session of the agent starts afresh at its own start.
 
 The queries name the tables and columns of `agentpost.store.schema`; tests/cli/test_hook.py runs
 them on a database the real store made.
@@ -16,7 +17,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,11 +89,18 @@ def live_local_sessions(path: Path, host: str) -> list[LiveSession]:
     return [LiveSession(agent, int(pid), float(started)) for agent, pid, started in rows]
 
 
-def start_cursor(path: Path, agent: str, host: str) -> int:
-    """Where a first note starts: the newest message stored before the agent's live session here
-    began (its backlog is the session's to read, not the hook's to dump); without one, now."""
+def session_started(path: Path, agent: str, host: str) -> float | None:
+    """When the agent's newest live stdio session here began (None: it has none)."""
     with _reader(path) as db:
         (started,) = db.execute(_STARTED_AT, (agent, host)).fetchone()
+    return None if started is None else float(started)
+
+
+def start_cursor(path: Path, agent: str, started: float | None) -> int:
+    """Where a session's first note starts: the newest message stored before the session began
+    at `started` (its backlog is the session's to read, not the hook's to dump); without a
+    session, now."""
+    with _reader(path) as db:
         if started is None:
             (seq,) = db.execute(_NEWEST_SEQ, (agent,)).fetchone()
         else:
@@ -115,6 +123,15 @@ def unread_after(
     return notes, (rows[-1][0] if rows else after_seq)
 
 
+@dataclass(frozen=True, slots=True)
+class Told:
+    """How far the hook has told an agent's mail, and the start of the session it told (0: none
+    was live), so a newer session is recognised."""
+
+    seq: int
+    session_started: float
+
+
 class Cursors:
     """Per-agent cursors of what the hook has told, as files under `home/hook-cursors`."""
 
@@ -135,15 +152,56 @@ class Cursors:
         finally:
             os.close(fd)  # releases the lock
 
-    def get(self, agent: str) -> int | None:
+    def get(self, agent: str) -> Told | None:
+        """The agent's cursor; one from before sessions were kept (a bare seq) counts as kept
+        for no session."""
         try:
-            return int(self._file(agent).read_text().strip())
+            seq, _, started = self._file(agent).read_text().strip().partition(" ")
+            return Told(int(seq), float(started or 0))
         except (OSError, ValueError):
             return None
 
-    def put(self, agent: str, seq: int) -> None:
+    def put(self, agent: str, told: Told) -> None:
         """Atomically: a reader sees the old cursor or the new one, never half of one."""
         target = self._file(agent)
         partial = target.with_name(f".{agent}.{os.getpid()}.tmp")
-        partial.write_text(f"{seq}\n")
+        # repr: the float reads back exactly, so the same session is recognised.
+        partial.write_text(f"{told.seq} {told.session_started!r}\n")
         os.replace(partial, target)
+
+
+# -- which session is this process's ----------------------------------------------------------
+# Claude Code starts both `agentpost mcp` and the hooks and commands it runs: the agent a process
+# of the session acts for is the session started by the same parent. The hook and the commit
+# guard (through `agentpost.services.reservations`) both ask here.
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of `pid`, from /proc (None when the process is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, grandparent, … nearest first; init (1) is left out: it adopts orphans."""
+    chain: list[int] = []
+    current = parent_of(pid)
+    while current is not None and current > 1 and current not in chain:
+        chain.append(current)
+        current = parent_of(current)
+    return chain
+
+
+def agent_of_this_session(sessions: Sequence[LiveSession], pid: int) -> str | None:
+    """The agent of the session whose process is a child of `pid`'s nearest ancestor that has
+    one (newest first when several are); None when no ancestor has."""
+    parents = {s.pid: parent_of(s.pid) for s in sessions}
+    for ancestor in ancestors(pid):
+        for session in sessions:  # newest first
+            if parents[session.pid] == ancestor:
+                return session.agent
+    return None

@@ -1,9 +1,11 @@
 """Queries on file reservations, and the one definition of a live one.
 
 A reservation is live while it is not released, its TTL has not passed, and its agent is
-around: some session of the agent is online, or ended (or last heartbeat) within
-`offline_after_s`. So reservations lapse 45 s after their agent's last session went away, with
-no write of their own; `release_lapsed` makes that final before anyone is granted a path.
+around: some session of the agent is online, or went offline within `offline_after_s`. A session
+goes offline when it ends, or `offline_after_s` after its last heartbeat if that comes first (as
+`who` sees it). So reservations lapse 45 s after their agent's last session went offline, 90 s
+after the last heartbeat of one that fell silent, with no write of their own; `release_lapsed`
+makes that final before anyone is granted a path.
 """
 
 from __future__ import annotations
@@ -11,16 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, exists, func, insert, not_, select, update
+from sqlalchemy import Connection, Row, and_, exists, insert, not_, or_, select, update
 
 from agentpost.domain.reservations import Reservation
 from agentpost.store.schema import reservations, sessions
 
 
 def _agent_around(now: float, offline_after_s: float) -> Any:
-    last_alive = func.coalesce(sessions.c.ended_at, sessions.c.heartbeat_at)
+    # Went offline (ended, or heartbeat + offline_after_s: the earlier) after now - grace.
+    grace = now - offline_after_s
     return exists().where(
-        sessions.c.agent == reservations.c.agent, last_alive > now - offline_after_s
+        sessions.c.agent == reservations.c.agent,
+        or_(sessions.c.ended_at.is_(None), sessions.c.ended_at > grace),
+        sessions.c.heartbeat_at > grace - offline_after_s,
     )
 
 

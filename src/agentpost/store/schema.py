@@ -236,7 +236,7 @@ leases = Table(
     "leases",
     metadata,
     Column("name", String(200), primary_key=True),  # "leader:<project>"
-    Column("holder", String(64)),  # the agent; NULL once released
+    Column("holder", String(64)),  # the agent when it claimed; NULL once released
     Column("session_id", String(40)),  # the holder's session: the lease lives while it does
     Column("term", SeqType, nullable=False),  # grows with every new holder, never reused
     Column("acquired_at", Float, nullable=False),

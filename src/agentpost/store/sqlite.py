@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import queue
 import sqlite3
@@ -32,6 +33,8 @@ from sqlalchemy.sql.schema import Table
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import wakeups
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -127,6 +130,13 @@ def _settle(outcomes: list[Outcome]) -> None:
     for loop, items in by_loop.items():
         with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting
             loop.call_soon_threadsafe(_apply, items)
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """The file stayed locked past the busy timeout (extended codes keep the primary low byte).
+    Errors the module raises itself (a closed connection) carry no code."""
+    code: int | None = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _locked(exc: OperationalError) -> AgentpostError:
@@ -276,13 +286,7 @@ class SqliteRunner:
                 if job is None:
                     return
                 if job is _LOOK:
-                    try:
-                        foreign = self._foreign_since_last_look(conn)
-                    except sqlite3.OperationalError:  # busy past the timeout: look again
-                        self.look_for_foreign()
-                        continue
-                    if foreign:
-                        self._on_foreign()
+                    self._look(conn)
                     continue
                 batch = [job]
                 while len(batch) < MAX_BATCH:
@@ -293,16 +297,35 @@ class SqliteRunner:
                     if more is None:
                         self._jobs.put(None)
                         break
-                    if more is not _LOOK:  # the batch's own look covers it
+                    if more is not _LOOK:  # the batch's own look covers it (or re-asks)
                         batch.append(more)
                 self._run_batch(conn, batch)
+
+    def _look(self, conn: Connection) -> None:
+        """A look of its own (`look_for_foreign`), between write transactions. Whatever fails
+        here must not end the writer thread: every write of this process would wait forever."""
+        try:
+            foreign = self._foreign_since_last_look(conn)
+        except sqlite3.Error as exc:
+            if _busy(exc):  # busy past the timeout: look again
+                self.look_for_foreign()
+                return
+            # Retrying at once could spin on a lasting fault; the next change of the file asks
+            # again. Meanwhile nobody can rule out a foreign commit: every waiter looks.
+            log.warning("could not tell whether another process committed", exc_info=True)
+            foreign = True
+        if foreign:
+            self._on_foreign()
 
     def _run_batch(self, conn: Connection, batch: list[_Job]) -> None:
         outcomes: list[Outcome] = []
         wakeups.take(conn)  # nothing left over from a failed batch
+        looked = False
         try:
             with conn.begin():
-                if self._foreign_since_last_look(conn):
+                foreign = self._foreign_since_last_look(conn)
+                looked = True
+                if foreign:
                     self._on_foreign()
                 if len(batch) == 1:
                     job = batch[0]
@@ -311,10 +334,12 @@ class SqliteRunner:
                     for job in batch:
                         outcomes.append(self._run_in_savepoint(conn, job))
         except OperationalError as exc:
+            self._look_unless(looked)
             error = _locked(exc)
             _settle([(job, None, error) for job in batch])
             return
         except Exception as exc:  # a lone job failed: its transaction was rolled back
+            self._look_unless(looked)
             _settle([(job, None, exc) for job in batch])
             return
         if any(err is None for _, _, err in outcomes):
@@ -323,6 +348,13 @@ class SqliteRunner:
             if self._commits % CHECKPOINT_EVERY == 0:
                 self._checkpoint_due.set()
         _settle(outcomes)
+
+    def _look_unless(self, looked: bool) -> None:
+        """A batch that never looked (it could not begin) may have swallowed a queued look:
+        ask anew, or `_look_queued` would stay set and silence every later request."""
+        if not looked:
+            self._look_queued = False
+            self.look_for_foreign()
 
     @staticmethod
     def _run_in_savepoint(conn: Connection, job: _Job) -> Outcome:
