@@ -180,3 +180,16 @@ def test_the_local_server_never_loads_the_client() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_remote_backed_server_never_loads_the_store() -> None:
+    """`agentpost mcp --url` speaks to a service: the services, the store and SQLAlchemy would
+    only slow its start."""
+    code = (
+        "import sys, agentpost.cli.entry, agentpost.mcp.remote;"
+        "print(sorted(m for m in sys.modules if m.split('.')[:2] == ['agentpost', 'store']"
+        " or m.split('.')[0] == 'sqlalchemy'"
+        " or m.startswith('agentpost.services.') and m != 'agentpost.services.local_identity'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

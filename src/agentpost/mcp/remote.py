@@ -23,7 +23,7 @@ from agentpost.domain.events import EventType
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.presenting import INBOX_URI
-from agentpost.mcp.stdio import build_server, every, run_session, survive
+from agentpost.mcp.session import build_server, every, run_session, survive
 from agentpost.services.local_identity import detect
 
 DIRECTORY_NAMES = 200

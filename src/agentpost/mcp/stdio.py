@@ -4,97 +4,26 @@ The process registers its session, heartbeats in the background, pushes "your in
 to a subscribed client and each new message to Claude Code's channel (`agentpost.mcp.channel`)
 the moment another process delivers mail, sweeps expired and old mail hourly, and ends its
 session as soon as the client closes stdin or the process is told to stop (SIGTERM).
-`build_server` and `run_session` serve a remote post office's session too
-(`agentpost.mcp.remote`): the tools only ever see a `Desk`.
+The server itself, shared with a remote post office's session, is `agentpost.mcp.session`.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
 
 import anyio
-from anyio.abc import TaskGroup
 
-from agentpost import __version__
 from agentpost.config import Settings
-from agentpost.domain.desk import Desk
-from agentpost.domain.errors import AgentpostError
 from agentpost.domain.models import Caller
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.desk import LocalDesk, SessionCaller
-from agentpost.mcp.leader_tools import register_leader_tools
-from agentpost.mcp.presenting import INBOX_URI, inbox_resource, render_instructions
-from agentpost.mcp.reservation_tools import register_reservation_tools
-from agentpost.mcp.task_tools import register_task_tools
-from agentpost.mcp.tools import register_tools
+from agentpost.mcp.presenting import INBOX_URI
+from agentpost.mcp.session import build_server, every, run_session, survive
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import detect
 
 log = logging.getLogger(__name__)
-
-Background = Callable[[], Coroutine[Any, Any, None]]
-
-
-def build_server(desk: Desk, instructions: str, others: list[str]) -> MailboxServer:
-    async def read_resource(uri: str) -> str:
-        return await inbox_resource(desk)
-
-    text = render_instructions(instructions, desk.agent, others)
-    server = MailboxServer(
-        "agentpost",
-        __version__,
-        text,
-        read_resource,
-        (INBOX_URI,),
-        experimental_capabilities={channel.CAPABILITY: {}},
-    )
-    register_tools(server, desk)
-    register_leader_tools(server, desk)
-    register_task_tools(server, desk)
-    register_reservation_tools(server, desk)
-    return server
-
-
-async def run_session(
-    server: MailboxServer,
-    background: Sequence[Background],
-    *,
-    ready: Callable[[], Awaitable[None]] | None = None,
-) -> None:
-    """Serve stdio until the client closes it or SIGTERM, with `background` tasks beside; once
-    `ready` returns, if given (say, when push is listening)."""
-    async with anyio.create_task_group() as group:
-        for task in background:
-            group.start_soon(task)
-        group.start_soon(_stop_on_sigterm, group)
-        if ready is not None:
-            await ready()
-        await server.run_stdio()
-        group.cancel_scope.cancel()
-
-
-@contextmanager
-def survive(what: str) -> Iterator[None]:
-    """A busy database (or an unreachable service) must not end the session: log it, and the
-    next round tries again."""
-    try:
-        yield
-    except AgentpostError as err:
-        log.warning("%s failed, will retry: %s", what, err)
-
-
-async def every(period_s: float, what: str, action: Callable[[], Awaitable[None]]) -> None:
-    """`action` every `period_s`, forever; a failed round is logged and the next one tries."""
-    while True:
-        await anyio.sleep(period_s)
-        with survive(what):
-            await action()
-
 
 SWEEP_EVERY_S = 3600
 
@@ -158,13 +87,6 @@ async def _stand_for_leader(office: PostOffice, callers: SessionCaller) -> None:
             await office.leadership.stand(lambda: callers.caller)
             return  # this session may not lead
         await anyio.sleep(1)  # after a failure only
-
-
-async def _stop_on_sigterm(group: TaskGroup) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
-        async for _ in signals:
-            group.cancel_scope.cancel()
-            return
 
 
 async def serve_stdio(settings: Settings) -> None:
