@@ -14,7 +14,6 @@ it is free; of several standing sessions the store lets exactly one win.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from functools import lru_cache
 
@@ -25,7 +24,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invali
 from agentpost.domain.leadership import LEASE_PREFIX, Leader, lease_name, may_lead
 from agentpost.domain.models import Caller
 from agentpost.domain.names import check_channel, check_name
-from agentpost.services.local_identity import origin_head, process_exit, this_host
+from agentpost.services.local_identity import origin_head, pid_alive, process_exit, this_host
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
 from agentpost.store import agents as agent_rows
@@ -36,6 +35,11 @@ log = logging.getLogger(__name__)
 
 LAPSE_SLACK_S = 0.05
 """Looked at again this long after a lease should have lapsed, so it surely has."""
+
+
+def _process_gone(held: leases.Holding) -> bool:
+    """The holder's session is of this host and its process has exited."""
+    return held.host == this_host() and bool(held.pid) and not pid_alive(held.pid or 0)
 
 
 @lru_cache(maxsize=256)
@@ -205,15 +209,18 @@ class Leadership:
         """The seat after claiming it if it was free; and its holding when someone else has it.
 
         Looked at with a read first: standing sessions wake on every commit, and taking the
-        write lock for nothing would have them contend with every writer.
+        write lock for nothing would have them contend with every writer. Only a holder whose
+        local process is gone costs more: its session is ended here, and the seat looked at again.
         """
-        await self.presence.end_dead_local_sessions()
         name = lease_name(project)
 
         def look(conn: Connection) -> leases.Holding | None:
             return leases.holding(conn, name, now=self.store.clock(), ttl_s=self._ttl_s)
 
         held = await self.store.read(look)
+        if held is not None and held.live and _process_gone(held):
+            await self.presence.end_dead_local_sessions(held.holder)
+            held = await self.store.read(look)
         if caller.session_id in self._stepped_down or (held is not None and held.live):
             mine = held is None or not held.live or held.session_id == caller.session_id
             return self._view(project, held), None if mine else held
@@ -315,8 +322,6 @@ class Leadership:
         if not held.live:
             return Leader(project, None, held.term, None, None, None, None)
         expires = None if held.heartbeat_at is None else held.heartbeat_at + self._ttl_s
-        if expires is not None and math.isinf(expires):
-            expires = None
         return Leader(
             project, held.holder, held.term, held.acquired_at, held.session_id, held.branch, expires
         )
