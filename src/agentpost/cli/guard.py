@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -57,17 +56,11 @@ def _fail(code: ErrorCode, message: str) -> typer.Exit:
 
 
 def _git(*args: str, cwd: Path | None = None) -> str:
-    try:
-        done = subprocess.run(
-            ["git", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise AgentpostError(ErrorCode.UNAVAILABLE, f"git could not run: {exc}") from None
+    from agentpost.services.local_identity import run_git
+
+    done = run_git(cwd, *args, timeout=GIT_TIMEOUT_S)
+    if done is None:
+        raise AgentpostError(ErrorCode.UNAVAILABLE, "git could not run")
     if done.returncode != 0:
         raise AgentpostError(
             ErrorCode.INVALID_ARGUMENT,

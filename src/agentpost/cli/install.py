@@ -23,7 +23,6 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -76,15 +75,10 @@ def executable() -> str:
 
 def project_root(start: Path) -> Path:
     """The repository's top folder (where Claude Code looks for `.mcp.json`), else `start`."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "--show-toplevel"],
-            cwd=start,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    except (OSError, subprocess.CalledProcessError):
+    from agentpost.services.local_identity import run_git
+
+    done = run_git(start, "rev-parse", "--show-toplevel")
+    if done is None or done.returncode != 0:
         return start
     return Path(done.stdout.strip())
 

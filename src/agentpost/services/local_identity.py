@@ -31,19 +31,32 @@ class LocalContext:
         return slugify(f"{self.project}-{self.branch}" if self.branch else self.project)
 
 
-def _git(cwd: Path, *args: str) -> str | None:
+GIT_TIMEOUT_S = 5.0
+
+
+def run_git(
+    cwd: Path | None, *args: str, timeout: float = GIT_TIMEOUT_S
+) -> subprocess.CompletedProcess[str] | None:
+    """`git ARGS` in `cwd`, its output as text (bytes that are not UTF-8 kept as surrogate
+    escapes, so any path survives); None when git could not run or did not answer in time.
+    The one way agentpost runs git: each caller decides what a failure means to it."""
     try:
-        done = subprocess.run(
+        return subprocess.run(
             ["git", *args],
             cwd=cwd,
             capture_output=True,
             text=True,
-            timeout=5,
+            errors="surrogateescape",
+            timeout=timeout,
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    done = run_git(cwd, *args)
+    return done.stdout.strip() if done is not None and done.returncode == 0 else None
 
 
 def detect(cwd: Path | None = None, *, project_override: str | None = None) -> LocalContext:

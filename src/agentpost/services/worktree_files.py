@@ -6,12 +6,11 @@ a large repository): a reservation asks once, before it writes, and gives up aft
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import anyio.to_thread
 
-from agentpost.services.local_identity import this_host
+from agentpost.services.local_identity import run_git, this_host
 
 LS_FILES_TIMEOUT_S = 5.0
 MAX_FILES = 500_000
@@ -26,19 +25,10 @@ def local_worktree(host: str | None, worktree: str | None) -> str | None:
 
 
 def _ls_files(worktree: str) -> list[str]:
-    try:
-        done = subprocess.run(
-            ["git", "-C", worktree, "ls-files", "-z"],
-            capture_output=True,
-            timeout=LS_FILES_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
+    done = run_git(Path(worktree), "ls-files", "-z", timeout=LS_FILES_TIMEOUT_S)
+    if done is None or done.returncode != 0:
         return []
-    if done.returncode != 0:
-        return []
-    files = done.stdout.decode("utf-8", "surrogateescape").split("\0")
-    listed = [f for f in files if f]
+    listed = [f for f in done.stdout.split("\0") if f]
     return listed if len(listed) <= MAX_FILES else []
 
 
