@@ -28,7 +28,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.http.app import build_rest_app
 from agentpost.http.errors import error_response
-from agentpost.http.guard import Guard, caller_of
+from agentpost.http.guard import CALLER, Guard, caller_of, connection_of
 from agentpost.mcp.http import build_http_server, parse_groups, push_news
 from agentpost.services import PostOffice
 
@@ -104,10 +104,12 @@ class Service:
             await self._guard(scope, receive, send)
 
     async def _authenticate(
-        self, secret: str | None, ip: str | None, session: str | None
+        self, secret: str | None, ip: str | None, session: str | None, connection: str | None
     ) -> Caller:
         assert self.office is not None
-        return await self.office.keys.authenticate(secret, ip=ip, session=session)
+        return await self.office.keys.authenticate(
+            secret, ip=ip, session=session, connection=connection
+        )
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         assert self._rest is not None
@@ -120,8 +122,22 @@ class Service:
                 await error_response(err)(scope, receive, send)
                 return
             await self._mcp(scope, receive, send)
+            if scope["method"] == "DELETE":
+                await self._connection_closed(scope)
         else:
             await self._rest(scope, receive, send)
+
+    async def _connection_closed(self, scope: Scope) -> None:
+        """A 2025-era client ended its MCP connection: the session `register` bound to it ends
+        too, so it shows offline at once rather than after `offline_after_s`."""
+        assert self.office is not None
+        connection = connection_of(scope)
+        caller = scope.get("state", {}).get(CALLER)
+        if connection is None or not isinstance(caller, Caller):
+            return
+        session = self.office.keys.release_connection(connection, caller)
+        if session is not None:
+            await self.office.presence.end_session(session)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup

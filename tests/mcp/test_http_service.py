@@ -7,6 +7,8 @@ agent the news is for.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -53,9 +55,10 @@ class HttpAgent:
 
 @asynccontextmanager
 async def connect(
-    service: Service, key: str | None, revision: str, query: str = ""
+    service: Service, key: str | None, revision: str, query: str = "", **extra: str
 ) -> AsyncIterator[HttpAgent]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    headers.update(extra)
     send, receive = anyio.create_memory_object_stream[str](100)
 
     async def on_message(message: IncomingMessage) -> None:
@@ -155,6 +158,84 @@ async def test_register_over_http_cannot_take_another_agents_name(
         refused = await alice.client.call_tool("register", {"name": "bob"})
         assert refused.is_error
         assert (await alice.call("whoami"))["agent"] == "alice"
+
+
+async def test_register_gives_each_legacy_connection_a_session_of_its_own(
+    service: Service,
+) -> None:
+    """Two windows on one key each register: each speaks for its own session from then on;
+    a connection that never registered speaks for the key's own."""
+    key = await service.create_agent("alice")
+    async with (
+        connect(service, key, LEGACY) as first,
+        connect(service, key, LEGACY) as second,
+        connect(service, key, LEGACY) as plain,
+    ):
+        own = (await plain.call("whoami"))["session_id"]
+        a = await first.call("register", objective="migrate the database")
+        b = await second.call("register", objective="write the docs")
+        assert len({a["session_id"], b["session_id"], own}) == 3
+
+        async def where(agent: HttpAgent) -> tuple[str, str]:
+            me = await agent.call("whoami")
+            return me["session_id"], me["objective"]
+
+        assert await where(first) == (a["session_id"], "migrate the database")
+        assert await where(second) == (b["session_id"], "write the docs")
+        assert (await where(plain))[0] == own
+        again = await first.call("register", objective="review the migration")
+        assert (again["session_id"], again["objective"]) == (
+            a["session_id"],
+            "review the migration",
+        )
+
+
+async def test_closing_a_legacy_connection_ends_the_session_it_registered(
+    service: Service,
+) -> None:
+    key = await service.create_agent("alice")
+    async with connect(service, key, LEGACY) as window:
+        minted = (await window.call("register", objective="triage"))["session_id"]
+        rest = service.client(key, **{"Agentpost-Session": minted})
+        assert (await rest.get("/v1/me")).json()["session_id"] == minted
+    gone = await rest.get("/v1/me")
+    assert (gone.status_code, gone.json()["error"]["code"]) == (404, "not_found")
+
+
+async def test_register_over_a_modern_connection_mints_a_handle_named_in_a_header(
+    service: Service,
+) -> None:
+    """2026-07-28 has no connections to bind: the handle travels in `Agentpost-Session`."""
+    key = await service.create_agent("alice")
+    async with connect(service, key, MODERN) as alice:
+        own = (await alice.call("whoami"))["session_id"]
+        minted = await alice.call("register", objective="triage", description="the night shift")
+        assert minted["session_id"] != own
+        assert minted["objective"] == "triage"
+        assert (await alice.call("whoami"))["session_id"] == own
+    async with connect(service, key, MODERN, **{"Agentpost-Session": minted["session_id"]}) as it:
+        assert (await it.call("whoami"))["objective"] == "triage"
+        again = await it.call("register", objective="fix the flaky test")
+        assert (again["session_id"], again["objective"]) == (
+            minted["session_id"],
+            "fix the flaky test",
+        )
+    me = (await service.client(key).get("/v1/me")).json()
+    assert me["description"] == "the night shift"
+
+
+async def test_a_refused_register_mints_no_session(service: Service, revision: str) -> None:
+    key = await service.create_agent("alice")
+    async with connect(service, key, revision) as alice:
+        own = (await alice.call("whoami"))["session_id"]
+        refused = await alice.client.call_tool("register", {"objective": "x" * 100_000})
+        assert refused.is_error
+        assert isinstance(refused.content[0], types.TextContent)
+        assert refused.content[0].text.startswith("too_large: objective")
+        assert (await alice.call("whoami"))["session_id"] == own
+    with contextlib.closing(sqlite3.connect(service.home / "agentpost.db")) as db:
+        sessions = db.execute("SELECT id FROM sessions WHERE agent = 'alice'").fetchall()
+    assert sessions == [(own,)]
 
 
 async def test_push_reaches_the_addressee_and_nobody_else(service: Service, revision: str) -> None:

@@ -8,6 +8,7 @@ toward its address's lockout. Every other refusal changes nothing.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 
 import pytest
 
@@ -46,7 +47,9 @@ async def test_an_issued_key_authenticates_as_its_agent_in_a_session_of_its_own(
     admin = await owner(office)
     _, issued = await office.admin.create_agent(admin, "alice", project="shop")
     caller = await office.keys.authenticate(issued.key, ip=ADDRESS)
-    assert caller == Caller("alice", default_session_id(issued.id), Trust.VERIFIED, admin=False)
+    assert caller == Caller(
+        "alice", default_session_id(issued.id), Trust.VERIFIED, admin=False, key_id=issued.id
+    )
     session = await office.presence.session(caller.session_id or "")
     assert (session.agent, session.transport, session.host, session.pid, session.project) == (
         "alice",
@@ -344,6 +347,55 @@ async def test_a_named_session_must_be_a_live_session_of_the_same_agent(
         ErrorCode.NOT_FOUND,
         office.keys.authenticate(alice_secret, ip=ADDRESS, session=session.id),
     )
+
+
+async def test_a_bound_connection_speaks_for_its_session_until_that_session_ends(
+    office: PostOffice,
+) -> None:
+    alice, secret = await keyed(office, "alice")
+    session = await office.presence.open_http_session(alice, host="laptop")
+    office.keys.bind_connection("conn-1", replace(alice, session_id=session.id))
+    on_it = await office.keys.authenticate(secret, ip=ADDRESS, connection="conn-1")
+    elsewhere = await office.keys.authenticate(secret, ip=ADDRESS, connection="conn-2")
+    assert (on_it.session_id, elsewhere.session_id) == (session.id, alice.session_id)
+    await office.presence.end_session(session.id)
+    after = await office.keys.authenticate(secret, ip=ADDRESS, connection="conn-1")
+    assert after.session_id == alice.session_id  # back to the key's own, not refused
+
+
+async def test_a_bound_connection_gives_another_agents_key_nothing(office: PostOffice) -> None:
+    """Identity never comes from the connection: bob presenting alice's connection is bob, in
+    his own session, and alice's binding survives him."""
+    alice, alice_secret = await keyed(office, "alice")
+    bob, bob_secret = await keyed(office, "bob")
+    session = await office.presence.open_http_session(alice, host="laptop")
+    office.keys.bind_connection("conn-1", replace(alice, session_id=session.id))
+    as_bob = await office.keys.authenticate(bob_secret, ip=ADDRESS, connection="conn-1")
+    assert (as_bob.agent, as_bob.session_id) == ("bob", bob.session_id)
+    assert office.keys.release_connection("conn-1", bob) is None
+    as_alice = await office.keys.authenticate(alice_secret, ip=ADDRESS, connection="conn-1")
+    assert as_alice.session_id == session.id
+
+
+async def test_a_named_session_wins_over_the_connections(office: PostOffice) -> None:
+    alice, secret = await keyed(office, "alice")
+    bound = await office.presence.open_http_session(alice, host="laptop")
+    named = await office.presence.open_http_session(alice, host="laptop")
+    office.keys.bind_connection("conn-1", replace(alice, session_id=bound.id))
+    caller = await office.keys.authenticate(
+        secret, ip=ADDRESS, session=named.id, connection="conn-1"
+    )
+    assert caller.session_id == named.id
+
+
+async def test_releasing_a_connection_returns_its_session_once(office: PostOffice) -> None:
+    alice, secret = await keyed(office, "alice")
+    session = await office.presence.open_http_session(alice, host="laptop")
+    office.keys.bind_connection("conn-1", replace(alice, session_id=session.id))
+    assert office.keys.release_connection("conn-1", alice) == session.id
+    assert office.keys.release_connection("conn-1", alice) is None
+    caller = await office.keys.authenticate(secret, ip=ADDRESS, connection="conn-1")
+    assert caller.session_id == alice.session_id
 
 
 async def test_a_key_cannot_speak_for_its_agents_local_session(office: PostOffice) -> None:

@@ -72,6 +72,8 @@ class Caller:
     trust: Trust = Trust.VERIFIED
     admin: bool = False
     """An admin key's holder (the owner): may administer, and may act as `owner`."""
+    key_id: str | None = None
+    """The key the request was authenticated with; None for a local session."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,10 +23,15 @@ CALLER = "caller"
 SESSION_HEADER = "agentpost-session"
 """Names a session minted by `POST /v1/sessions`; without it a key speaks for its own session."""
 
+CONNECTION_HEADER = "mcp-session-id"
+"""A 2025-era MCP connection's transport session: which session `register` bound it to, never
+who is calling."""
+
 OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 OPEN_POSTS = frozenset({"/v1/register"})
 
-Authenticate = Callable[[str | None, str | None, str | None], Awaitable[Caller]]
+Authenticate = Callable[[str | None, str | None, str | None, str | None], Awaitable[Caller]]
+"""(bearer secret, client address, named session, connection) → the caller."""
 
 
 def bearer(headers: dict[str, str]) -> str | None:
@@ -41,7 +46,11 @@ def _needs_key(scope: Scope) -> bool:
     path: str = scope["path"]
     if path in OPEN_PATHS or (scope["method"] == "POST" and path in OPEN_POSTS):
         return False
-    return path == "/mcp" or path.startswith(("/v1", "/mcp/"))
+    return _is_mcp(path) or path.startswith("/v1")
+
+
+def _is_mcp(path: str) -> bool:
+    return path == "/mcp" or path.startswith("/mcp/")
 
 
 class Guard:
@@ -60,7 +69,10 @@ class Guard:
             if _needs_key(scope):
                 client = scope.get("client")
                 caller = await self.authenticate(
-                    bearer(headers), client[0] if client else None, headers.get(SESSION_HEADER)
+                    bearer(headers),
+                    client[0] if client else None,
+                    headers.get(SESSION_HEADER),
+                    connection_of(scope),
                 )
                 scope.setdefault("state", {})[CALLER] = caller
         except AgentpostError as err:
@@ -106,6 +118,17 @@ class Guard:
             await send(message)
 
         await self.app(scope, counted_receive, guarded_send)
+
+
+def connection_of(scope: Scope) -> str | None:
+    """The MCP connection a request to /mcp arrived on (2025-era clients only)."""
+    if not _is_mcp(scope["path"]):
+        return None
+    name = CONNECTION_HEADER.encode("latin-1")
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 def caller_of(state: dict[str, Any]) -> Caller:

@@ -95,6 +95,11 @@ class HttpRequest:
     client_ip: str | None
     state: Mapping[str, Any]
 
+    @property
+    def connection(self) -> str | None:
+        """The transport session of a 2025-era connection; 2026-era requests have none."""
+        return self.headers.get("mcp-session-id")
+
 
 _current_request: ContextVar[HttpRequest | None] = ContextVar("mcp_http_request", default=None)
 

@@ -3,8 +3,11 @@
 Nothing here remembers who a connection is. Every request is authenticated before it reaches
 the SDK (the service's guard), and each tool call, listing and subscription asks afresh who
 sent it (`RequestCaller`), so two connections never share an identity, whatever session ids
-they present. Which tools a connection sees is chosen per connection (`/mcp?tools=core,profile`)
-or by the `tool_groups` setting; the `admin` group only ever reaches an admin key.
+they present. `register` mints a session handle (`HttpDesk`): a 2025-era connection speaks for
+it from then on; a 2026-era client, which has no connection, names it in `Agentpost-Session`.
+
+Which tools a connection sees is chosen per connection (`/mcp?tools=core,profile`) or by the
+`tool_groups` setting; the `admin` group only ever reaches an admin key.
 
 Push: each agent's connections are one audience. A background task follows the event log and
 tells exactly the agents with news that their inbox changed.
@@ -14,9 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager, nullcontext
+from contextvars import ContextVar
+from dataclasses import replace
 
 from agentpost import __version__
-from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid
 from agentpost.domain.models import Caller
 from agentpost.mcp.account_tools import register_admin_tools, register_profile_tools
 from agentpost.mcp.adapter import HttpRequest, MailboxServer, current_http_request
@@ -27,6 +32,7 @@ from agentpost.mcp.reservation_tools import register_reservation_tools
 from agentpost.mcp.task_tools import register_task_tools
 from agentpost.mcp.tools import register_tools
 from agentpost.services import PostOffice
+from agentpost.services.keys import default_session_id
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "core": (
@@ -89,6 +95,9 @@ def parse_groups(value: str | None, default: Collection[str]) -> list[str]:
 
 CallerOf = Callable[[HttpRequest], Caller]
 
+_moved: ContextVar[tuple[HttpRequest, Caller] | None] = ContextVar("moved_caller", default=None)
+"""A caller `register` moved to a new session, for the rest of the request it arrived on."""
+
 
 class RequestCaller:
     """The caller of the request in hand: whoever its key says."""
@@ -101,14 +110,53 @@ class RequestCaller:
         request = current_http_request()
         if request is None:
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, "no HTTP request in hand")
+        moved = _moved.get()
+        if moved is not None and moved[0] is request:
+            return moved[1]
         return self._caller_of(request)
 
     def rename(self, caller: Caller) -> None:
-        """A key's agent is its name; the services refuse renaming such a session."""
+        """The rest of this request speaks for `caller` (a session `register` just minted);
+        later requests learn it from their key and connection."""
+        request = current_http_request()
+        if request is not None:
+            _moved.set((request, caller))
+
+
+class HttpDesk(LocalDesk):
+    """The local desk over HTTP, where `register` mints a session handle, as DESIGN.md has it:
+    each connection (each Claude Code window on one key) then shows up with its own objective,
+    presence and seat, instead of all sharing the key's own session."""
+
+    async def register(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        objective: str | None = None,
+    ) -> None:
+        caller = self.caller
+        if name is not None and name != caller.agent:
+            raise forbidden(f"this connection speaks for {caller.agent!r}, the agent of its key")
+        presence = self.office.presence
+        if caller.key_id is not None and caller.session_id == default_session_id(caller.key_id):
+            request = current_http_request()
+            host = (request.client_ip if request is not None else None) or "unknown"
+            session = await presence.open_http_session(
+                caller, host=host, objective=objective, description=description
+            )
+            caller = replace(caller, session_id=session.id)
+            if request is not None and request.connection is not None:
+                self.office.keys.bind_connection(request.connection, caller)
+            self.callers.rename(caller)
+            await self.office.leadership.claim_if_eligible(caller)
+            return
+        # Already a minted session (bound, or named in the header): register updates it.
+        await presence.update_profile(caller, description=description, objective=objective)
 
 
 def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
-    desk = LocalDesk(office, RequestCaller(caller_of))
+    desk = HttpDesk(office, RequestCaller(caller_of))
     default_groups = office.settings.tool_groups
 
     def audience() -> str | None:

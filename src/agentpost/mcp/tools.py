@@ -41,7 +41,9 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         """Optional: take an agent name, and say what you are and what you are working on.
 
         Sessions are registered automatically; call this only to choose a name (refused while
-        another live session holds it) or to set your description and objective.
+        another live session holds it) or to set your description and objective. Over HTTP your
+        name is your key's, and the first call opens a session of your own (`session_id`), so
+        your objective shows apart from other windows on the same key.
         """
         await desk.register(name=name, description=description, objective=objective)
         return await whoami()

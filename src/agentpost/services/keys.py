@@ -7,12 +7,18 @@ store and lock the address out for a while; each one leaves an audit row.
 
 A request costs one read (the lock, the key and its agent, the session); it writes only when
 something is due: a new session, or a heartbeat older than a third of `heartbeat_s`.
+
+Which session a request speaks for: the one it names (`Agentpost-Session`), else the one its
+connection was bound to (MCP `register` over a 2025-era connection, which has a transport
+session), else the key's own. A binding only ever selects among the key's agent's live sessions:
+identity still comes from the key, never from the connection.
 """
 
 from __future__ import annotations
 
 import hmac
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +48,9 @@ NO_ADDRESS = "-"
 ANONYMOUS = "-"
 """The audit's actor before anyone is authenticated."""
 REGISTER_WINDOW_S = 3600.0
+MAX_BOUND_CONNECTIONS = 10_000
+"""Connections remembered with their session; past this, the longest unused is forgotten (its
+requests then speak for the key's own session again)."""
 
 
 def default_session_id(key_id: str) -> str:
@@ -60,25 +69,36 @@ class _Look:
     locked_for: float | None = None
     key: Row[Any] | None = None
     session: Row[Any] | None = None
+    bound: bool = False
+    """`session` is the live one the request's connection was bound to."""
 
 
 class Keys:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
+        self._bound: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        """connection → (agent, session id), in this process only, as connections are."""
 
     # -- authentication -----------------------------------------------------------------------
 
     async def authenticate(
-        self, secret: str | None, *, ip: str | None, session: str | None = None
+        self,
+        secret: str | None,
+        *,
+        ip: str | None,
+        session: str | None = None,
+        connection: str | None = None,
     ) -> Caller:
         """The caller a bearer secret stands for, with its session (the key's own unless a
-        live session of the agent is named). A locked-out address is refused before anything
-        else. A request without any key is refused but not counted: that is a client asking
-        what to do (MCP clients probe so), not a guess."""
+        live session of the agent is named, or the connection was bound to one). A
+        locked-out address is refused before anything else. A request without any key is
+        refused but not counted: that is a client asking what to do (MCP clients probe so),
+        not a guess."""
         address = _address(ip)
         hashed = accounts.digest(secret) if is_well_formed_secret(secret) else None
         lock_s = self.settings.lockout_s
+        bound = self._bound_session(connection) if session is None else None
 
         def look(conn: Connection) -> _Look:
             locked_at = lockouts.locked_at(conn, address)
@@ -87,6 +107,10 @@ class Keys:
             key = None if hashed is None else key_rows.by_hash(conn, hashed)
             if key is None:
                 return _Look()
+            if bound is not None and bound[0] == key.agent:
+                found = agent_rows.get_session(conn, bound[1])
+                if found is not None and found.ended_at is None:
+                    return _Look(key=key, session=found, bound=True)
             found = agent_rows.get_session(conn, session or default_session_id(key.id))
             return _Look(key=key, session=found)
 
@@ -111,10 +135,45 @@ class Keys:
         if key.disabled_at is not None:
             await self._failed(address, ip, "agent disabled", key.id)
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"agent {key.agent!r} is disabled")
+        if seen.bound and seen.session is not None:
+            session = seen.session.id
+        elif connection is not None and bound is not None and bound[0] == key.agent:
+            self._bound.pop(connection, None)  # its session ended: back to the key's own
         session_id = await self._session(key, seen.session, session, address)
         return Caller(
-            agent=key.agent, session_id=session_id, trust=Trust(key.trust), admin=bool(key.admin)
+            agent=key.agent,
+            session_id=session_id,
+            trust=Trust(key.trust),
+            admin=bool(key.admin),
+            key_id=key.id,
         )
+
+    def bind_connection(self, connection: str, caller: Caller) -> None:
+        """From now on, requests on `connection` with a key of `caller.agent` that name no
+        session speak for `caller.session_id` (while it is live)."""
+        if caller.session_id is None:
+            raise ValueError("binding a connection needs a session")
+        self._bound[connection] = (caller.agent, caller.session_id)
+        self._bound.move_to_end(connection)
+        while len(self._bound) > MAX_BOUND_CONNECTIONS:
+            self._bound.popitem(last=False)
+
+    def release_connection(self, connection: str, caller: Caller) -> str | None:
+        """Forget a connection its caller closed; returns the session it was bound to, if any
+        (and only to the agent it was bound for)."""
+        bound = self._bound.get(connection)
+        if bound is None or bound[0] != caller.agent:
+            return None
+        del self._bound[connection]
+        return bound[1]
+
+    def _bound_session(self, connection: str | None) -> tuple[str, str] | None:
+        if connection is None:
+            return None
+        bound = self._bound.get(connection)
+        if bound is not None:
+            self._bound.move_to_end(connection)
+        return bound
 
     async def _failed(self, address: str, ip: str | None, reason: str, key_id: str | None) -> None:
         def tx(conn: Connection) -> None:

@@ -203,11 +203,14 @@ class PresenceService:
         worktree: str | None = None,
         branch: str | None = None,
         objective: str | None = None,
+        description: str | None = None,
     ) -> SessionInfo:
         """A new session of an authenticated agent over HTTP (`register`): a handle the client
         names on later requests, so each of its processes shows up on its own. A project
-        given here becomes the agent's project, as a local session's does."""
+        given here becomes the agent's project, as a local session's does; a description,
+        the agent's description."""
         _check_text(host, "host", MAX_HOST)
+        _check_text(description, "description")
         _check_text(worktree, "worktree")
         _check_text(branch, "branch", MAX_HOST)
         _check_text(objective, "objective")
@@ -223,6 +226,8 @@ class PresenceService:
                 raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
             if project is not None:
                 rows.update_agent(conn, caller.agent, project=project)
+            if description is not None:
+                rows.update_agent(conn, caller.agent, description=description)
             session = http_session(
                 new_session_id(now),
                 caller.agent,
