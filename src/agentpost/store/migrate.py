@@ -51,9 +51,9 @@ def migrate_sqlite(path: Path) -> bool:
     with open(path.with_name(path.name + ".migrate-lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         sqlite.ensure_wal(path)
-        engine = sqlite.make_engine(path, immediate=True, pooled=False)
+        engine = sqlite.make_engine(path, pooled=False)
         try:
-            with engine.connect() as conn, conn.begin():
+            with engine.connect() as conn, sqlite.transaction(conn, immediate=True):
                 if current_revision(conn) == SCHEMA_HEAD:
                     return False
                 upgrade(conn)
@@ -63,9 +63,9 @@ def migrate_sqlite(path: Path) -> bool:
 
 
 def _sqlite_revision(path: Path) -> str | None:
-    engine = sqlite.make_engine(path, immediate=False, pooled=False)
+    engine = sqlite.make_engine(path, pooled=False)
     try:
-        with engine.connect() as conn, conn.begin():
+        with engine.connect() as conn, sqlite.transaction(conn):
             return current_revision(conn)
     finally:
         engine.dispose()
