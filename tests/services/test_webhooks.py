@@ -300,6 +300,23 @@ async def test_a_name_that_resolves_to_a_forbidden_address_is_refused_at_deliver
     assert receiver.requests == []
 
 
+async def test_a_webhook_made_by_another_office_hears_mail_sent_here(
+    open_office: OpenOffice,
+) -> None:
+    """The dispatcher acts only on news of agents with webhooks, and learns of one made by
+    another process (replica) from that process's commit, or on PostgreSQL by polling."""
+    office = await open_office()
+    other = await open_office()  # another process on the same database
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver()
+    async with running(office, receiver):
+        await office.mailbox.send(alice, "bob", "before the webhook")
+        webhook = await hook(other, bob, receiver)
+        sent = await office.mailbox.send(alice, "bob", "after it")
+        await until(office, log_when(office, bob, webhook, delivered))
+    assert [r.payload["message_id"] for r in receiver.requests] == [sent.id]
+
+
 async def test_a_deleted_webhook_receives_nothing_more_and_its_pending_deliveries_fail(
     office: PostOffice, clock: FakeClock
 ) -> None:

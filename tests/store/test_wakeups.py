@@ -99,6 +99,26 @@ async def test_a_watch_of_any_news_wakes_for_commits_that_concerned_someone() ->
     assert await anyone.wait(0) is True
 
 
+async def test_a_watch_of_any_news_keeps_whom_the_commits_since_its_last_look_concerned() -> None:
+    hub = Wakeups()
+    anyone = hub.watch(None)
+    hub.publish({"bob"})
+    hub.publish({"carol", "bob"})
+    assert anyone.reach() == {"bob", "carol"}
+    assert anyone.reach() == frozenset()  # taken: starts afresh
+
+
+async def test_after_another_processs_commit_a_watch_cannot_tell_whom_it_concerned() -> None:
+    hub = Wakeups()
+    anyone = hub.watch(None)
+    hub.publish({"bob"})
+    hub.wake_all()
+    hub.publish({"carol"})
+    assert anyone.reach() is None
+    hub.publish({"carol"})
+    assert anyone.reach() == {"carol"}
+
+
 async def test_a_closed_watch_is_forgotten() -> None:
     hub = Wakeups()
     with hub.watch("bob") as news:

@@ -8,6 +8,8 @@ off, so a reconnecting stream (`Last-Event-ID`) misses nothing.
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import AsyncIterator
 from functools import partial
 
@@ -26,6 +28,8 @@ FOLLOW_PAGE = 200
 MAX_TOUCHED = 10_000
 RETRY_S = 1.0
 """How soon `touches` looks again after the database refused a look (busy)."""
+CATCH_UP_S = 1.0
+"""How stale `touches` lets its cursor grow while only this process commits."""
 
 
 def check_cursor(after: int) -> int:
@@ -88,29 +92,47 @@ class Events:
         """The newest event's seq in the whole post office: where `touched` starts."""
         return await self.store.glance(event_rows.newest)
 
-    async def touches(self) -> AsyncIterator[dict[str, int]]:
-        """`touched` from now on, forever: each item names the agents whose event logs grew
-        since the item before ({agent: their newest seq}; never empty).
+    async def touches(self) -> AsyncIterator[frozenset[str]]:
+        """From now on, forever: each item names agents whose event logs (or mail) grew since
+        the item before (never empty; a name too many only means "look again").
 
-        Woken only by commits that wrote events (and by other processes' commits), and watched
-        before the first look, so nothing committed after the start goes unnamed. A refused
-        look (a busy database) is tried again shortly from the same cursor: it skips nothing.
+        This process's own commits say whom they concerned, so those cost no read; the log is
+        read from a cursor after another process's commit (or a wait bounded by polling),
+        and at least every `CATCH_UP_S` so the cursor never falls far behind. Watched before
+        the first look, so nothing committed after the start goes unnamed. A refused look (a
+        busy database) is tried again shortly from the same cursor: it skips nothing.
         """
         cursor: int | None = None
+        read_at = -math.inf
         with self.store.watch(None) as news:
+            reach: frozenset[str] | None = frozenset()
             while True:
                 try:
                     if cursor is None:
                         cursor = await self.newest_overall()
-                    touched, cursor = await self.touched(cursor)
+                        read_at = time.monotonic()
+                    elif reach is None or time.monotonic() - read_at >= CATCH_UP_S:
+                        found, cursor = await self._read_through(cursor)
+                        read_at = time.monotonic()
+                        reach = found | (reach or frozenset())
                 except AgentpostError as err:
                     log.warning("watching for news failed, will retry: %s", err)
                     await news.wait(RETRY_S)
+                    reach = None
                     continue
-                if touched:
-                    yield touched
-                else:
-                    await news.wait(None)
+                if reach:
+                    yield reach
+                woken = await news.wait(None)
+                reach = news.reach() if woken else None
+
+    async def _read_through(self, cursor: int) -> tuple[frozenset[str], int]:
+        """Everyone whose log grew after `cursor`, page by page to the end; the new cursor."""
+        found: set[str] = set()
+        while True:
+            page, cursor = await self.touched(cursor)
+            if not page:
+                return frozenset(found), cursor
+            found.update(page)
 
 
 async def purge_old_events(store: Store, keep_s: float, batch: int) -> int:

@@ -26,6 +26,7 @@ import ipaddress
 import logging
 import secrets
 import socket
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -46,6 +47,7 @@ from agentpost.domain.models import Caller
 from agentpost.store import agents as agent_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Row, Store
+from agentpost.store.wakeups import Watch
 
 if TYPE_CHECKING:
     import httpx
@@ -166,6 +168,10 @@ class Webhooks:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
+        self._changes = 0
+        """Webhooks created or deleted by this process so far."""
+        self._hooked: tuple[int, frozenset[str]] | None = None
+        """The agents with a live webhook, as read when `_changes` stood at the first value."""
 
     async def create(
         self, caller: Caller, url: str, events: builtins.list[str]
@@ -197,7 +203,9 @@ class Webhooks:
             )
             return Webhook(hook_id, url, types, now)
 
-        return await self.store.write(tx), secret
+        made = await self.store.write(tx)
+        self._changes += 1
+        return made, secret
 
     async def list(self, caller: Caller) -> builtins.list[Webhook]:
         """The caller's webhooks, oldest first (secrets are never shown again)."""
@@ -212,6 +220,7 @@ class Webhooks:
             webhook_rows.delete_webhook(conn, webhook_id, self.store.clock())
 
         await self.store.write(tx)
+        self._changes += 1
 
     async def deliveries(
         self, caller: Caller, webhook_id: str, limit: int = 50
@@ -250,11 +259,32 @@ class Webhooks:
                             raise
                         log.warning("webhook dispatcher: %s; trying again", err)
                         sleep = UNAVAILABLE_RETRY_S
-                    await news.wait(sleep)
+                    await self._until_work(news, sleep)
+
+    async def _until_work(self, news: Watch, sleep: float | None) -> None:
+        """Wait until a commit concerns an agent with a webhook, or `sleep` seconds passed (a
+        retry falls due). Mail between agents without webhooks, most of it, costs no look.
+        When a commit's reach is unknown (another process's) or webhooks changed, go and look,
+        and read afresh who has webhooks."""
+        deadline = None if sleep is None else time.monotonic() + sleep
+        while True:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            woken = await news.wait(timeout)
+            reach = news.reach() if woken else None
+            hooked = self._hooked
+            if reach is not None and hooked is not None and hooked[0] == self._changes:
+                if reach & hooked[1]:
+                    return
+                continue
+            self._hooked = None
+            return
 
     async def _round(self, client: httpx.AsyncClient) -> float | None:
         """Enqueue, then deliver until nothing is due; returns how long to sleep (None: until
         the store changes)."""
+        if self._hooked is None or self._hooked[0] != self._changes:
+            changes = self._changes
+            self._hooked = (changes, await self.store.glance(webhook_rows.hooked_agents))
         # Until no webhook is behind: its own commits write no events, so they wake nobody.
         while await self.store.glance(webhook_rows.any_behind):
             await self.store.write(

@@ -12,6 +12,10 @@ the file's change signal and tells nobody what it touched, so it wakes every wat
 No wake-up is lost: a waiter registers its `Watch` *before* it looks at the database, and a
 wake-up that lands between its look and its `wait` is kept in the watch, so that `wait`
 returns at once. A spurious wake-up only means "look again".
+
+A watch of any news also keeps whom the commits since its last look concerned (`reach`), so
+a watcher of everyone's news (push over HTTP, the webhook dispatcher) learns who has news
+without reading the database for it, except after another process's commit.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ class Watch:
     again. A wake-up that comes while the waiter is looking is kept for its next `wait`.
     """
 
-    __slots__ = ("_future", "_wakeups", "_woken", "agent", "agent_of")
+    __slots__ = ("_future", "_reach", "_wakeups", "_woken", "agent", "agent_of")
 
     def __init__(
         self, wakeups: Wakeups, agent: str | None, agent_of: Callable[[], str] | None = None
@@ -83,6 +87,9 @@ class Watch:
         self.agent_of = agent_of
         self._woken = False
         self._future: asyncio.Future[None] | None = None
+        self._reach: set[str] | None = set()
+        """Whom the commits since the last `reach()` concerned; None: unknown (another
+        process committed)."""
 
     def __enter__(self) -> Self:
         return self
@@ -97,6 +104,19 @@ class Watch:
 
     def close(self) -> None:
         self._wakeups._remove(self)
+
+    def reach(self) -> frozenset[str] | None:
+        """Whom the commits that woke this watch since the last call concerned (None: it
+        cannot be told, look at everything), and start afresh. Kept by watches of any news."""
+        reach, self._reach = self._reach, set()
+        return None if reach is None else frozenset(reach)
+
+    def _concerned(self, agents: Collection[str] | None) -> None:
+        if agents is None:
+            self._reach = None
+        elif self._reach is not None:
+            self._reach.update(agents)
+        self.wake()
 
     def wake(self) -> None:
         self._woken = True
@@ -162,7 +182,7 @@ class Wakeups:
             for watch in self._by_agent.get(agent, ()):
                 watch.wake()
         for watch in self._news:
-            watch.wake()
+            watch._concerned(concerned)
         for watch in self._following:
             assert watch.agent_of is not None
             try:
@@ -178,7 +198,9 @@ class Wakeups:
         for watches in self._by_agent.values():
             for watch in watches:
                 watch.wake()
-        for watch in self._news | self._following:
+        for watch in self._news:
+            watch._concerned(None)
+        for watch in self._following:
             watch.wake()
 
     def watching(self, agent: str | None) -> int:

@@ -63,6 +63,11 @@ def live_count(conn: Connection, agent: str) -> int:
     return int(conn.execute(query).scalar_one())
 
 
+def hooked_agents(conn: Connection) -> frozenset[str]:
+    """The agents with a live webhook: the only ones whose news the dispatcher acts on."""
+    return frozenset(conn.execute(select(webhooks.c.agent).where(_LIVE).distinct()).scalars())
+
+
 def webhook_from_row(row: Row[Any]) -> Webhook:
     return Webhook(id=row.id, url=row.url, events=json.loads(row.events), created_at=row.created_at)
 
