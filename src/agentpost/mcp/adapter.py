@@ -109,12 +109,12 @@ def _http_request_of(ctx: _Ctx) -> HttpRequest | None:
     scope = getattr(request, "scope", None)
     if not isinstance(scope, dict):
         return None
-    headers = getattr(request, "headers", {})
-    query = getattr(request, "query_params", {})
     client = scope.get("client")
+    # Starlette's own mappings, not copies (this runs for every message): its headers already
+    # answer in any case, its query parameters give the last value of a repeated name.
     return HttpRequest(
-        headers={k.lower(): v for k, v in headers.items()},
-        query=dict(query.items()),
+        headers=getattr(request, "headers", {}),
+        query=getattr(request, "query_params", {}),
         client_ip=client[0] if client else None,
         state=scope.get("state") or {},
     )
