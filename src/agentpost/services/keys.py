@@ -53,13 +53,20 @@ MAX_BOUND_CONNECTIONS = 10_000
 requests then speak for the key's own session again)."""
 
 
-def default_session_id(key_id: str) -> str:
-    """The session a key's requests count as when they name none: one per key, stable."""
-    return "s_" + key_id.removeprefix("k_")
+default_session_id = key_rows.own_session_id
 
 
 def _address(ip: str | None) -> str:
     return (ip or NO_ADDRESS)[:64]
+
+
+@dataclass(frozen=True, slots=True)
+class _SessionSeen:
+    id: str
+    agent: str
+    transport: str
+    heartbeat_at: float
+    ended_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +75,21 @@ class _Look:
 
     locked_for: float | None = None
     key: Row[Any] | None = None
-    session: Row[Any] | None = None
+    session: _SessionSeen | None = None
     bound: bool = False
     """`session` is the live one the request's connection was bound to."""
+
+
+def _session_of(row: Row[Any]) -> _SessionSeen | None:
+    if row.session_id is None:
+        return None
+    return _SessionSeen(
+        row.session_id,
+        row.session_agent,
+        row.session_transport,
+        row.session_heartbeat_at,
+        row.session_ended_at,
+    )
 
 
 class Keys:
@@ -101,18 +120,25 @@ class Keys:
         bound = self._bound_session(connection) if session is None else None
 
         def look(conn: Connection) -> _Look:
-            locked_at = lockouts.locked_at(conn, address)
-            if locked_at is not None and locked_at + lock_s > self.store.clock():
-                return _Look(locked_for=locked_at + lock_s - self.store.clock())
-            key = None if hashed is None else key_rows.by_hash(conn, hashed)
-            if key is None:
+            # One statement in the common case; a connection's session that ended costs two.
+            asked = session or (bound[1] if bound is not None else None)
+            row = key_rows.for_request(conn, digest=hashed, ip=address, session=asked)
+            if row.locked_at is not None and row.locked_at + lock_s > self.store.clock():
+                return _Look(locked_for=row.locked_at + lock_s - self.store.clock())
+            if row.id is None:
                 return _Look()
-            if bound is not None and bound[0] == key.agent:
-                found = agent_rows.get_session(conn, bound[1])
-                if found is not None and found.ended_at is None:
-                    return _Look(key=key, session=found, bound=True)
-            found = agent_rows.get_session(conn, session or default_session_id(key.id))
-            return _Look(key=key, session=found)
+            found = _session_of(row)
+            if session is not None or bound is None:
+                return _Look(key=row, session=found)
+            if (
+                bound[0] == row.agent
+                and found is not None
+                and found.agent == row.agent
+                and found.ended_at is None
+            ):
+                return _Look(key=row, session=found, bound=True)
+            own = key_rows.for_request(conn, digest=hashed, ip=address, session=None)
+            return _Look(key=own, session=_session_of(own))
 
         seen = await self.store.glance(look)
         if seen.locked_for is not None:
@@ -199,7 +225,7 @@ class Keys:
         await self.store.write(tx)
 
     async def _session(
-        self, key: Row[Any], found: Row[Any] | None, named: str | None, address: str
+        self, key: Row[Any], found: _SessionSeen | None, named: str | None, address: str
     ) -> str:
         """The request's session id; opens, revives or heartbeats it when that is due."""
         if named is not None and (

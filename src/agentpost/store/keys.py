@@ -4,9 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, bindparam, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Select,
+    String,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 
-from agentpost.store.schema import agents, keys
+from agentpost.store import lockouts
+from agentpost.store.schema import agents, keys, sessions
 
 # What authentication needs in one indexed read: the key, and whether its agent may act.
 _BY_HASH: Select[Any] = (
@@ -25,6 +37,43 @@ _BY_HASH: Select[Any] = (
     .where(keys.c.hash == bindparam("hash"))
 )
 _GET = select(keys).where(keys.c.id == bindparam("key_id"))
+
+
+def own_session_id(key_id: str) -> str:
+    """The session a key's requests count as when they name none: one per key, stable."""
+    return "s_" + key_id.removeprefix("k_")
+
+
+_OWN_SESSION_ID = literal("s_") + func.substr(keys.c.id, 3)
+"""`own_session_id` in SQL (key ids are `k_…`)."""
+
+_ONE_ROW = select(literal(1).label("one")).subquery()
+# Everything a request's authentication reads, in one statement (one row, whatever matched):
+# the address's lock, the key and whether its agent may act, and the session it speaks for.
+_FOR_REQUEST: Select[Any] = select(
+    lockouts.locked_at_of("lock_key").label("locked_at"),
+    *_BY_HASH.selected_columns,
+    sessions.c.id.label("session_id"),
+    sessions.c.agent.label("session_agent"),
+    sessions.c.transport.label("session_transport"),
+    sessions.c.heartbeat_at.label("session_heartbeat_at"),
+    sessions.c.ended_at.label("session_ended_at"),
+).select_from(
+    _ONE_ROW.outerjoin(keys, keys.c.hash == bindparam("hash"))
+    .outerjoin(agents, agents.c.name == keys.c.agent)
+    .outerjoin(
+        sessions,
+        sessions.c.id == func.coalesce(bindparam("session", type_=String), _OWN_SESSION_ID),
+    )
+)
+
+
+def for_request(conn: Connection, *, digest: str | None, ip: str, session: str | None) -> Row[Any]:
+    """One read for one request: `locked_at` of the address `ip`; the key found by `digest`
+    (`id` None: none) as `by_hash` has it; and the session named, or the key's own
+    (`session_id` None: no such session), its columns prefixed `session_`."""
+    params = {"lock_key": lockouts.lock_key(ip), "hash": digest, "session": session}
+    return conn.execute(_FOR_REQUEST, params).one()
 
 
 def insert_key(

@@ -12,7 +12,7 @@ from functools import cache
 from types import ModuleType
 from typing import Any
 
-from sqlalchemy import BindParameter, Connection, bindparam, case, delete, select
+from sqlalchemy import BindParameter, Connection, ScalarSelect, bindparam, case, delete, select
 
 from agentpost.store.schema import rate_windows
 
@@ -25,7 +25,8 @@ def _fail_key(ip: str) -> str:
     return f"authfail:{ip}"
 
 
-def _lock_key(ip: str) -> str:
+def lock_key(ip: str) -> str:
+    """The row of the address's lock (bind it where `locked_at_of` wants it)."""
     return f"authlock:{ip}"
 
 
@@ -44,9 +45,19 @@ def _count_statement(dialect: ModuleType) -> Any:
     ).returning(table.c.count)
 
 
+def locked_at_of(param: str) -> ScalarSelect[Any]:
+    """`locked_at` as a subquery, for a read that wants it beside other things: bind the
+    address's `lock_key` as `param`."""
+    return (
+        select(rate_windows.c.window_start)
+        .where(rate_windows.c.key == bindparam(param))
+        .scalar_subquery()
+    )
+
+
 def locked_at(conn: Connection, ip: str) -> float | None:
     """When the address was last locked out (the caller compares with the lock's length)."""
-    return conn.execute(_LOCK_OF, {"key": _lock_key(ip)}).scalar()
+    return conn.execute(_LOCK_OF, {"key": lock_key(ip)}).scalar()
 
 
 def count_failure(
@@ -57,7 +68,7 @@ def count_failure(
     count = int(conn.execute(_count_statement(dialect), params).scalar_one())
     if count < failures:
         return False
-    lock = {"key": _lock_key(ip), "window_start": now, "count": count}
+    lock = {"key": lock_key(ip), "window_start": now, "count": count}
     conn.execute(dialect.upsert(rate_windows, ["key"], lock, {"window_start": now, "count": count}))
     conn.execute(delete(rate_windows).where(rate_windows.c.key == _fail_key(ip)))
     return True
