@@ -15,6 +15,7 @@ tells exactly the agents with news that their inbox changed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager, nullcontext
 from contextvars import ContextVar
@@ -163,21 +164,24 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
         request = current_http_request()
         return None if request is None else caller_of(request).agent
 
-    def offered_tools() -> Collection[str] | None:
-        request = current_http_request()
-        if request is None:
-            return None
-        caller = caller_of(request)
-        asked = request.query.get("tools")
+    @functools.lru_cache(maxsize=64)  # bounded: the query string is the client's to vary
+    def tools_for(admin: bool, asked: str | None) -> frozenset[str]:
+        # Asked on every call and listing: worked out once per (admin, query).
         try:
             groups = parse_groups(asked, default_groups)
         except AgentpostError:
             groups = list(default_groups)  # the service answered 400 before we got here
-        if caller.admin and not asked:
+        if admin and not asked:
             groups.append("admin")  # an admin key's connection lists them unless it chose
-        elif not caller.admin:
+        elif not admin:
             groups = [g for g in groups if g != "admin"]
-        return {tool for group in groups for tool in GROUPS[group]}
+        return frozenset(tool for group in groups for tool in GROUPS[group])
+
+    def offered_tools() -> Collection[str] | None:
+        request = current_http_request()
+        if request is None:
+            return None
+        return tools_for(caller_of(request).admin, request.query.get("tools"))
 
     async def read_resource(uri: str) -> str:
         return await inbox_resource(desk)
