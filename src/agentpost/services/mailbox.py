@@ -473,12 +473,9 @@ class Mailbox:
 
         def look(conn: Connection) -> tuple[int, list[Any]]:
             now = self.store.clock()
-            urgent = (
-                mail.urgent_for_session(conn, caller.agent, caller.session_id, now)
-                if caller.session_id is not None
-                else []
-            )
-            return mail.unread_count(conn, caller.agent, now), urgent
+            if caller.session_id is None:
+                return mail.unread_count(conn, caller.agent, now), []
+            return mail.notices(conn, caller.agent, caller.session_id, now)
 
         unread, urgent = await self.store.glance(look)
         if urgent and caller.session_id is not None:

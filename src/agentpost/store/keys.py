@@ -18,7 +18,7 @@ from sqlalchemy import (
 )
 
 from agentpost.store import lockouts
-from agentpost.store.schema import agents, keys, sessions
+from agentpost.store.schema import ONE_ROW, agents, keys, sessions
 
 # What authentication needs in one indexed read: the key, and whether its agent may act.
 _BY_HASH: Select[Any] = (
@@ -47,7 +47,6 @@ def own_session_id(key_id: str) -> str:
 _OWN_SESSION_ID = literal("s_") + func.substr(keys.c.id, 3)
 """`own_session_id` in SQL (key ids are `k_…`)."""
 
-_ONE_ROW = select(literal(1).label("one")).subquery()
 # Everything a request's authentication reads, in one statement (one row, whatever matched):
 # the address's lock, the key and whether its agent may act, and the session it speaks for.
 _FOR_REQUEST: Select[Any] = select(
@@ -59,7 +58,7 @@ _FOR_REQUEST: Select[Any] = select(
     sessions.c.heartbeat_at.label("session_heartbeat_at"),
     sessions.c.ended_at.label("session_ended_at"),
 ).select_from(
-    _ONE_ROW.outerjoin(keys, keys.c.hash == bindparam("hash"))
+    ONE_ROW.outerjoin(keys, keys.c.hash == bindparam("hash"))
     .outerjoin(agents, agents.c.name == keys.c.agent)
     .outerjoin(
         sessions,

@@ -24,6 +24,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    true,
     update,
 )
 
@@ -37,7 +38,7 @@ from agentpost.domain.models import (
     Trust,
 )
 from agentpost.store import events
-from agentpost.store.schema import deliveries, messages, sessions
+from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
 # Written as ORs of constants, not `in_(list)`: SQLite reads them as an IN on the index, and
@@ -337,12 +338,22 @@ _URGENT_FOR_SESSION = _URGENT_UNREAD.where(
 )
 
 
-def urgent_for_session(
+_URGENT_NEWS = _URGENT_FOR_SESSION.subquery("urgent")
+_NOTICES = (
+    select(_UNREAD_COUNT.scalar_subquery().label("unread_total"), _URGENT_NEWS)
+    .select_from(ONE_ROW.outerjoin(_URGENT_NEWS, true()))
+    .order_by(_URGENT_NEWS.c.seq)
+)
+
+
+def notices(
     conn: Connection, recipient: str, session_id: str, now: float
-) -> list[Row[Any]]:
-    """Urgent unread mail past the session's cursor: what it has not been told of yet."""
+) -> tuple[int, list[Row[Any]]]:
+    """What every answer carries, in one statement: the unread count, and the urgent unread
+    mail past the session's cursor (what it has not been told of yet)."""
     params = {"for_recipient": recipient, "session_id": session_id, "now": now}
-    return list(conn.execute(_URGENT_FOR_SESSION, params))
+    rows = conn.execute(_NOTICES, params).all()
+    return int(rows[0].unread_total), [row for row in rows if row.seq is not None]
 
 
 def urgent_since(conn: Connection, recipient: str, cursor: int, now: float) -> list[Row[Any]]:

@@ -18,6 +18,8 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    literal,
+    select,
     text,
 )
 
@@ -306,3 +308,8 @@ Index(
     sqlite_where=text("kind = 'response'"),
     postgresql_where=text("kind = 'response'"),
 )
+
+
+ONE_ROW = select(literal(1).label("one")).subquery("one_row")
+"""A table of one row: the base of a read that must answer with a row even when the tables
+outer-joined to it hold no match (several lookups in one statement)."""
