@@ -121,23 +121,41 @@ class Service:
             except AgentpostError as err:
                 await error_response(err)(scope, receive, send)
                 return
-            await self._mcp(scope, receive, send)
-            if scope["method"] == "DELETE":
-                await self._connection_closed(scope)
+            await self._serve_mcp(scope, receive, send)
         else:
             await self._rest(scope, receive, send)
 
+    async def _serve_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
+        assert self._mcp is not None
+        if scope["method"] != "DELETE":
+            await self._mcp(scope, receive, send)
+            return
+
+        async def closing_first(message: MutableMapping[str, Any]) -> None:
+            # The SDK answers 2xx once it has closed the connection, and a refusal (4xx)
+            # changes nothing. The session ends before the client hears the answer.
+            if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+                await self._connection_closed(scope)
+            await send(message)
+
+        await self._mcp(scope, receive, closing_first)
+
     async def _connection_closed(self, scope: Scope) -> None:
-        """A 2025-era client ended its MCP connection: the session `register` bound to it ends
-        too, so it shows offline at once rather than after `offline_after_s`."""
+        """A 2025-era client ended its MCP connection (`DELETE /mcp`): the session `register`
+        bound to it ends too, so it shows offline at once rather than after
+        `offline_after_s`. (A connection that just drops goes offline that way.)"""
         assert self.office is not None
         connection = connection_of(scope)
         caller = scope.get("state", {}).get(CALLER)
         if connection is None or not isinstance(caller, Caller):
             return
         session = self.office.keys.release_connection(connection, caller)
-        if session is not None:
+        if session is None:
+            return
+        try:
             await self.office.presence.end_session(session)
+        except AgentpostError as err:  # it goes offline without heartbeats all the same
+            log.warning("could not end session %s of a closed connection: %s", session, err)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup

@@ -8,6 +8,7 @@ agent the news is for.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import httpx2
 import mcp.types as types
 import pytest
@@ -202,26 +204,96 @@ async def test_closing_a_legacy_connection_ends_the_session_it_registered(
     assert (gone.status_code, gone.json()["error"]["code"]) == (404, "not_found")
 
 
-async def test_register_over_a_modern_connection_mints_a_handle_named_in_a_header(
+async def test_register_over_a_modern_connection_updates_the_session_it_speaks_for(
     service: Service,
 ) -> None:
-    """2026-07-28 has no connections to bind: the handle travels in `Agentpost-Session`."""
+    """2026-07-28 has no connection to carry a new handle: the key's own session, or the one
+    the request names in `Agentpost-Session`, takes the objective."""
     key = await service.create_agent("alice")
     async with connect(service, key, MODERN) as alice:
         own = (await alice.call("whoami"))["session_id"]
-        minted = await alice.call("register", objective="triage", description="the night shift")
-        assert minted["session_id"] != own
-        assert minted["objective"] == "triage"
-        assert (await alice.call("whoami"))["session_id"] == own
-    async with connect(service, key, MODERN, **{"Agentpost-Session": minted["session_id"]}) as it:
-        assert (await it.call("whoami"))["objective"] == "triage"
+        told = await alice.call("register", objective="triage", description="the night shift")
+        assert (told["session_id"], told["objective"]) == (own, "triage")
+        assert (await alice.call("whoami"))["objective"] == "triage"
+    opened = await service.client(key).post("/v1/sessions", json={"objective": "stand-up"})
+    minted = opened.json()["session_id"]
+    async with connect(service, key, MODERN, **{"Agentpost-Session": minted}) as it:
         again = await it.call("register", objective="fix the flaky test")
-        assert (again["session_id"], again["objective"]) == (
-            minted["session_id"],
-            "fix the flaky test",
-        )
+        assert (again["session_id"], again["objective"]) == (minted, "fix the flaky test")
     me = (await service.client(key).get("/v1/me")).json()
     assert me["description"] == "the night shift"
+
+
+async def test_a_refused_close_of_a_legacy_connection_leaves_its_session(
+    service: Service,
+) -> None:
+    """Only a DELETE the SDK carried out ends the session: one it refused (a foreign Origin)
+    changes nothing."""
+    key = await service.create_agent("alice")
+    http = service.client(key, Accept="application/json, text/event-stream")
+    connection = await legacy_handshake(http)
+    registered = await legacy_call(http, connection, "register", {"objective": "triage"})
+    minted = registered["structuredContent"]["session_id"]
+    as_minted = service.client(key, **{"Agentpost-Session": minted})
+    refused = await http.delete(
+        "/mcp", headers={"Mcp-Session-Id": connection, "Origin": "https://evil.example"}
+    )
+    assert refused.status_code == 403
+    assert (await as_minted.get("/v1/me")).status_code == 200
+    closed = await http.delete(
+        "/mcp", headers={"Mcp-Session-Id": connection, "MCP-Protocol-Version": LEGACY}
+    )
+    assert closed.status_code == 200
+    assert (await as_minted.get("/v1/me")).status_code == 404
+
+
+async def legacy_handshake(http: httpx.AsyncClient) -> str:
+    """A 2025-11-25 connection opened by hand: its transport session id."""
+    hello = await http.post(
+        "/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": LEGACY,
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        },
+    )
+    assert hello.status_code == 200, hello.text
+    connection = hello.headers["mcp-session-id"]
+    done = await http.post(
+        "/mcp",
+        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        headers={"Mcp-Session-Id": connection, "MCP-Protocol-Version": LEGACY},
+    )
+    assert done.status_code == 202, done.text
+    return connection
+
+
+async def legacy_call(
+    http: httpx.AsyncClient, connection: str, tool: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    answer = await http.post(
+        "/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        },
+        headers={"Mcp-Session-Id": connection, "MCP-Protocol-Version": LEGACY},
+    )
+    assert answer.status_code == 200, answer.text
+    if answer.headers["content-type"].startswith("text/event-stream"):
+        data = [line[5:] for line in answer.text.splitlines() if line.startswith("data:")]
+        result: dict[str, Any] = json.loads(data[-1])["result"]
+    else:
+        result = answer.json()["result"]
+    assert not result.get("isError"), result
+    return result
 
 
 async def test_a_refused_register_mints_no_session(service: Service, revision: str) -> None:

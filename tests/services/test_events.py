@@ -213,6 +213,27 @@ async def test_touches_names_the_agents_of_another_offices_commit(
         tg.cancel_scope.cancel()
 
 
+async def test_touches_names_an_agent_once_per_message_across_its_catch_up(
+    office: PostOffice,
+) -> None:
+    alice, _bob, _carol = await agents(office, "alice", "bob", "carol")
+    heard: list[frozenset[str]] = []
+
+    async def listen() -> None:
+        async for touched in office.events.touches():
+            heard.append(touched)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listen)
+        await anyio.wait_all_tasks_blocked()
+        await office.mailbox.send(alice, "bob", "one")
+        await anyio.sleep(1.2)  # past CATCH_UP_S: the next news looks how far behind it is
+        await office.mailbox.send(alice, "carol", "two")
+        await anyio.sleep(0.3)
+        tg.cancel_scope.cancel()
+    assert heard == [{"bob"}, {"carol"}]
+
+
 @pytest.mark.parametrize("after", [-1, 1.5, "7", True, None])
 async def test_a_cursor_that_is_no_event_seq_is_refused(office: PostOffice, after: Any) -> None:
     (bob,) = await agents(office, "bob")

@@ -7,6 +7,7 @@ toward its address's lockout. Every other refusal changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import replace
 
@@ -375,6 +376,38 @@ async def test_a_bound_connection_gives_another_agents_key_nothing(office: PostO
     assert office.keys.release_connection("conn-1", bob) is None
     as_alice = await office.keys.authenticate(alice_secret, ip=ADDRESS, connection="conn-1")
     assert as_alice.session_id == session.id
+
+
+async def test_a_look_that_saw_an_ended_session_keeps_a_binding_made_meanwhile(
+    office: PostOffice,
+) -> None:
+    alice, secret = await keyed(office, "alice")
+    old = await office.presence.open_http_session(alice, host="laptop")
+    office.keys.bind_connection("conn-1", replace(alice, session_id=old.id))
+    await office.presence.end_session(old.id)
+    new = await office.presence.open_http_session(alice, host="laptop")
+    in_flight = asyncio.ensure_future(
+        office.keys.authenticate(secret, ip=ADDRESS, connection="conn-1")
+    )
+    await asyncio.sleep(0)  # it read the binding to the ended session and awaits its look
+    office.keys.bind_connection("conn-1", replace(alice, session_id=new.id))
+    await in_flight
+    after = await office.keys.authenticate(secret, ip=ADDRESS, connection="conn-1")
+    assert after.session_id == new.id
+
+
+async def test_another_agent_cannot_bind_a_connection_that_is_bound(office: PostOffice) -> None:
+    alice, secret = await keyed(office, "alice")
+    bob, _ = await keyed(office, "bob")
+    session = await office.presence.open_http_session(alice, host="laptop")
+    office.keys.bind_connection("conn-1", replace(alice, session_id=session.id))
+    bobs = await office.presence.open_http_session(bob, host="laptop")
+    assert office.keys.may_bind("conn-1", bob) is False
+    with pytest.raises(AgentpostError) as refused:
+        office.keys.bind_connection("conn-1", replace(bob, session_id=bobs.id))
+    assert refused.value.code is ErrorCode.FORBIDDEN
+    caller = await office.keys.authenticate(secret, ip=ADDRESS, connection="conn-1")
+    assert caller.session_id == session.id
 
 
 async def test_a_named_session_wins_over_the_connections(office: PostOffice) -> None:

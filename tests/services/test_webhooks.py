@@ -7,7 +7,9 @@ are due by the store's clock, which the tests move.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -314,6 +316,54 @@ async def test_a_webhook_made_by_another_office_hears_mail_sent_here(
         webhook = await hook(other, bob, receiver)
         sent = await office.mailbox.send(alice, "bob", "after it")
         await until(office, log_when(office, bob, webhook, delivered))
+    assert [r.payload["message_id"] for r in receiver.requests] == [sent.id]
+
+
+async def test_a_webhook_made_in_the_same_commit_as_its_agents_news_hears_it(
+    office: PostOffice,
+) -> None:
+    """The writer batches the webhook's creation with a send to its agent: the commit wakes
+    the dispatcher before the creation has returned, and it must still deliver."""
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver()
+    async with running(office, receiver):
+        await anyio.sleep(0.3)  # the dispatcher's first round is done: it waits for news
+        held = asyncio.ensure_future(office.store.write(lambda conn: time.sleep(0.3)))
+        await anyio.sleep(0.05)  # the writer is busy: the next two jobs queue up together
+        creating = asyncio.ensure_future(
+            office.webhooks.create(bob, receiver.url, ["message.created"])
+        )
+        await anyio.sleep(0.01)
+        sending = asyncio.ensure_future(office.mailbox.send(alice, "bob", "at once"))
+        await held
+        created, receiver.secret = await creating
+        sent = await sending
+        await until(office, log_when(office, bob, created.id, delivered))
+    assert [r.payload["message_id"] for r in receiver.requests] == [sent.id]
+
+
+async def test_news_of_agents_without_webhooks_does_not_hide_another_offices_webhook(
+    open_office: OpenOffice,
+) -> None:
+    """On PostgreSQL another process's commits are not heard; a steady stream of local mail
+    between others must not keep the dispatcher from learning of the new webhook."""
+    office = await open_office()
+    other = await open_office()
+    alice, bob, carol, _dave = await agents(office, "alice", "bob", "carol", "dave")
+    receiver = Receiver()
+    async with running(office, receiver), anyio.create_task_group() as noise:
+        await anyio.sleep(0.3)
+        webhook = await hook(other, bob, receiver)
+
+        async def chatter() -> None:
+            while True:
+                await office.mailbox.send(carol, "dave", "noise")
+                await anyio.sleep(0.2)
+
+        noise.start_soon(chatter)
+        sent = await office.mailbox.send(alice, "bob", "for bob")
+        await until(office, log_when(office, bob, webhook, delivered))
+        noise.cancel_scope.cancel()
     assert [r.payload["message_id"] for r in receiver.requests] == [sent.id]
 
 

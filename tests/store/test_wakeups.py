@@ -36,7 +36,7 @@ pytestmark = pytest.mark.anyio
 async def test_news_for_an_agent_wakes_that_agents_watches_only() -> None:
     hub = Wakeups()
     bob, bob_too, carol = hub.watch("bob"), hub.watch("bob"), hub.watch("carol")
-    hub.publish({"bob", "dave"})
+    hub.publish({"bob": 1, "dave": 1})
     assert await bob.wait(0) is True
     assert await bob_too.wait(0) is True
     assert await carol.wait(0) is False
@@ -46,7 +46,7 @@ async def test_a_wake_up_between_the_look_and_the_wait_is_not_lost() -> None:
     hub = Wakeups()
     with hub.watch("bob") as news:
         # the waiter has looked and found nothing; the news lands before it waits
-        hub.publish({"bob"})
+        hub.publish({"bob": 1})
         with anyio.fail_after(5):
             assert await news.wait(None) is True
 
@@ -54,8 +54,8 @@ async def test_a_wake_up_between_the_look_and_the_wait_is_not_lost() -> None:
 async def test_each_wake_up_ends_one_wait() -> None:
     hub = Wakeups()
     news = hub.watch("bob")
-    hub.publish({"bob"})
-    hub.publish({"bob"})
+    hub.publish({"bob": 1})
+    hub.publish({"bob": 1})
     assert await news.wait(0) is True
     assert await news.wait(0) is False
 
@@ -71,10 +71,10 @@ async def test_a_blocked_wait_returns_when_its_agent_has_news() -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(waiter)
         await anyio.wait_all_tasks_blocked()
-        hub.publish({"carol"})
+        hub.publish({"carol": 1})
         await anyio.wait_all_tasks_blocked()
         assert woken == []
-        hub.publish({"bob"})
+        hub.publish({"bob": 1})
     assert woken == [True]
 
 
@@ -93,30 +93,30 @@ async def test_another_processs_commit_wakes_every_watch() -> None:
 async def test_a_watch_of_any_news_wakes_for_commits_that_concerned_someone() -> None:
     hub = Wakeups()
     anyone = hub.watch(None)
-    hub.publish(frozenset())
+    hub.publish({})
     assert await anyone.wait(0) is False
-    hub.publish({"bob"})
+    hub.publish({"bob": 1})
     assert await anyone.wait(0) is True
 
 
 async def test_a_watch_of_any_news_keeps_whom_the_commits_since_its_last_look_concerned() -> None:
     hub = Wakeups()
     anyone = hub.watch(None)
-    hub.publish({"bob"})
-    hub.publish({"carol", "bob"})
-    assert anyone.reach() == {"bob", "carol"}
-    assert anyone.reach() == frozenset()  # taken: starts afresh
+    hub.publish({"bob": 1})
+    hub.publish({"carol": 3, "bob": 2})
+    assert anyone.reach() == {"bob": 2, "carol": 3}  # each with its newest event
+    assert anyone.reach() == {}  # taken: starts afresh
 
 
 async def test_after_another_processs_commit_a_watch_cannot_tell_whom_it_concerned() -> None:
     hub = Wakeups()
     anyone = hub.watch(None)
-    hub.publish({"bob"})
+    hub.publish({"bob": 1})
     hub.wake_all()
-    hub.publish({"carol"})
+    hub.publish({"carol": 1})
     assert anyone.reach() is None
-    hub.publish({"carol"})
-    assert anyone.reach() == {"carol"}
+    hub.publish({"carol": 1})
+    assert anyone.reach() == {"carol": 1}
 
 
 async def test_a_closed_watch_is_forgotten() -> None:
@@ -124,7 +124,7 @@ async def test_a_closed_watch_is_forgotten() -> None:
     with hub.watch("bob") as news:
         assert hub.watching("bob") == 1
     assert hub.watching("bob") == 0
-    hub.publish({"bob"})
+    hub.publish({"bob": 1})
     assert await news.wait(0) is False
 
 
@@ -132,17 +132,17 @@ async def test_a_watch_following_a_session_hears_the_news_of_its_name_at_the_tim
     hub = Wakeups()
     name = ["session-1"]
     news = hub.watch_following(lambda: name[0])
-    hub.publish({"bob"})
+    hub.publish({"bob": 1})
     assert await news.wait(0) is False
     name[0] = "bob"  # the session took another name
-    hub.publish({"session-1"})
+    hub.publish({"session-1": 1})
     assert await news.wait(0) is False
-    hub.publish({"bob"})
+    hub.publish({"bob": 1})
     assert await news.wait(0) is True
     hub.wake_all()
     assert await news.wait(0) is True
     news.close()
-    hub.publish({"bob"})
+    hub.publish({"bob": 1})
     assert await news.wait(0) is False
 
 
@@ -186,11 +186,11 @@ async def test_a_refused_write_wakes_nobody_and_spares_its_neighbours(store: Sto
         pass
 
     def refused(conn: Connection) -> None:
-        wakeups.concern(conn, ["carol"])
+        wakeups.concern(conn, [("carol", 1)])
         raise Refused
 
     def delivered(conn: Connection) -> None:
-        wakeups.concern(conn, ["bob"])
+        wakeups.concern(conn, [("bob", 1)])
 
     bob, carol = store.watch("bob"), store.watch("carol")
     refusals: list[Exception] = []
@@ -264,7 +264,7 @@ async def test_a_foreign_commit_taken_in_with_a_local_one_still_wakes_everyone(
 async def test_the_writer_tells_another_connections_commit_from_its_own(tmp_path: Path) -> None:
     path = tmp_path / "agentpost.db"
     await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema
-    concerned: list[frozenset[str]] = []
+    concerned: list[wakeups.Reach] = []
     foreign = threading.Event()
     runner = sqlite.SqliteRunner(path, on_commit=concerned.append, on_foreign=foreign.set)
     raw = sqlite3.connect(path, timeout=30)
@@ -272,13 +272,13 @@ async def test_the_writer_tells_another_connections_commit_from_its_own(tmp_path
     def local(key: str) -> Callable[[Connection], None]:
         def tx(conn: Connection) -> None:
             conn.execute(rate_windows.insert().values(key=key, window_start=0.0, count=1))
-            wakeups.concern(conn, ["bob"])
+            wakeups.concern(conn, [("bob", 1)])
 
         return tx
 
     try:
         await runner.write(local("a"))
-        assert concerned == [frozenset({"bob"})]
+        assert concerned == [{"bob": 1}]
         runner.look_for_foreign()
         await runner.write(local("b"))  # queued behind the look: the look is done by then
         assert not foreign.is_set()  # our own commits are not another process's

@@ -50,6 +50,8 @@ def _needs_key(scope: Scope) -> bool:
 
 
 def _is_mcp(path: str) -> bool:
+    """The MCP endpoint: the only place a request's connection (transport session) means
+    something."""
     return path == "/mcp" or path.startswith("/mcp/")
 
 
@@ -127,7 +129,7 @@ def connection_of(scope: Scope) -> str | None:
     name = CONNECTION_HEADER.encode("latin-1")
     for key, value in scope["headers"]:
         if key.lower() == name:
-            return str(value.decode("latin-1"))
+            return bytes(value).decode("latin-1")
     return None
 
 

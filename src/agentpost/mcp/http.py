@@ -3,8 +3,8 @@
 Nothing here remembers who a connection is. Every request is authenticated before it reaches
 the SDK (the service's guard), and each tool call, listing and subscription asks afresh who
 sent it (`RequestCaller`), so two connections never share an identity, whatever session ids
-they present. `register` mints a session handle (`HttpDesk`): a 2025-era connection speaks for
-it from then on; a 2026-era client, which has no connection, names it in `Agentpost-Session`.
+they present. On a 2025-era connection `register` mints a session handle (`HttpDesk`), and the
+connection speaks for it from then on; 2026-era requests have no connection to carry one.
 
 Which tools a connection sees is chosen per connection (`/mcp?tools=core,profile`) or by the
 `tool_groups` setting; the `admin` group only ever reaches an admin key.
@@ -125,9 +125,9 @@ class RequestCaller:
 
 
 class HttpDesk(LocalDesk):
-    """The local desk over HTTP, where `register` mints a session handle, as DESIGN.md has it:
-    each connection (each Claude Code window on one key) then shows up with its own objective,
-    presence and seat, instead of all sharing the key's own session."""
+    """The local desk over HTTP, where `register` mints a session handle, as DESIGN.md has it,
+    wherever a connection can carry it: each Claude Code window on one key then shows up with
+    its own objective, presence and seat, instead of all sharing the key's own session."""
 
     async def register(
         self,
@@ -140,20 +140,28 @@ class HttpDesk(LocalDesk):
         if name is not None and name != caller.agent:
             raise forbidden(f"this connection speaks for {caller.agent!r}, the agent of its key")
         presence = self.office.presence
-        if caller.key_id is not None and caller.session_id == default_session_id(caller.key_id):
-            request = current_http_request()
-            host = (request.client_ip if request is not None else None) or "unknown"
-            session = await presence.open_http_session(
-                caller, host=host, objective=objective, description=description
-            )
-            caller = replace(caller, session_id=session.id)
-            if request is not None and request.connection is not None:
-                self.office.keys.bind_connection(request.connection, caller)
-            self.callers.rename(caller)
-            await self.office.leadership.claim_if_eligible(caller)
+        request = current_http_request()
+        connection = None if request is None else request.connection
+        on_own = caller.key_id is not None and caller.session_id == default_session_id(
+            caller.key_id
+        )
+        if connection is None or not on_own:
+            # A session minted already (bound, or named in the header), or a 2026-era request,
+            # which has no connection to carry a new handle: the session in use takes it.
+            await presence.update_profile(caller, description=description, objective=objective)
             return
-        # Already a minted session (bound, or named in the header): register updates it.
-        await presence.update_profile(caller, description=description, objective=objective)
+        if not self.office.keys.may_bind(connection, caller):
+            raise forbidden("this connection is bound to another agent's session")
+        host = (request.client_ip if request is not None else None) or "unknown"
+        session = await presence.open_http_session(
+            caller, host=host, objective=objective, description=description
+        )
+        caller = replace(caller, session_id=session.id)
+        replaced = self.office.keys.bind_connection(connection, caller)
+        if replaced is not None:  # a register of the same connection that ran alongside
+            await presence.end_session(replaced)
+        self.callers.rename(caller)
+        await self.office.leadership.claim_if_eligible(caller)
 
 
 def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:

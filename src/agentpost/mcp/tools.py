@@ -42,8 +42,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
 
         Sessions are registered automatically; call this only to choose a name (refused while
         another live session holds it) or to set your description and objective. Over HTTP your
-        name is your key's, and the first call opens a session of your own (`session_id`), so
-        your objective shows apart from other windows on the same key.
+        name is your key's; where the connection has a session of its own, the first call opens
+        an agentpost session for it (`session_id`), apart from other windows on the same key.
         """
         await desk.register(name=name, description=description, objective=objective)
         return await whoami()

@@ -8,7 +8,6 @@ off, so a reconnecting stream (`Last-Event-ID`) misses nothing.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import AsyncIterator
 from functools import partial
@@ -21,6 +20,7 @@ from agentpost.services.presence import Heartbeat
 from agentpost.store import events as event_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Store
+from agentpost.store.wakeups import Reach
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,9 @@ MAX_TOUCHED = 10_000
 RETRY_S = 1.0
 """How soon `touches` looks again after the database refused a look (busy)."""
 CATCH_UP_S = 1.0
-"""How stale `touches` lets its cursor grow while only this process commits."""
+CATCH_UP_EVENTS = 10_000
+"""How far `touches` lets its cursor fall behind while only this process commits: the read
+after another process's commit then scans at most about this many events."""
 
 
 def check_cursor(after: int) -> int:
@@ -93,45 +95,57 @@ class Events:
         return await self.store.glance(event_rows.newest)
 
     async def touches(self) -> AsyncIterator[frozenset[str]]:
-        """From now on, forever: each item names agents whose event logs (or mail) grew since
-        the item before (never empty; a name too many only means "look again").
+        """From now on, forever: each item names agents whose event logs grew since the item
+        before (never empty), each new event named once.
 
-        This process's own commits say whom they concerned, so those cost no read; the log is
-        read from a cursor after another process's commit (or a wait bounded by polling),
-        and at least every `CATCH_UP_S` so the cursor never falls far behind. Watched before
-        the first look, so nothing committed after the start goes unnamed. A refused look (a
-        busy database) is tried again shortly from the same cursor: it skips nothing.
+        This process's own commits say whom they concerned and with which events, so those
+        cost no read of the log. The log is read from a cursor after another process's commit
+        (or a wait bounded by polling), which cannot say whom it concerned; agents already
+        named for those events are skipped. The cursor does not move with local news, so once
+        every `CATCH_UP_S` the newest seq is looked up, and the log read when the cursor is
+        more than `CATCH_UP_EVENTS` behind. Watched before the first look, so nothing committed
+        after the start goes unnamed. A refused look (a busy database) is tried again shortly
+        from the same cursor: it skips nothing.
         """
         cursor: int | None = None
-        read_at = -math.inf
+        checked_at = time.monotonic()
+        told: dict[str, int] = {}  # named already, up to this seq: a log read skips them
         with self.store.watch(None) as news:
-            reach: frozenset[str] | None = frozenset()
+            reach: Reach | None = {}
             while True:
                 try:
                     if cursor is None:
                         cursor = await self.newest_overall()
-                        read_at = time.monotonic()
-                    elif reach is None or time.monotonic() - read_at >= CATCH_UP_S:
-                        found, cursor = await self._read_through(cursor)
-                        read_at = time.monotonic()
-                        reach = found | (reach or frozenset())
+                    else:
+                        lagging = False
+                        if reach is not None and time.monotonic() - checked_at >= CATCH_UP_S:
+                            checked_at = time.monotonic()
+                            lagging = await self.newest_overall() - cursor > CATCH_UP_EVENTS
+                        if reach is None or lagging:
+                            found, cursor = await self._read_through(cursor)
+                            unheard = {a: s for a, s in found.items() if s > told.get(a, -1)}
+                            told = {a: s for a, s in told.items() if s > cursor}
+                            reach = {**unheard, **(reach or {})}
                 except AgentpostError as err:
                     log.warning("watching for news failed, will retry: %s", err)
                     await news.wait(RETRY_S)
                     reach = None
                     continue
                 if reach:
-                    yield reach
+                    for agent, seq in reach.items():
+                        told[agent] = max(seq, told.get(agent, -1))
+                    yield frozenset(reach)
                 woken = await news.wait(None)
                 reach = news.reach() if woken else None
 
-    async def _read_through(self, cursor: int) -> tuple[frozenset[str], int]:
-        """Everyone whose log grew after `cursor`, page by page to the end; the new cursor."""
-        found: set[str] = set()
+    async def _read_through(self, cursor: int) -> tuple[dict[str, int], int]:
+        """Everyone whose log grew after `cursor`, with their newest seq, page by page to the
+        end; and the new cursor."""
+        found: dict[str, int] = {}
         while True:
             page, cursor = await self.touched(cursor)
             if not page:
-                return frozenset(found), cursor
+                return found, cursor
             found.update(page)
 
 

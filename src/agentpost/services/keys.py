@@ -62,6 +62,8 @@ def _address(ip: str | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _SessionSeen:
+    """The session a request names (or its key's own) as authentication read it."""
+
     id: str
     agent: str
     transport: str
@@ -81,6 +83,7 @@ class _Look:
 
 
 def _session_of(row: Row[Any]) -> _SessionSeen | None:
+    """The session part of `key_rows.for_request`'s row (None: no such session)."""
     if row.session_id is None:
         return None
     return _SessionSeen(
@@ -163,8 +166,13 @@ class Keys:
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"agent {key.agent!r} is disabled")
         if seen.bound and seen.session is not None:
             session = seen.session.id
-        elif connection is not None and bound is not None and bound[0] == key.agent:
-            self._bound.pop(connection, None)  # its session ended: back to the key's own
+        elif (
+            connection is not None
+            and bound is not None
+            and bound[0] == key.agent
+            and self._bound.get(connection) == bound  # not rebound while we looked
+        ):
+            del self._bound[connection]  # its session ended: back to the key's own
         session_id = await self._session(key, seen.session, session, address)
         return Caller(
             agent=key.agent,
@@ -174,15 +182,26 @@ class Keys:
             key_id=key.id,
         )
 
-    def bind_connection(self, connection: str, caller: Caller) -> None:
+    def may_bind(self, connection: str, caller: Caller) -> bool:
+        """Whether `caller` may bind `connection`: not while another agent holds it."""
+        bound = self._bound.get(connection)
+        return bound is None or bound[0] == caller.agent
+
+    def bind_connection(self, connection: str, caller: Caller) -> str | None:
         """From now on, requests on `connection` with a key of `caller.agent` that name no
-        session speak for `caller.session_id` (while it is live)."""
+        session speak for `caller.session_id` (while it is live); returns the session it was
+        bound to before, if another. A connection another agent bound stays theirs: a
+        connection id is no secret to rely on."""
         if caller.session_id is None:
             raise ValueError("binding a connection needs a session")
+        if not self.may_bind(connection, caller):
+            raise forbidden("this connection is bound to another agent's session")
+        before = self._bound.get(connection)
         self._bound[connection] = (caller.agent, caller.session_id)
         self._bound.move_to_end(connection)
         while len(self._bound) > MAX_BOUND_CONNECTIONS:
             self._bound.popitem(last=False)
+        return None if before is None or before[1] == caller.session_id else before[1]
 
     def release_connection(self, connection: str, caller: Caller) -> str | None:
         """Forget a connection its caller closed; returns the session it was bound to, if any

@@ -59,6 +59,8 @@ CLAIM_BATCH = 16
 """Deliveries POSTed at once by one dispatcher."""
 ENQUEUE_PAGE = 500
 LEASE_EXTRA_S = 30.0
+HOOKED_FRESH_S = 1.0
+"""How long the dispatcher trusts its list of agents with webhooks while news keeps coming."""
 """A claimed delivery is not due again for the timeout plus this (a dispatcher died mid-way)."""
 MAX_SLEEP_S = 60.0
 UNAVAILABLE_RETRY_S = 5.0
@@ -170,8 +172,12 @@ class Webhooks:
         self.settings = settings
         self._changes = 0
         """Webhooks created or deleted by this process so far."""
-        self._hooked: tuple[int, frozenset[str]] | None = None
-        """The agents with a live webhook, as read when `_changes` stood at the first value."""
+        self._hooked: frozenset[str] | None = None
+        """The agents with a live webhook (None: read it afresh before the next round). Only
+        their news makes the dispatcher look; another process's webhooks are learnt from its
+        commits, whose reach is unknown, and at least every `HOOKED_FRESH_S` under traffic."""
+        self._news: Watch | None = None
+        """The dispatcher's watch, woken when this process creates or deletes a webhook."""
 
     async def create(
         self, caller: Caller, url: str, events: builtins.list[str]
@@ -204,7 +210,7 @@ class Webhooks:
             return Webhook(hook_id, url, types, now)
 
         made = await self.store.write(tx)
-        self._changes += 1
+        self._webhooks_changed()
         return made, secret
 
     async def list(self, caller: Caller) -> builtins.list[Webhook]:
@@ -220,7 +226,7 @@ class Webhooks:
             webhook_rows.delete_webhook(conn, webhook_id, self.store.clock())
 
         await self.store.write(tx)
-        self._changes += 1
+        self._webhooks_changed()
 
     async def deliveries(
         self, caller: Caller, webhook_id: str, limit: int = 50
@@ -251,40 +257,60 @@ class Webhooks:
             limits=httpx.Limits(max_keepalive_connections=0),
         ) as client:
             with self.store.watch(None) as news:
-                while True:
-                    try:
-                        sleep = await self._round(client)
-                    except AgentpostError as err:
-                        if err.code is not ErrorCode.UNAVAILABLE:
-                            raise
-                        log.warning("webhook dispatcher: %s; trying again", err)
-                        sleep = UNAVAILABLE_RETRY_S
-                    await self._until_work(news, sleep)
+                self._news = news
+                try:
+                    while True:
+                        try:
+                            sleep = await self._round(client)
+                        except AgentpostError as err:
+                            if err.code is not ErrorCode.UNAVAILABLE:
+                                raise
+                            log.warning("webhook dispatcher: %s; trying again", err)
+                            sleep = UNAVAILABLE_RETRY_S
+                        await self._until_work(news, sleep)
+                finally:
+                    self._news = None
+
+    def _webhooks_changed(self) -> None:
+        """After a webhook was created or deleted here: who has webhooks is read again, and the
+        dispatcher looks at once. The commit that made the webhook may already have woken it
+        for the agent's news, before the agent counted as hooked."""
+        self._changes += 1
+        self._hooked = None
+        if self._news is not None:
+            self._news.wake()
 
     async def _until_work(self, news: Watch, sleep: float | None) -> None:
         """Wait until a commit concerns an agent with a webhook, or `sleep` seconds passed (a
         retry falls due). Mail between agents without webhooks, most of it, costs no look.
-        When a commit's reach is unknown (another process's) or webhooks changed, go and look,
-        and read afresh who has webhooks."""
-        deadline = None if sleep is None else time.monotonic() + sleep
+        When a commit's reach is unknown (another process's), webhooks changed here, or
+        `HOOKED_FRESH_S` passed, go and look, and read afresh who has webhooks."""
+        start = time.monotonic()
+        deadline = None if sleep is None else start + sleep
         while True:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             woken = await news.wait(timeout)
             reach = news.reach() if woken else None
             hooked = self._hooked
-            if reach is not None and hooked is not None and hooked[0] == self._changes:
-                if reach & hooked[1]:
-                    return
-                continue
-            self._hooked = None
-            return
+            if reach is None or hooked is None:
+                self._hooked = None
+                return
+            if not hooked.isdisjoint(reach):
+                return
+            if time.monotonic() - start >= HOOKED_FRESH_S:
+                # On PostgreSQL another replica's webhook is otherwise never heard of while
+                # local news keeps every wait short of its poll.
+                self._hooked = None
+                return
 
     async def _round(self, client: httpx.AsyncClient) -> float | None:
         """Enqueue, then deliver until nothing is due; returns how long to sleep (None: until
         the store changes)."""
-        if self._hooked is None or self._hooked[0] != self._changes:
+        if self._hooked is None:
             changes = self._changes
-            self._hooked = (changes, await self.store.glance(webhook_rows.hooked_agents))
+            hooked = await self.store.glance(webhook_rows.hooked_agents)
+            if changes == self._changes:  # else a webhook changed meanwhile: read it again
+                self._hooked = hooked
         # Until no webhook is behind: its own commits write no events, so they wake nobody.
         while await self.store.glance(webhook_rows.any_behind):
             await self.store.write(

@@ -27,7 +27,7 @@ from sqlalchemy import Row as Row
 
 from agentpost.store import migrate, sqlite
 from agentpost.store.signal import ChangeSignal
-from agentpost.store.wakeups import Wakeups, Watch
+from agentpost.store.wakeups import Reach, Wakeups, Watch
 
 if TYPE_CHECKING:
     from agentpost.store.postgres import PostgresRunner
@@ -158,7 +158,7 @@ class Store:
         with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting
             self._loop.call_soon_threadsafe(fn, *args)
 
-    def _committed(self, concerned: frozenset[str]) -> None:
+    def _committed(self, concerned: Reach) -> None:
         """A commit of this process (on the loop): wake those it concerns, and whoever waits
         for every commit."""
         # The signal's reading of the file takes this commit in; if it moved, the writer looks

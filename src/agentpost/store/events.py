@@ -97,7 +97,7 @@ _CREATED = (
         .where(deliveries.c.message_seq == bindparam("seq"))
         .order_by(deliveries.c.recipient),
     )
-    .returning(events.c.agent)
+    .returning(events.c.agent, events.c.seq)
 )
 
 
@@ -117,7 +117,7 @@ def _to_senders(which: Any) -> Any:
             .where(which)
             .order_by(messages.c.seq),
         )
-        .returning(events.c.agent)
+        .returning(events.c.agent, events.c.seq)
     )
 
 
@@ -128,7 +128,7 @@ _TO_ONE_SENDER = _to_senders(messages.c.seq == bindparam("seq"))
 
 def record_created(conn: Connection, seq: int) -> None:
     """A message.created event for each delivery of message `seq` (just inserted)."""
-    wakeups.concern(conn, conn.execute(_CREATED, {"seq": seq}).scalars())
+    wakeups.concern(conn, conn.execute(_CREATED, {"seq": seq}))
 
 
 def record_for_senders(
@@ -141,7 +141,7 @@ def record_for_senders(
             found = conn.execute(_TO_ONE_SENDER, {**params, "seq": seqs[0]})
         else:
             found = conn.execute(_TO_SENDERS, {**params, "seqs": sorted(seqs)})
-        wakeups.concern(conn, found.scalars())
+        wakeups.concern(conn, found)
 
 
 # -- reading ------------------------------------------------------------------------------------

@@ -40,12 +40,13 @@ _GET = select(keys).where(keys.c.id == bindparam("key_id"))
 
 
 def own_session_id(key_id: str) -> str:
-    """The session a key's requests count as when they name none: one per key, stable."""
-    return "s_" + key_id.removeprefix("k_")
+    """The session a key's requests count as when they name none: one per key, stable.
+    Key ids are `k_…`; the session's is the same with `s_`."""
+    return "s_" + key_id[2:]
 
 
 _OWN_SESSION_ID = literal("s_") + func.substr(keys.c.id, 3)
-"""`own_session_id` in SQL (key ids are `k_…`)."""
+"""`own_session_id` in SQL."""
 
 # Everything a request's authentication reads, in one statement (one row, whatever matched):
 # the address's lock, the key and whether its agent may act, and the session it speaks for.

@@ -56,7 +56,7 @@ def unavailable_when_unreachable() -> Iterator[None]:
         raise
 
 
-def _collecting(conn: Connection, fn: Callable[[Connection], T]) -> tuple[T, frozenset[str]]:
+def _collecting(conn: Connection, fn: Callable[[Connection], T]) -> tuple[T, wakeups.Reach]:
     """`fn`'s result and whom its writes concerned (`store.wakeups`). The connection returns
     to the pool afterwards, so what an earlier, failed transaction noted is dropped first."""
     wakeups.take(conn)
@@ -65,7 +65,7 @@ def _collecting(conn: Connection, fn: Callable[[Connection], T]) -> tuple[T, fro
 
 
 class PostgresRunner:
-    def __init__(self, url: str, on_commit: Callable[[frozenset[str]], None]) -> None:
+    def __init__(self, url: str, on_commit: Callable[[wakeups.Reach], None]) -> None:
         self.engine: AsyncEngine = create_async_engine(async_url(url), pool_size=10)
         self._on_commit = on_commit
 

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Integer, column, create_engine, event, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
@@ -117,8 +117,8 @@ def _raw(conn: Connection, sql: str) -> None:
     assert driver is not None
     try:
         driver.execute(sql)
-    except sqlite3.OperationalError as exc:  # "database is locked": as SQLAlchemy would say it
-        raise OperationalError(sql, None, exc) from exc
+    except sqlite3.Error as exc:  # as SQLAlchemy would say it ("database is locked": busy)
+        raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
 
 
 @dataclass
@@ -182,7 +182,7 @@ class SqliteRunner:
     def __init__(
         self,
         path: Path,
-        on_commit: Callable[[frozenset[str]], None],
+        on_commit: Callable[[wakeups.Reach], None],
         on_foreign: Callable[[], None] = lambda: None,
     ) -> None:
         self.path = path

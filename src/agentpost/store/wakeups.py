@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
@@ -32,17 +32,20 @@ log = logging.getLogger(__name__)
 
 _KEY = "agentpost.concerned"
 
+Reach = Mapping[str, int]
+"""Whom a commit concerned: each agent, with the newest event seq the commit wrote for them."""
+
 
 # -- collecting, in the transaction (any thread) ---------------------------------------------------
 
 
-def concern(conn: Connection, agents: Iterable[str]) -> None:
-    """Note that this transaction wrote news for `agents` (mail, events): once it commits,
-    their waiters look again. Call it beside the write."""
-    found: list[str] | None = conn.info.get(_KEY)
+def concern(conn: Connection, news: Iterable[tuple[str, int]]) -> None:
+    """Note that this transaction wrote events (agent, seq) beside their mail: once it
+    commits, those agents' waiters look again. Call it beside the write."""
+    found: list[tuple[str, int]] | None = conn.info.get(_KEY)
     if found is None:
         conn.info[_KEY] = found = []
-    found.extend(agents)
+    found.extend((agent, seq) for agent, seq in news)
 
 
 def noted(conn: Connection) -> int:
@@ -52,14 +55,18 @@ def noted(conn: Connection) -> int:
 
 def forget_since(conn: Connection, mark: int) -> None:
     """A rolled-back part of the transaction concerns nobody."""
-    found: list[str] | None = conn.info.get(_KEY)
+    found: list[tuple[str, int]] | None = conn.info.get(_KEY)
     if found is not None:
         del found[mark:]
 
 
-def take(conn: Connection) -> frozenset[str]:
+def take(conn: Connection) -> dict[str, int]:
     """Whom the transaction concerned, and start afresh (the connection outlives it)."""
-    return frozenset(conn.info.pop(_KEY, ()))
+    reach: dict[str, int] = {}
+    for agent, seq in conn.info.pop(_KEY, ()):
+        if seq > reach.get(agent, -1):
+            reach[agent] = seq
+    return reach
 
 
 # -- waking, on the event loop ---------------------------------------------------------------------
@@ -87,7 +94,7 @@ class Watch:
         self.agent_of = agent_of
         self._woken = False
         self._future: asyncio.Future[None] | None = None
-        self._reach: set[str] | None = set()
+        self._reach: dict[str, int] | None = {}
         """Whom the commits since the last `reach()` concerned; None: unknown (another
         process committed)."""
 
@@ -105,17 +112,19 @@ class Watch:
     def close(self) -> None:
         self._wakeups._remove(self)
 
-    def reach(self) -> frozenset[str] | None:
+    def reach(self) -> Reach | None:
         """Whom the commits that woke this watch since the last call concerned (None: it
         cannot be told, look at everything), and start afresh. Kept by watches of any news."""
-        reach, self._reach = self._reach, set()
-        return None if reach is None else frozenset(reach)
+        reach, self._reach = self._reach, {}
+        return reach
 
-    def _concerned(self, agents: Collection[str] | None) -> None:
-        if agents is None:
+    def _concerned(self, reach: Reach | None) -> None:
+        if reach is None:
             self._reach = None
         elif self._reach is not None:
-            self._reach.update(agents)
+            for agent, seq in reach.items():
+                if seq > self._reach.get(agent, -1):
+                    self._reach[agent] = seq
         self.wake()
 
     def wake(self) -> None:
@@ -174,7 +183,7 @@ class Wakeups:
         self._following.add(watch)
         return watch
 
-    def publish(self, concerned: Collection[str]) -> None:
+    def publish(self, concerned: Reach) -> None:
         """This process committed news for `concerned`."""
         if not concerned:
             return
