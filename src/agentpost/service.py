@@ -154,8 +154,8 @@ class Service:
             return
         try:
             await self.office.presence.end_session(session)
-        except AgentpostError as err:  # it goes offline without heartbeats all the same
-            log.warning("could not end session %s of a closed connection: %s", session, err)
+        except Exception:  # the connection is closed all the same; so is the session, later
+            log.warning("could not end session %s of a closed connection", session, exc_info=True)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup

@@ -213,6 +213,36 @@ async def test_touches_names_the_agents_of_another_offices_commit(
         tg.cancel_scope.cancel()
 
 
+async def test_touches_hears_another_offices_news_while_local_news_keeps_coming(
+    open_office: OpenOffice,
+) -> None:
+    """On PostgreSQL another process's commit is never heard, and local news keeps every wait
+    short of its poll: the log must still be read."""
+    listening = await open_office()
+    other = await open_office()  # another process (replica) on the same database
+    alice, _bob, carol, _dave = await agents(listening, "alice", "bob", "carol", "dave")
+    bob_named = anyio.Event()
+
+    async def listen() -> None:
+        async for touched in listening.events.touches():
+            if "bob" in touched:
+                bob_named.set()
+
+    async def chatter() -> None:
+        while True:
+            await listening.mailbox.send(carol, "dave", "noise")
+            await anyio.sleep(0.2)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listen)
+        await anyio.sleep(0.1)
+        tg.start_soon(chatter)
+        await other.mailbox.send(alice, "bob", "from elsewhere")
+        with anyio.fail_after(10):
+            await bob_named.wait()
+        tg.cancel_scope.cancel()
+
+
 async def test_touches_names_an_agent_once_per_message_across_its_catch_up(
     office: PostOffice,
 ) -> None:

@@ -157,7 +157,11 @@ class HttpDesk(LocalDesk):
             caller, host=host, objective=objective, description=description
         )
         caller = replace(caller, session_id=session.id)
-        replaced = self.office.keys.bind_connection(connection, caller)
+        try:
+            replaced = self.office.keys.bind_connection(connection, caller)
+        except AgentpostError:  # another agent bound the connection while we minted
+            await presence.end_session(session.id)
+            raise
         if replaced is not None:  # a register of the same connection that ran alongside
             await presence.end_session(replaced)
         self.callers.rename(caller)

@@ -29,6 +29,8 @@ MAX_TOUCHED = 10_000
 RETRY_S = 1.0
 """How soon `touches` looks again after the database refused a look (busy)."""
 CATCH_UP_S = 1.0
+"""How often, while local news keeps coming, `touches` checks its cursor (and, where other
+processes' commits go unheard, reads the log)."""
 CATCH_UP_EVENTS = 10_000
 """How far `touches` lets its cursor fall behind while only this process commits: the read
 after another process's commit then scans at most about this many events."""
@@ -100,16 +102,17 @@ class Events:
 
         This process's own commits say whom they concerned and with which events, so those
         cost no read of the log. The log is read from a cursor after another process's commit
-        (or a wait bounded by polling), which cannot say whom it concerned; agents already
-        named for those events are skipped. The cursor does not move with local news, so once
-        every `CATCH_UP_S` the newest seq is looked up, and the log read when the cursor is
-        more than `CATCH_UP_EVENTS` behind. Watched before the first look, so nothing committed
-        after the start goes unnamed. A refused look (a busy database) is tried again shortly
-        from the same cursor: it skips nothing.
+        (or a wait bounded by polling), which cannot say whom it concerned; what was named
+        already, either way, is not named again. The cursor does not move with local news, so
+        once every `CATCH_UP_S` the log is read where other processes' commits go unheard
+        (PostgreSQL), and elsewhere when the cursor is more than `CATCH_UP_EVENTS` behind.
+        Watched before the first look, so nothing committed after the start goes unnamed. A
+        refused look (a busy database) is tried again shortly from the same cursor: it skips
+        nothing.
         """
         cursor: int | None = None
         checked_at = time.monotonic()
-        told: dict[str, int] = {}  # named already, up to this seq: a log read skips them
+        told: dict[str, int] = {}  # named already, up to this seq
         with self.store.watch(None) as news:
             reach: Reach | None = {}
             while True:
@@ -120,7 +123,11 @@ class Events:
                         lagging = False
                         if reach is not None and time.monotonic() - checked_at >= CATCH_UP_S:
                             checked_at = time.monotonic()
-                            lagging = await self.newest_overall() - cursor > CATCH_UP_EVENTS
+                            # Where other processes go unheard, local news must not keep the
+                            # log unread for longer than this.
+                            lagging = not self.store.hears_other_processes or (
+                                await self.newest_overall() - cursor > CATCH_UP_EVENTS
+                            )
                         if reach is None or lagging:
                             found, cursor = await self._read_through(cursor)
                             unheard = {a: s for a, s in found.items() if s > told.get(a, -1)}
@@ -136,7 +143,13 @@ class Events:
                         told[agent] = max(seq, told.get(agent, -1))
                     yield frozenset(reach)
                 woken = await news.wait(None)
-                reach = news.reach() if woken else None
+                local = news.reach() if woken else None
+                # A log read may have named these already (it overlapped their commit).
+                reach = (
+                    None
+                    if local is None
+                    else {a: s for a, s in local.items() if s > told.get(a, -1)}
+                )
 
     async def _read_through(self, cursor: int) -> tuple[dict[str, int], int]:
         """Everyone whose log grew after `cursor`, with their newest seq, page by page to the

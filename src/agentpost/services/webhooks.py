@@ -59,9 +59,10 @@ CLAIM_BATCH = 16
 """Deliveries POSTed at once by one dispatcher."""
 ENQUEUE_PAGE = 500
 LEASE_EXTRA_S = 30.0
-HOOKED_FRESH_S = 1.0
-"""How long the dispatcher trusts its list of agents with webhooks while news keeps coming."""
 """A claimed delivery is not due again for the timeout plus this (a dispatcher died mid-way)."""
+HOOKED_FRESH_S = 1.0
+"""How long, waiting, the dispatcher trusts its list of agents with webhooks while news of
+others keeps coming (about a round plus this since it was read)."""
 MAX_SLEEP_S = 60.0
 UNAVAILABLE_RETRY_S = 5.0
 ERROR_CHARS = 500

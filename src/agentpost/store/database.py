@@ -92,6 +92,12 @@ class Store:
         return self.url.startswith("sqlite")
 
     @property
+    def hears_other_processes(self) -> bool:
+        """Whether another process's commit wakes this one's watches (SQLite's change signal);
+        where not (PostgreSQL, until LISTEN/NOTIFY), waits end within a poll instead."""
+        return self._wakeups.poll_s is None
+
+    @property
     def path(self) -> Path | None:
         return sqlite.database_path(self.url) if self.is_sqlite else None
 
