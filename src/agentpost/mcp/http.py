@@ -79,7 +79,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "admin_usage",
     ),
 }
-"""Tool groups and their members; docs/MCP.md lists the same (a test keeps them equal)."""
+"""Tool groups and their members; docs/SERVICE.md lists the same (a test keeps them equal)."""
 
 
 def parse_groups(value: str | None, default: Collection[str]) -> list[str]:
