@@ -28,7 +28,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.http.app import build_rest_app
 from agentpost.http.errors import error_response
-from agentpost.http.guard import CALLER, Guard, caller_of, connection_of
+from agentpost.http.guard import Guard, caller_of, connection_of
 from agentpost.mcp.http import build_http_server, parse_groups, push_news
 from agentpost.services import PostOffice
 
@@ -146,9 +146,9 @@ class Service:
         `offline_after_s`. (A connection that just drops goes offline that way.)"""
         assert self.office is not None
         connection = connection_of(scope)
-        caller = scope.get("state", {}).get(CALLER)
-        if connection is None or not isinstance(caller, Caller):
+        if connection is None:
             return
+        caller = caller_of(scope["state"])  # the guard let this DELETE in with a key
         session = self.office.keys.release_connection(connection, caller)
         if session is None:
             return

@@ -65,7 +65,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        headers = _headers(scope)
         try:
             self._check_length(headers)
             if _needs_key(scope):
@@ -74,7 +74,7 @@ class Guard:
                     bearer(headers),
                     client[0] if client else None,
                     headers.get(SESSION_HEADER),
-                    connection_of(scope),
+                    _connection(scope["path"], headers),
                 )
                 scope.setdefault("state", {})[CALLER] = caller
         except AgentpostError as err:
@@ -124,13 +124,15 @@ class Guard:
 
 def connection_of(scope: Scope) -> str | None:
     """The MCP connection a request to /mcp arrived on (2025-era clients only)."""
-    if not _is_mcp(scope["path"]):
-        return None
-    name = CONNECTION_HEADER.encode("latin-1")
-    for key, value in scope["headers"]:
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return None
+    return _connection(scope["path"], _headers(scope))
+
+
+def _connection(path: str, headers: dict[str, str]) -> str | None:
+    return headers.get(CONNECTION_HEADER) if _is_mcp(path) else None
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
 
 
 def caller_of(state: dict[str, Any]) -> Caller:

@@ -145,14 +145,14 @@ class HttpDesk(LocalDesk):
         on_own = caller.key_id is not None and caller.session_id == default_session_id(
             caller.key_id
         )
-        if connection is None or not on_own:
+        if request is None or connection is None or not on_own:
             # A session minted already (bound, or named in the header), or a 2026-era request,
             # which has no connection to carry a new handle: the session in use takes it.
             await presence.update_profile(caller, description=description, objective=objective)
             return
         if not self.office.keys.may_bind(connection, caller):
             raise forbidden("this connection is bound to another agent's session")
-        host = (request.client_ip if request is not None else None) or "unknown"
+        host = request.client_ip or "unknown"
         session = await presence.open_http_session(
             caller, host=host, objective=objective, description=description
         )

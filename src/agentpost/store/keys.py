@@ -51,7 +51,7 @@ _OWN_SESSION_ID = literal("s_") + func.substr(keys.c.id, 3)
 # Everything a request's authentication reads, in one statement (one row, whatever matched):
 # the address's lock, the key and whether its agent may act, and the session it speaks for.
 _FOR_REQUEST: Select[Any] = select(
-    lockouts.locked_at_of("lock_key").label("locked_at"),
+    lockouts.locked_at_subquery().label("locked_at"),
     *_BY_HASH.selected_columns,
     sessions.c.id.label("session_id"),
     sessions.c.agent.label("session_agent"),
@@ -72,7 +72,7 @@ def for_request(conn: Connection, *, digest: str | None, ip: str, session: str |
     """One read for one request: `locked_at` of the address `ip`; the key found by `digest`
     (`id` None: none) as `by_hash` has it; and the session named, or the key's own
     (`session_id` None: no such session), its columns prefixed `session_`."""
-    params = {"lock_key": lockouts.lock_key(ip), "hash": digest, "session": session}
+    params = {"key": lockouts.lock_key(ip), "hash": digest, "session": session}
     return conn.execute(_FOR_REQUEST, params).one()
 
 

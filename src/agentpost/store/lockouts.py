@@ -26,7 +26,7 @@ def _fail_key(ip: str) -> str:
 
 
 def lock_key(ip: str) -> str:
-    """The row of the address's lock (bind it where `locked_at_of` wants it)."""
+    """The row of the address's lock (bind it where `locked_at_subquery` wants it)."""
     return f"authlock:{ip}"
 
 
@@ -45,14 +45,10 @@ def _count_statement(dialect: ModuleType) -> Any:
     ).returning(table.c.count)
 
 
-def locked_at_of(param: str) -> ScalarSelect[Any]:
+def locked_at_subquery() -> ScalarSelect[Any]:
     """`locked_at` as a subquery, for a read that wants it beside other things: bind the
-    address's `lock_key` as `param`."""
-    return (
-        select(rate_windows.c.window_start)
-        .where(rate_windows.c.key == bindparam(param))
-        .scalar_subquery()
-    )
+    address's `lock_key` as `key`."""
+    return _LOCK_OF.scalar_subquery()
 
 
 def locked_at(conn: Connection, ip: str) -> float | None:
