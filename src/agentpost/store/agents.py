@@ -22,16 +22,17 @@ from sqlalchemy import (
 )
 
 from agentpost.domain.models import SessionInfo, Status
+from agentpost.store.prepared import Prepared
 from agentpost.store.schema import agents, sessions
 
 _GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
 
 
 @cache
-def _agents_enabled(count: int) -> Any:
+def _agents_enabled(count: int) -> Prepared:
     """One statement per list length: an expanding IN would be re-rendered on every send."""
     names: list[BindParameter[str]] = [bindparam(f"n{i}") for i in range(count)]
-    return select(agents.c.name, agents.c.disabled_at).where(agents.c.name.in_(names))
+    return Prepared(select(agents.c.name, agents.c.disabled_at).where(agents.c.name.in_(names)))
 
 
 def get_agent(conn: Connection, name: str) -> Row[Any] | None:
@@ -41,8 +42,8 @@ def get_agent(conn: Connection, name: str) -> Row[Any] | None:
 def existing_names(conn: Connection, names: Sequence[str]) -> dict[str, bool]:
     """name -> enabled, for those of `names` that exist."""
     params = {f"n{i}": name for i, name in enumerate(names)}
-    rows = conn.execute(_agents_enabled(len(names)), params)
-    return {row.name: row.disabled_at is None for row in rows}
+    rows = _agents_enabled(len(names)).rows(conn, params)
+    return {name: disabled_at is None for name, disabled_at in rows}
 
 
 def create_agent(

@@ -7,9 +7,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, delete, insert, select
 
+from agentpost.store.prepared import Prepared
 from agentpost.store.schema import audit
 
-_INSERT = insert(audit)
+_INSERT = Prepared(insert(audit), keys=["at", "actor", "action", "target", "ip", "detail"])
 
 
 def record(
@@ -22,8 +23,8 @@ def record(
     ip: str | None = None,
     detail: dict[str, Any] | None = None,
 ) -> None:
-    conn.execute(
-        _INSERT,
+    _INSERT.run(
+        conn,
         {
             "at": at,
             "actor": actor,

@@ -7,10 +7,13 @@ from types import ModuleType
 
 from sqlalchemy import Connection, bindparam, delete, select
 
+from agentpost.store.prepared import Prepared
 from agentpost.store.schema import blocks
 
-_BLOCKING_ONE = select(blocks.c.recipient).where(
-    blocks.c.recipient == bindparam("recipient"), blocks.c.sender == bindparam("sender")
+_BLOCKING_ONE = Prepared(
+    select(blocks.c.recipient).where(
+        blocks.c.recipient == bindparam("recipient"), blocks.c.sender == bindparam("sender")
+    )
 )
 _BLOCKING_MANY = select(blocks.c.recipient).where(
     blocks.c.recipient.in_(bindparam("recipients", expanding=True)),
@@ -23,10 +26,11 @@ def blocking(conn: Connection, sender: str, recipients: Sequence[str]) -> set[st
     if not recipients:
         return set()
     if len(recipients) == 1:  # a direct message, without an expanding IN's compile step
-        rows = conn.execute(_BLOCKING_ONE, {"recipient": recipients[0], "sender": sender})
+        rows = _BLOCKING_ONE.rows(conn, {"recipient": recipients[0], "sender": sender})
     else:
-        rows = conn.execute(_BLOCKING_MANY, {"recipients": list(recipients), "sender": sender})
-    return {row.recipient for row in rows}
+        params = {"recipients": list(recipients), "sender": sender}
+        rows = conn.execute(_BLOCKING_MANY, params).all()
+    return {recipient for (recipient,) in rows}
 
 
 def blocked_senders(conn: Connection, recipient: str) -> list[str]:

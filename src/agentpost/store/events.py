@@ -35,6 +35,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from agentpost.domain.events import Event, EventType
 from agentpost.store import wakeups
+from agentpost.store.prepared import Prepared
 from agentpost.store.schema import deliveries, events, messages
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
@@ -73,7 +74,7 @@ _NOW: BindParameter[float] = bindparam("now", type_=Float)
 
 # message.created, in each recipient's log: what arrived, from whom, without its body; the
 # channel as every face shows it (`#name`).
-_CREATED = (
+_CREATED = Prepared(
     insert(events)
     .from_select(
         _COLUMNS,
@@ -128,7 +129,7 @@ _TO_ONE_SENDER = _to_senders(messages.c.seq == bindparam("seq"))
 
 def record_created(conn: Connection, seq: int) -> None:
     """A message.created event for each delivery of message `seq` (just inserted)."""
-    wakeups.concern(conn, conn.execute(_CREATED, {"seq": seq}))
+    wakeups.concern(conn, _CREATED.rows(conn, {"seq": seq}))
 
 
 def record_for_senders(

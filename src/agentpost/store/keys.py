@@ -18,6 +18,7 @@ from sqlalchemy import (
 )
 
 from agentpost.store import lockouts
+from agentpost.store.prepared import Prepared
 from agentpost.store.schema import ONE_ROW, agents, keys, sessions
 
 # What authentication needs in one indexed read: the key, and whether its agent may act.
@@ -50,30 +51,32 @@ _OWN_SESSION_ID = literal("s_") + func.substr(keys.c.id, 3)
 
 # Everything a request's authentication reads, in one statement (one row, whatever matched):
 # the address's lock, the key and whether its agent may act, and the session it speaks for.
-_FOR_REQUEST: Select[Any] = select(
-    lockouts.locked_at_subquery().label("locked_at"),
-    *_BY_HASH.selected_columns,
-    sessions.c.id.label("session_id"),
-    sessions.c.agent.label("session_agent"),
-    sessions.c.transport.label("session_transport"),
-    sessions.c.heartbeat_at.label("session_heartbeat_at"),
-    sessions.c.ended_at.label("session_ended_at"),
-).select_from(
-    ONE_ROW.outerjoin(keys, keys.c.hash == bindparam("hash"))
-    .outerjoin(agents, agents.c.name == keys.c.agent)
-    .outerjoin(
-        sessions,
-        sessions.c.id == func.coalesce(bindparam("session", type_=String), _OWN_SESSION_ID),
+_FOR_REQUEST = Prepared(
+    select(
+        lockouts.locked_at_subquery().label("locked_at"),
+        *_BY_HASH.selected_columns,
+        sessions.c.id.label("session_id"),
+        sessions.c.agent.label("session_agent"),
+        sessions.c.transport.label("session_transport"),
+        sessions.c.heartbeat_at.label("session_heartbeat_at"),
+        sessions.c.ended_at.label("session_ended_at"),
+    ).select_from(
+        ONE_ROW.outerjoin(keys, keys.c.hash == bindparam("hash"))
+        .outerjoin(agents, agents.c.name == keys.c.agent)
+        .outerjoin(
+            sessions,
+            sessions.c.id == func.coalesce(bindparam("session", type_=String), _OWN_SESSION_ID),
+        )
     )
 )
 
 
-def for_request(conn: Connection, *, digest: str | None, ip: str, session: str | None) -> Row[Any]:
+def for_request(conn: Connection, *, digest: str | None, ip: str, session: str | None) -> Any:
     """One read for one request: `locked_at` of the address `ip`; the key found by `digest`
     (`id` None: none) as `by_hash` has it; and the session named, or the key's own
     (`session_id` None: no such session), its columns prefixed `session_`."""
     params = {"key": lockouts.lock_key(ip), "hash": digest, "session": session}
-    return conn.execute(_FOR_REQUEST, params).one()
+    return _FOR_REQUEST.first(conn, params)
 
 
 def insert_key(

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 from types import ModuleType
-from typing import Any
 
 from sqlalchemy import BindParameter, Connection, bindparam, delete, select
 
+from agentpost.store.prepared import Prepared
 from agentpost.store.schema import agent_limits
 
 Override = tuple[int | None, int | None]
@@ -20,10 +20,10 @@ _MANY = select(agent_limits).where(agent_limits.c.agent.in_(bindparam("agents", 
 
 
 @cache
-def _few(count: int) -> Any:
+def _few(count: int) -> Prepared:
     """One statement per list length: an expanding IN would be re-rendered on every send."""
     names: list[BindParameter[str]] = [bindparam(f"n{i}") for i in range(count)]
-    return select(agent_limits).where(agent_limits.c.agent.in_(names))
+    return Prepared(select(agent_limits).where(agent_limits.c.agent.in_(names)))
 
 
 def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
@@ -31,9 +31,9 @@ def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
     if not names:
         return {}
     if len(names) <= FIXED:
-        rows = conn.execute(_few(len(names)), {f"n{i}": name for i, name in enumerate(names)})
+        rows = _few(len(names)).rows(conn, {f"n{i}": name for i, name in enumerate(names)})
     else:
-        rows = conn.execute(_MANY, {"agents": list(names)})
+        rows = conn.execute(_MANY, {"agents": list(names)}).all()
     return {row.agent: (row.send_rate_per_minute, row.max_unacked) for row in rows}
 
 

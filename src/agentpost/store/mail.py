@@ -38,6 +38,7 @@ from agentpost.domain.models import (
     Trust,
 )
 from agentpost.store import events
+from agentpost.store.prepared import Prepared
 from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
@@ -82,12 +83,29 @@ def message_from_row(row: Row[Any], state: str | None = None) -> Message:
     )
 
 
-_INSERT_MESSAGE = insert(messages).returning(messages.c.seq)
-_INSERT_DELIVERIES = insert(deliveries)
+_MESSAGE_COLUMNS = [c.key for c in messages.c if c.key != "seq"]
+_INSERT_MESSAGE = Prepared(insert(messages).returning(messages.c.seq), keys=_MESSAGE_COLUMNS)
+_INSERT_DELIVERIES = Prepared(
+    insert(deliveries), keys=["recipient", "message_seq", "state", "urgent", "expires_at"]
+)
+
+
+_MESSAGE_OPTIONAL: dict[str, Any] = {
+    "channel": None,
+    "subject": "",
+    "data": None,
+    "reply_to": None,
+    "expires_at": None,
+}
 
 
 def insert_message(conn: Connection, **values: Any) -> int:
-    return int(conn.execute(_INSERT_MESSAGE, values).scalar_one())
+    """Store a message (its columns but `seq`; the optional ones may be left out); returns
+    its `seq`."""
+    unknown = values.keys() - _MESSAGE_COLUMNS
+    if unknown:
+        raise TypeError(f"messages have no column {', '.join(sorted(unknown))}")
+    return int(_INSERT_MESSAGE.scalar(conn, {**_MESSAGE_OPTIONAL, **values}))
 
 
 def insert_deliveries(
@@ -99,8 +117,8 @@ def insert_deliveries(
     expires_at: float | None,
 ) -> None:
     """Deliver message `seq`, and tell each recipient's event log (message.created)."""
-    conn.execute(
-        _INSERT_DELIVERIES,
+    _INSERT_DELIVERIES.run_many(
+        conn,
         [
             {
                 "recipient": name,
@@ -125,11 +143,13 @@ _UNACKED_COUNTS = (
 )
 
 
-_UNACKED_ONE = select(func.count()).select_from(
-    select(deliveries.c.message_seq)
-    .where(deliveries.c.recipient == bindparam("name"), _HOLDS_PLACE)
-    .limit(bindparam("cap"))
-    .subquery()
+_UNACKED_ONE = Prepared(
+    select(func.count()).select_from(
+        select(deliveries.c.message_seq)
+        .where(deliveries.c.recipient == bindparam("name"), _HOLDS_PLACE)
+        .limit(bindparam("cap"))
+        .subquery()
+    )
 )
 
 
@@ -138,7 +158,7 @@ def unacked_counts(conn: Connection, names: Sequence[str], cap: int, now: float)
     inbox is full costs at most `cap` index entries, however much mail waits."""
     if len(names) == 1:  # the common case, without an expanding IN's compile step
         params = {"name": names[0], "cap": cap, "now": now}
-        return {names[0]: int(conn.execute(_UNACKED_ONE, params).scalar_one())}
+        return {names[0]: int(_UNACKED_ONE.scalar(conn, params))}
     rows = conn.execute(_UNACKED_COUNTS, {"names": list(names), "now": now})
     return {row[0]: min(cap, int(row[1])) for row in rows}
 
@@ -339,7 +359,7 @@ _URGENT_FOR_SESSION = _URGENT_UNREAD.where(
 
 
 _URGENT_NEWS = _URGENT_FOR_SESSION.subquery("urgent")
-_NOTICES = (
+_NOTICES = Prepared(
     select(_UNREAD_COUNT.scalar_subquery().label("unread_total"), _URGENT_NEWS)
     .select_from(ONE_ROW.outerjoin(_URGENT_NEWS, true()))
     .order_by(_URGENT_NEWS.c.seq)
@@ -352,7 +372,7 @@ def notices(
     """What every answer carries, in one statement: the unread count, and the urgent unread
     mail past the session's cursor (what it has not been told of yet)."""
     params = {"for_recipient": recipient, "session_id": session_id, "now": now}
-    rows = conn.execute(_NOTICES, params).all()
+    rows = _NOTICES.rows(conn, params)
     return int(rows[0].unread_total), [row for row in rows if row.seq is not None]
 
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from functools import cache
 from types import ModuleType
-from typing import Any
 
 from sqlalchemy import BindParameter, Connection, bindparam, case, select
 
+from agentpost.store.prepared import Prepared
 from agentpost.store.schema import rate_windows
 
 
 @cache
-def _hit_statement(dialect: ModuleType) -> Any:
+def _hit_statement(dialect: ModuleType) -> Prepared:
     table = rate_windows
     start: BindParameter[float] = bindparam("start")
     cost: BindParameter[int] = bindparam("cost")
-    return dialect.upsert(
+    upsert = dialect.upsert(
         table,
         ["key"],
         {"key": bindparam("key"), "window_start": start, "count": cost},
@@ -24,7 +24,8 @@ def _hit_statement(dialect: ModuleType) -> Any:
             "count": case((table.c.window_start == start, table.c.count + cost), else_=cost),
             "window_start": start,
         },
-    ).returning(table.c.count)
+    )
+    return Prepared(upsert.returning(table.c.count))
 
 
 def hit(
@@ -33,7 +34,7 @@ def hit(
     """Count `cost` hits against `key`; returns (count in the window, seconds until it resets)."""
     start = now - (now % window_s)
     params = {"key": key, "start": start, "cost": cost}
-    count = conn.execute(_hit_statement(dialect), params).scalar_one()
+    count = _hit_statement(dialect).scalar(conn, params)
     return int(count), start + window_s - now
 
 

@@ -19,14 +19,15 @@ import os
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Integer, column, create_engine, event, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InvalidRequestError, OperationalError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
@@ -113,12 +114,20 @@ def transaction(conn: Connection, *, immediate: bool = False) -> Iterator[None]:
 def _raw(conn: Connection, sql: str) -> None:
     """Transaction control straight on the sqlite3 connection: through SQLAlchemy's execution
     machinery it costs ten times the statement, on every transaction and every job."""
-    driver = conn.connection.driver_connection
+    _execute(conn, sql, ())
+
+
+def _execute(
+    conn: Connection, sql: str, values: Sequence[Any]
+) -> tuple[list[tuple[Any, ...]], Any]:
+    """Run `sql` on the sqlite3 connection: its rows, and the cursor's description of them."""
+    driver: sqlite3.Connection | None = conn.connection.driver_connection
     assert driver is not None
     try:
-        driver.execute(sql)
+        cursor = driver.execute(sql, values)
+        return cursor.fetchall(), cursor.description
     except sqlite3.Error as exc:  # as SQLAlchemy would say it ("database is locked": busy)
-        raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
+        raise DBAPIError.instance(sql, values, exc, sqlite3.Error) from exc
 
 
 @dataclass
@@ -408,6 +417,71 @@ class SqliteRunner:
             self._glance_conn.close()
         self._write_engine.dispose()
         self._read_engine.dispose()
+
+
+# -- statements compiled once (store.prepared) ---------------------------------------------------
+
+_REQUIRED = object()
+
+
+class Compiled:
+    """A Core statement as SQLite's text and its parameters in order, run on the sqlite3
+    connection under the caller's transaction (see `store.prepared`). Rows come back as named
+    tuples, read by position or by column name as SQLAlchemy's rows are."""
+
+    __slots__ = ("_row", "slots", "sql")
+
+    def __init__(self, sql: str, slots: list[tuple[str, Any, Callable[[Any], Any] | None]]):
+        self.sql = sql
+        self.slots = slots
+        """Each `?` in order: the parameter's name, its value when the caller gives none
+        (`_REQUIRED` where the caller must), and the type's conversion, if it has one."""
+        self._row: Callable[[tuple[Any, ...]], Any] | None = None
+
+    @classmethod
+    def of(cls, statement: Any, dialect: Any, keys: list[str] | None) -> Compiled:
+        compiled = statement.compile(dialect=dialect, column_keys=keys)
+        if compiled.insert_prefetch or compiled.update_prefetch:
+            raise ValueError("a column default computed in Python cannot be prepared")
+        slots = []
+        for name in compiled.positiontup or ():
+            bind = compiled.binds[name]
+            if bind.expanding or bind.literal_execute:
+                raise ValueError(f"parameter {name!r} is rendered per execution")
+            value = _REQUIRED if bind.required else bind.effective_value
+            slots.append((name, value, bind.type.bind_processor(dialect)))
+        return cls(compiled.string, slots)
+
+    def _values(self, params: Mapping[str, Any]) -> list[Any]:
+        values = []
+        for name, default, convert in self.slots:
+            if default is _REQUIRED:
+                if name not in params:  # in SQLAlchemy's words
+                    raise InvalidRequestError(f"A value is required for bind parameter {name!r}")
+                value = params[name]
+            else:
+                value = params.get(name, default)
+            values.append(value if convert is None else convert(value))
+        return values
+
+    def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
+        found, description = _execute(conn, self.sql, self._values(params))
+        if not found:
+            return found
+        if self._row is None:  # the columns' names, from the first result
+            names = [d[0] for d in description]
+            self._row = namedtuple("Row", names, rename=True)._make  # type: ignore[attr-defined]
+        make = self._row
+        return [make(row) for row in found]
+
+    def run_many(self, conn: Connection, many: Sequence[Mapping[str, Any]]) -> None:
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        rows = [self._values(params) for params in many]
+        try:
+            driver.executemany(self.sql, rows)
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(self.sql, rows, exc, sqlite3.Error) from exc
 
 
 # -- what SQL differs ---------------------------------------------------------------------------
