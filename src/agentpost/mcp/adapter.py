@@ -56,6 +56,7 @@ from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ResourceUpdated
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import x_mcp_header_map
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -305,6 +306,7 @@ class MailboxServer:
         self._read = read_resource
         self._resource_uris = tuple(resource_uris)
         self._tools: dict[str, _FunctionTool] = {}
+        self._header_schemas: dict[str, dict[str, Any]] = {}
         self._peers = _LegacyPeers()
         self._audience = audience
         self._offered = offered_tools
@@ -353,6 +355,8 @@ class MailboxServer:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
         self._tools[tool.name] = tool
+        if x_mcp_header_map(tool.parameters):
+            self._header_schemas[tool.name] = tool.parameters
 
     # -- push ---------------------------------------------------------------------------------
 
@@ -466,8 +470,10 @@ class MailboxServer:
         return offered is None or name in offered
 
     def _input_schema(self, name: str) -> dict[str, Any] | None:
-        tool = self._tools.get(name)
-        return None if tool is None else tool.parameters
+        """The schema the SDK checks a call's `Mcp-Param-*` headers against: only a tool's
+        that declares such headers. The check walks the whole schema twice on every call over
+        HTTP, and finds nothing to compare in a schema without declarations."""
+        return self._header_schemas.get(name)
 
     async def _list_tools(
         self, ctx: _Ctx, params: types.PaginatedRequestParams | None
