@@ -6,6 +6,7 @@ once whether a wake-up is pending, so no test sleeps to prove that nothing happe
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import subprocess
 import sys
@@ -380,4 +381,39 @@ async def test_a_look_that_fails_wakes_everyone_and_the_writer_carries_on(tmp_pa
         runner.look_for_foreign()
         assert await anyio.to_thread.run_sync(foreign.wait, 10)
     finally:
+        await anyio.to_thread.run_sync(runner.close)
+
+
+async def test_a_commit_is_told_on_the_loop_before_the_writer_hears_back(tmp_path: Path) -> None:
+    path = tmp_path / "agentpost.db"
+    await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema
+    loop = asyncio.get_running_loop()
+    told: list[tuple[wakeups.Reach, int]] = []
+
+    def on_commit(concerned: wakeups.Reach) -> None:
+        told.append((concerned, threading.get_ident()))
+        if concerned.get("carol"):
+            raise RuntimeError("a broken listener")
+
+    runner = sqlite.SqliteRunner(path, on_commit=on_commit, commit_loop=loop)
+
+    def tx(agent: str, key: str) -> Callable[[Connection], str]:
+        def write(conn: Connection) -> str:
+            conn.execute(rate_windows.insert().values(key=key, window_start=0.0, count=1))
+            wakeups.concern(conn, [(agent, 1)])
+            return key
+
+        return write
+
+    try:
+        assert await runner.write(tx("bob", "a")) == "a"
+        assert told == [({"bob": 1}, threading.get_ident())]  # on the loop, already
+        # A listener that fails is the loop's to report; the write is answered all the same.
+        reported: list[BaseException] = []
+        loop.set_exception_handler(lambda _, context: reported.append(context["exception"]))
+        with anyio.fail_after(10):
+            assert await runner.write(tx("carol", "b")) == "b"
+        assert [str(e) for e in reported] == ["a broken listener"]
+    finally:
+        loop.set_exception_handler(None)
         await anyio.to_thread.run_sync(runner.close)

@@ -108,11 +108,11 @@ class Store:
             sqlite.prepare_file(path)
             migrate.migrate_sqlite(path)
             self.dialect = sqlite
-            # Called on the writer thread; handed over to the loop.
             runner = sqlite.SqliteRunner(
                 path,
-                on_commit=lambda concerned: self._on_loop(self._committed, concerned),
-                on_foreign=lambda: self._on_loop(self._foreign),
+                on_commit=self._committed,
+                on_foreign=lambda: self._on_loop(self._foreign),  # on the writer thread
+                commit_loop=self._loop,
             )
             self._sqlite = runner
             signal = ChangeSignal(path, on_change=self._file_changed)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import queue
@@ -142,24 +143,35 @@ _LOOK = object()
 """On the writer's queue: look whether another process committed (see `look_for_foreign`)."""
 
 
-def _apply(outcomes: list[Outcome]) -> None:
-    for job, result, error in outcomes:
-        if job.future.done():  # the caller gave up waiting; the write stands
-            continue
-        if error is not None:
-            job.future.set_exception(error)
-        else:
-            job.future.set_result(result)
+def _apply(outcomes: list[Outcome], before: Callable[[], None] | None = None) -> None:
+    try:
+        if before is not None:
+            before()
+    finally:  # whatever `before` raised (the loop logs it), the callers get their results
+        for job, result, error in outcomes:
+            if job.future.done():  # the caller gave up waiting; the write stands
+                continue
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(result)
 
 
-def _settle(outcomes: list[Outcome]) -> None:
-    """Hand results back with one wake-up per event loop for a whole batch, not one per job."""
+def _settle(
+    outcomes: list[Outcome],
+    first: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = None,
+) -> None:
+    """Hand results back with one wake-up per event loop for a whole batch, not one per job;
+    `first` runs on its loop before that loop's results are handed back, in the same wake-up."""
     by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+    if first is not None:
+        by_loop[first[0]] = []
     for outcome in outcomes:
         by_loop.setdefault(outcome[0].loop, []).append(outcome)
     for loop, items in by_loop.items():
+        before = first[1] if first is not None and first[0] is loop else None
         with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting
-            loop.call_soon_threadsafe(_apply, items)
+            loop.call_soon_threadsafe(_apply, items, before)
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -179,7 +191,8 @@ class SqliteRunner:
 
     After each commit the writer calls `on_commit` with whom the commit concerned (see
     `store.wakeups`); when it finds that another process committed, `on_foreign`. Both are
-    called on the writer thread.
+    called on the writer thread, except `on_commit` when a `commit_loop` is given: then it runs
+    on that loop, in the same wake-up that hands the batch's results back there, before them.
 
     Telling another process's commit from our own: `PRAGMA data_version` on the writer's own
     connection changes when any *other* connection commits, never for its own commits. The
@@ -193,9 +206,12 @@ class SqliteRunner:
         path: Path,
         on_commit: Callable[[wakeups.Reach], None],
         on_foreign: Callable[[], None] = lambda: None,
+        *,
+        commit_loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.path = path
         self._on_commit = on_commit
+        self._commit_loop = commit_loop
         self._on_foreign = on_foreign
         self._data_version: int | None = None
         self._look_queued = False
@@ -372,12 +388,22 @@ class SqliteRunner:
             self._look_unless(looked)
             _settle([(job, None, exc) for job in batch])
             return
+        committed = None
         if any(err is None for _, _, err in outcomes):
-            self._on_commit(wakeups.take(conn))
+            committed = self._committed(wakeups.take(conn))
             self._commits += 1
             if self._commits % CHECKPOINT_EVERY == 0:
                 self._checkpoint_due.set()
-        _settle(outcomes)
+        _settle(outcomes, committed)
+
+    def _committed(
+        self, concerned: wakeups.Reach
+    ) -> tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None:
+        """Tell `on_commit`: here, or, with a loop to call it on, along with the results."""
+        if self._commit_loop is None:
+            self._on_commit(concerned)
+            return None
+        return self._commit_loop, functools.partial(self._on_commit, concerned)
 
     def _look_unless(self, looked: bool) -> None:
         """A batch that never looked (it could not begin) may have swallowed a queued look:
