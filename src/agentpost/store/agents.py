@@ -8,7 +8,6 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
-    BindParameter,
     Connection,
     Row,
     and_,
@@ -22,7 +21,7 @@ from sqlalchemy import (
 )
 
 from agentpost.domain.models import SessionInfo, Status
-from agentpost.store.prepared import Prepared
+from agentpost.store.prepared import Prepared, numbered, numbered_values
 from agentpost.store.schema import agents, sessions
 
 _GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
@@ -31,7 +30,7 @@ _GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
 @cache
 def _agents_enabled(count: int) -> Prepared:
     """One statement per list length: an expanding IN would be re-rendered on every send."""
-    names: list[BindParameter[str]] = [bindparam(f"n{i}") for i in range(count)]
+    names = numbered("n", count)
     return Prepared(select(agents.c.name, agents.c.disabled_at).where(agents.c.name.in_(names)))
 
 
@@ -41,8 +40,7 @@ def get_agent(conn: Connection, name: str) -> Row[Any] | None:
 
 def existing_names(conn: Connection, names: Sequence[str]) -> dict[str, bool]:
     """name -> enabled, for those of `names` that exist."""
-    params = {f"n{i}": name for i, name in enumerate(names)}
-    rows = _agents_enabled(len(names)).rows(conn, params)
+    rows = _agents_enabled(len(names)).rows(conn, numbered_values("n", names))
     return {name: disabled_at is None for name, disabled_at in rows}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -35,7 +36,7 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from agentpost.domain.events import Event, EventType
 from agentpost.store import wakeups
-from agentpost.store.prepared import Prepared
+from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
 from agentpost.store.schema import deliveries, events, messages
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
@@ -123,8 +124,12 @@ def _to_senders(which: Any) -> Any:
 
 
 _TO_SENDERS = _to_senders(messages.c.seq.in_(bindparam("seqs", expanding=True)))
-# One message (a woken `wait` reading what it waited for): no expanding IN to render.
-_TO_ONE_SENDER = _to_senders(messages.c.seq == bindparam("seq"))
+
+
+@cache
+def _to_senders_of(count: int) -> Prepared:
+    """For `count` messages (a woken `wait` mostly reads one): no IN list to render each time."""
+    return Prepared(_to_senders(messages.c.seq.in_(numbered("seq", count))))
 
 
 def record_created(conn: Connection, seq: int) -> None:
@@ -138,10 +143,11 @@ def record_for_senders(
     """Tell the senders of messages `seqs` that `recipient` read, acked or let them expire."""
     if seqs:
         params = {"type": type_.value, "data": json.dumps({"to": recipient}), "now": now}
-        if len(seqs) == 1:
-            found = conn.execute(_TO_ONE_SENDER, {**params, "seq": seqs[0]})
+        if len(seqs) <= NUMBERED_UP_TO:
+            ordered = numbered_values("seq", sorted(seqs))
+            found: Sequence[Any] = _to_senders_of(len(seqs)).rows(conn, {**params, **ordered})
         else:
-            found = conn.execute(_TO_SENDERS, {**params, "seqs": sorted(seqs)})
+            found = conn.execute(_TO_SENDERS, {**params, "seqs": sorted(seqs)}).all()
         wakeups.concern(conn, found)
 
 

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from functools import cache
 from types import ModuleType
 
-from sqlalchemy import BindParameter, Connection, bindparam, delete, select
+from sqlalchemy import Connection, bindparam, delete, select
 
-from agentpost.store.prepared import Prepared
+from agentpost.store.prepared import Prepared, numbered, numbered_values
 from agentpost.store.schema import agent_limits
 
 Override = tuple[int | None, int | None]
@@ -22,8 +22,7 @@ _MANY = select(agent_limits).where(agent_limits.c.agent.in_(bindparam("agents", 
 @cache
 def _few(count: int) -> Prepared:
     """One statement per list length: an expanding IN would be re-rendered on every send."""
-    names: list[BindParameter[str]] = [bindparam(f"n{i}") for i in range(count)]
-    return Prepared(select(agent_limits).where(agent_limits.c.agent.in_(names)))
+    return Prepared(select(agent_limits).where(agent_limits.c.agent.in_(numbered("n", count))))
 
 
 def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
@@ -31,7 +30,7 @@ def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
     if not names:
         return {}
     if len(names) <= FIXED:
-        rows = _few(len(names)).rows(conn, {f"n{i}": name for i, name in enumerate(names)})
+        rows = _few(len(names)).rows(conn, numbered_values("n", names))
     else:
         rows = conn.execute(_MANY, {"agents": list(names)}).all()
     return {row.agent: (row.send_rate_per_minute, row.max_unacked) for row in rows}

@@ -38,7 +38,7 @@ from agentpost.domain.models import (
     Trust,
 )
 from agentpost.store import events
-from agentpost.store.prepared import Prepared
+from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
 from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
@@ -175,7 +175,7 @@ _EXPIRE_ALL = (
     .values(_EXPIRED)
     .returning(deliveries.c.recipient, deliveries.c.message_seq)
 )
-_EXPIRE_FOR = (
+_EXPIRE_FOR = Prepared(
     update(deliveries)
     .where(deliveries.c.recipient == _RECIPIENT, _DUE)
     .values(_EXPIRED)
@@ -189,7 +189,7 @@ def expire_due(conn: Connection, now: float, recipient: str | None = None) -> in
     if recipient is None:
         rows = conn.execute(_EXPIRE_ALL, {"now": now}).all()
     else:
-        rows = conn.execute(_EXPIRE_FOR, {"now": now, "for_recipient": recipient}).all()
+        rows = _EXPIRE_FOR.rows(conn, {"now": now, "for_recipient": recipient})
     by_recipient: dict[str, list[int]] = {}
     for name, seq in rows:
         by_recipient.setdefault(name, []).append(seq)
@@ -206,11 +206,14 @@ _UNREAD_COUNT = select(func.count()).where(
 
 
 def unread_count(conn: Connection, recipient: str, now: float) -> int:
-    return int(conn.execute(_UNREAD_COUNT, {"for_recipient": recipient, "now": now}).scalar_one())
+    return int(_UNREAD.scalar(conn, {"for_recipient": recipient, "now": now}))
+
+
+_UNREAD = Prepared(_UNREAD_COUNT)
 
 
 @cache
-def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: bool) -> Any:
+def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: bool) -> Prepared:
     shown = deliveries.c.state == DeliveryState.QUEUED.value if unread_only else _NOT_EXPIRED_STATE
     query = (
         select(messages, deliveries.c.state.label("delivery_state"))
@@ -230,7 +233,7 @@ def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: b
         query = query.where(deliveries.c.urgent.is_(True))
     if after:
         query = query.where(deliveries.c.message_seq > bindparam("after_seq"))
-    return query
+    return Prepared(query)
 
 
 def inbox_rows(
@@ -243,7 +246,7 @@ def inbox_rows(
     thread_id: str | None = None,
     urgent_only: bool = False,
     after_seq: int | None = None,
-) -> list[Row[Any]]:
+) -> Sequence[Any]:
     """Oldest first: an inbox is worked through in the order mail arrived."""
     query = _inbox_query(unread_only, thread_id is not None, urgent_only, after_seq is not None)
     params: dict[str, Any] = {"for_recipient": recipient, "now": now, "limit": limit}
@@ -251,7 +254,7 @@ def inbox_rows(
         params["thread_id"] = thread_id
     if after_seq is not None:
         params["after_seq"] = after_seq
-    return list(conn.execute(query, params))
+    return query.rows(conn, params)
 
 
 _HAS_UNREAD = select(
@@ -263,6 +266,7 @@ _HAS_UNREAD = select(
     )
     .exists()
 )
+_HAS_UNREAD_NOW = Prepared(_HAS_UNREAD)
 
 
 def has_unread(conn: Connection, recipient: str, now: float, thread_id: str | None) -> bool:
@@ -270,7 +274,7 @@ def has_unread(conn: Connection, recipient: str, now: float, thread_id: str | No
     an EXISTS on the inbox index alone (no message is read): every member of a broadcast's
     channel asks this at once."""
     if thread_id is None:
-        return bool(conn.execute(_HAS_UNREAD, {"for_recipient": recipient, "now": now}).scalar())
+        return bool(_HAS_UNREAD_NOW.scalar(conn, {"for_recipient": recipient, "now": now}))
     return bool(
         inbox_rows(conn, recipient, now=now, unread_only=True, limit=1, thread_id=thread_id)
     )
@@ -290,20 +294,25 @@ def _mark_read(which: Any) -> Any:
 
 
 _MARK_READ = _mark_read(deliveries.c.message_seq.in_(bindparam("seqs", expanding=True)))
-# One message (what a woken `wait` mostly reads): no expanding IN to render on each call.
-_MARK_ONE_READ = _mark_read(deliveries.c.message_seq == bindparam("seq"))
+
+
+@cache
+def _mark_page_read(count: int) -> Prepared:
+    """A page of `count` (a woken `wait` mostly reads one): no IN list to render on each call."""
+    return Prepared(_mark_read(deliveries.c.message_seq.in_(numbered("seq", count))))
 
 
 def mark_read(conn: Connection, recipient: str, seqs: Sequence[int], now: float) -> None:
     """Mark queued mail read, and tell each sender (message.read)."""
-    if len(seqs) == 1:
-        params = {"for_recipient": recipient, "seq": seqs[0], "now": now}
-        read = conn.execute(_MARK_ONE_READ, params).scalars().all()
-        events.record_for_senders(conn, EventType.MESSAGE_READ, recipient, read, now)
-    elif seqs:
+    if not seqs:
+        return
+    if len(seqs) <= NUMBERED_UP_TO:
+        params = {"for_recipient": recipient, "now": now, **numbered_values("seq", seqs)}
+        read = [seq for (seq,) in _mark_page_read(len(seqs)).rows(conn, params)]
+    else:
         params = {"for_recipient": recipient, "seqs": list(seqs), "now": now}
-        read = conn.execute(_MARK_READ, params).scalars().all()
-        events.record_for_senders(conn, EventType.MESSAGE_READ, recipient, read, now)
+        read = list(conn.execute(_MARK_READ, params).scalars())
+    events.record_for_senders(conn, EventType.MESSAGE_READ, recipient, read, now)
 
 
 def ack(conn: Connection, recipient: str, ids: Sequence[str], now: float) -> list[str]:
@@ -381,13 +390,13 @@ def urgent_since(conn: Connection, recipient: str, cursor: int, now: float) -> l
     return list(conn.execute(_URGENT_SINCE, params))
 
 
-_NEWEST_DELIVERY = select(func.max(deliveries.c.message_seq)).where(
-    deliveries.c.recipient == _RECIPIENT
+_NEWEST_DELIVERY = Prepared(
+    select(func.max(deliveries.c.message_seq)).where(deliveries.c.recipient == _RECIPIENT)
 )
 
 
 def newest_delivery_seq(conn: Connection, recipient: str) -> int:
-    return int(conn.execute(_NEWEST_DELIVERY, {"for_recipient": recipient}).scalar() or 0)
+    return int(_NEWEST_DELIVERY.scalar(conn, {"for_recipient": recipient}) or 0)
 
 
 def message_row(conn: Connection, message_id: str) -> Row[Any] | None:

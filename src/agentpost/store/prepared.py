@@ -17,13 +17,28 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import BindParameter, Connection, bindparam
 from sqlalchemy.sql import Executable
 
 from agentpost.store import sqlite
 
 Params = Mapping[str, Any]
 _NONE: Params = {}
+
+
+NUMBERED_UP_TO = 200
+"""The longest IN list worth a statement of its own (a page of mail); longer ones expand."""
+
+
+def numbered(name: str, count: int) -> list[BindParameter[Any]]:
+    """`count` parameters `name0`, `name1`, …, for an IN list of a fixed length: a statement
+    built with them compiles once per length, where an expanding parameter is rendered anew on
+    every execution (and cannot be prepared). Fill them with `numbered_values`."""
+    return [bindparam(f"{name}{i}") for i in range(count)]
+
+
+def numbered_values(name: str, values: Sequence[Any]) -> dict[str, Any]:
+    return {f"{name}{i}": value for i, value in enumerate(values)}
 
 
 class Prepared:

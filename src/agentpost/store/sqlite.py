@@ -119,12 +119,16 @@ def _raw(conn: Connection, sql: str) -> None:
 
 
 def _execute(
-    conn: Connection, sql: str, values: Sequence[Any]
+    conn: Connection, sql: str, values: Sequence[Any], *, many: bool = False
 ) -> tuple[list[tuple[Any, ...]], Any]:
-    """Run `sql` on the sqlite3 connection: its rows, and the cursor's description of them."""
+    """Run `sql` on the sqlite3 connection (`many`: once per row of `values`, no results): its
+    rows, and the cursor's description of them."""
     driver: sqlite3.Connection | None = conn.connection.driver_connection
     assert driver is not None
     try:
+        if many:
+            driver.executemany(sql, values)
+            return [], None
         cursor = driver.execute(sql, values)
         return cursor.fetchall(), cursor.description
     except sqlite3.Error as exc:  # as SQLAlchemy would say it ("database is locked": busy)
@@ -501,13 +505,7 @@ class Compiled:
         return [make(row) for row in found]
 
     def run_many(self, conn: Connection, many: Sequence[Mapping[str, Any]]) -> None:
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        rows = [self._values(params) for params in many]
-        try:
-            driver.executemany(self.sql, rows)
-        except sqlite3.Error as exc:
-            raise DBAPIError.instance(self.sql, rows, exc, sqlite3.Error) from exc
+        _execute(conn, self.sql, [self._values(params) for params in many], many=True)
 
 
 # -- what SQL differs ---------------------------------------------------------------------------
