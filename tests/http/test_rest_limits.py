@@ -3,8 +3,10 @@ the ones that must outlive the process (rate windows, idempotency keys) do."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import anyio
 import pytest
 
 from rate_window import inside_one_rate_window
@@ -84,6 +86,27 @@ async def test_a_body_over_max_body_bytes_is_too_large(service: Service) -> None
     answer = await alice.post("/v1/messages", json={"to": "bob", "body": "é" * 20000})
     assert answer.status_code == 413
     assert answer.json()["error"]["code"] == "too_large"
+
+
+async def test_a_body_longer_than_its_announced_length_is_not_taken_in(tmp_path: Path) -> None:
+    """The guard trusts a Content-Length within the limit: HTTP/1.1 reads no more body than
+    that, and what follows is read as another request."""
+    async with running_service(tmp_path, {"AGENTPOST_MAX_REQUEST_BYTES": "4096"}) as service:
+        key = await service.create_agent("alice")
+        bob = await service.agent("bob")
+        body = json.dumps({"to": "bob", "body": "y" * 20000}).encode()
+        head = (
+            f"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 40\r\n\r\n"
+        )
+        async with await anyio.connect_tcp("127.0.0.1", service.port) as stream:
+            await stream.send(head.encode() + body)
+            answer = b""
+            with anyio.fail_after(10):
+                while b"\r\n\r\n" not in answer:
+                    answer += await stream.receive()
+        assert answer.startswith(b"HTTP/1.1 4")  # the first 40 bytes are no message
+        assert (await bob.get("/v1/inbox")).json()["messages"] == []
 
 
 async def test_a_full_inbox_refuses_direct_mail_with_429(tmp_path: Path) -> None:
