@@ -80,7 +80,7 @@ class Guard:
         except AgentpostError as err:
             await error_response(err)(scope, receive, send)
             return
-        if headers.get("content-length", "").isdigit():
+        if headers.get("content-length", "").isdigit() and "transfer-encoding" not in headers:
             # Checked above; HTTP/1.1 delivers no more body than the length announced.
             await self.app(scope, receive, send)
             return

@@ -61,7 +61,8 @@ _TRUSTS = {trust.value: trust for trust in Trust}
 _STATES = {state.value: state for state in DeliveryState}
 
 
-def message_from_row(row: Row[Any], state: str | None = None) -> Message:
+def message_from_row(row: Any, state: str | None = None) -> Message:
+    """A row of `messages`, SQLAlchemy's or a prepared statement's (read by column name)."""
     return Message(
         id=row.id,
         sender=row.sender,
@@ -203,13 +204,11 @@ _UNREAD_COUNT = select(func.count()).where(
     deliveries.c.state == DeliveryState.QUEUED.value,
     _NOT_DUE,
 )
+_UNREAD = Prepared(_UNREAD_COUNT)
 
 
 def unread_count(conn: Connection, recipient: str, now: float) -> int:
     return int(_UNREAD.scalar(conn, {"for_recipient": recipient, "now": now}))
-
-
-_UNREAD = Prepared(_UNREAD_COUNT)
 
 
 @cache

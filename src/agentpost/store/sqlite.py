@@ -7,7 +7,8 @@ so one refused write never undoes its neighbours. Reads run on a few reader thre
 keep one connection open, and never wait for the writer. Long-lived threads with their own
 connections cost one hand-off per transaction, a fraction of a pool checkout on a fresh thread.
 "database is locked" is handled here only: a busy timeout waits, and what still fails reaches
-callers as `unavailable`.
+callers as `unavailable`. The statements of the hot paths skip SQLAlchemy's execution machinery:
+compiled once (`Compiled`, for `store.prepared`), they go straight to the sqlite3 connection.
 """
 
 from __future__ import annotations
