@@ -67,7 +67,7 @@ class Guard:
             return
         headers = _headers(scope)
         try:
-            self._check_length(headers)
+            announced = self._announced_length(headers)
             if _needs_key(scope):
                 client = scope.get("client")
                 caller = await self.authenticate(
@@ -80,16 +80,20 @@ class Guard:
         except AgentpostError as err:
             await error_response(err)(scope, receive, send)
             return
-        if headers.get("content-length", "").isdigit() and "transfer-encoding" not in headers:
-            # Checked above; HTTP/1.1 delivers no more body than the length announced.
+        if announced:  # HTTP/1.1 delivers no more body than the length announced
             await self.app(scope, receive, send)
             return
         await self._forward(scope, receive, send)
 
-    def _check_length(self, headers: dict[str, str]) -> None:
+    def _announced_length(self, headers: dict[str, str]) -> bool:
+        """Whether the body's length is announced (and within the limit: else `too_large`);
+        a chunked body is not, whatever Content-Length says beside it."""
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+        if length is None or not length.isdigit():
+            return False
+        if int(length) > self.max_body_bytes:
             raise self._too_large()
+        return "transfer-encoding" not in headers
 
     def _too_large(self) -> AgentpostError:
         return AgentpostError(
