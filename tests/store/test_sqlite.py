@@ -111,10 +111,6 @@ async def test_the_writer_is_told_of_a_commit_so_local_waiters_wake(lite: Store)
         assert await lite.wait_changed(before, timeout=5) > before
 
 
-def test_the_full_text_query_quotes_every_word() -> None:
-    assert sqlite.fts_query(['say"hi', "AND", "("]) == '"say""hi" "AND" "("'
-
-
 async def test_text_is_stored_verbatim_whatever_it_contains(lite: Store) -> None:
     odd = "'; DROP TABLE agents; -- \x00 ü 🚀"
 

@@ -430,6 +430,7 @@ class Mailbox:
             found = mail.search_rows(conn, self.store.dialect, caller.agent, channels, words, limit)
             return [mail.message_from_row(r, r.delivery_state) for r in found]
 
+        await self.store.index_for_search()
         return await self.store.read(tx)
 
     # -- retention ---------------------------------------------------------------------------

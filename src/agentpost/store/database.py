@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,18 +26,23 @@ import anyio.to_thread
 from sqlalchemy import Connection as Connection
 from sqlalchemy import Row as Row
 
-from agentpost.store import migrate, sqlite
+from agentpost.domain.errors import AgentpostError
+from agentpost.store import fulltext, migrate, sqlite
 from agentpost.store.signal import ChangeSignal
 from agentpost.store.wakeups import Reach, Wakeups, Watch
 
 if TYPE_CHECKING:
     from agentpost.store.postgres import PostgresRunner
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 PG_POLL_S = 1.0
 LOOK_AFTER_S = 0.005
 """After this process's commit, how long the writer's next transaction may take to come and look
 for another process's commit taken in with it, before the writer is asked to look anyway."""
+INDEX_AFTER_S = 1.0
+"""How soon after this process's commits of news the full-text index takes in their mail."""
 Clock = Callable[[], float]
 
 
@@ -80,6 +86,8 @@ class Store:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._look_timer: asyncio.TimerHandle | None = None
         self._looks_before = 0
+        self._index_timer: asyncio.TimerHandle | None = None
+        self._indexing: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, url: str, *, clock: Clock = time.time) -> Store:
@@ -156,6 +164,35 @@ class Store:
             return await self._sqlite.glance(fn)
         return await self.read(fn)
 
+    # -- full-text index -------------------------------------------------------------------------
+
+    async def index_for_search(self) -> None:
+        """Bring the full-text index up to the newest message: a search that follows finds
+        all mail stored before it. (SQLite indexes in batches, see `store.fulltext`;
+        PostgreSQL matches unindexed until scale-out.)"""
+        if self._sqlite is not None:
+            while await self._sqlite.write(fulltext.index_new):
+                pass
+
+    def _index_soon(self) -> None:
+        if self._index_timer is None and self._loop is not None and self._sqlite is not None:
+            self._index_timer = self._loop.call_later(INDEX_AFTER_S, self._index_now)
+
+    def _index_now(self) -> None:
+        self._index_timer = None
+        if self._indexing is None or self._indexing.done():
+            self._indexing = asyncio.ensure_future(self._index_quietly())
+
+    async def _index_quietly(self) -> None:
+        """In the background, where nobody awaits it: a failure is logged, and the next
+        search tries again (and reports it, if it lasts)."""
+        try:
+            await self.index_for_search()
+        except AgentpostError:  # closing, or the file busy past the timeout
+            log.debug("full-text indexing put off", exc_info=True)
+        except Exception:
+            log.warning("full-text indexing failed", exc_info=True)
+
     # -- change signal -------------------------------------------------------------------------
 
     def _on_loop(self, fn: Callable[..., None], *args: object) -> None:
@@ -171,6 +208,8 @@ class Store:
         # whether another process's commit came in with it (`_file_changed`).
         self._signal.notify_local()
         self._wakeups.publish(concerned)
+        if concerned:  # news, so most likely new mail (the indexing's own commit concerns nobody)
+            self._index_soon()
 
     def _file_changed(self, with_own_commit: bool) -> None:
         """The change signal saw the file change: the writer tells whose commit that was.
@@ -220,8 +259,12 @@ class Store:
         return await self._signal.wait_changed(since, timeout)
 
     async def aclose(self) -> None:
-        if self._look_timer is not None:
-            self._look_timer.cancel()
+        for timer in (self._look_timer, self._index_timer):
+            if timer is not None:
+                timer.cancel()
+        if self._indexing is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._indexing
         if self._sqlite is not None:
             # Joining the threads waits for their last transactions: not on the event loop.
             await anyio.to_thread.run_sync(self._sqlite.close)

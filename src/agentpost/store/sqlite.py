@@ -27,15 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Integer, column, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, InvalidRequestError, OperationalError
 from sqlalchemy.pool import NullPool
-from sqlalchemy.sql import ColumnElement, Insert, Select
+from sqlalchemy.sql import ColumnElement, Insert
 from sqlalchemy.sql.schema import Table
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import wakeups
+from agentpost.store.fulltext import search as search  # the dialect's matching
 
 log = logging.getLogger(__name__)
 
@@ -526,36 +527,3 @@ def upsert(
     """Insert, or update the row that holds `keys` — only if `where` holds for it, if given."""
     stmt = sqlite_insert(table).values(**values)
     return stmt.on_conflict_do_update(index_elements=keys, set_=update, where=where)
-
-
-FTS_DDL = [
-    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5("
-    "subject, body, content='messages', content_rowid='seq', tokenize='unicode61')",
-    "CREATE TRIGGER IF NOT EXISTS messages_fts_ai AFTER INSERT ON messages BEGIN "
-    "INSERT INTO messages_fts(rowid, subject, body) VALUES (new.seq, new.subject, new.body); END",
-    "CREATE TRIGGER IF NOT EXISTS messages_fts_ad AFTER DELETE ON messages BEGIN "
-    "INSERT INTO messages_fts(messages_fts, rowid, subject, body) "
-    "VALUES ('delete', old.seq, old.subject, old.body); END",
-    "CREATE TRIGGER IF NOT EXISTS messages_fts_au AFTER UPDATE OF subject, body ON messages BEGIN "
-    "INSERT INTO messages_fts(messages_fts, rowid, subject, body) "
-    "VALUES ('delete', old.seq, old.subject, old.body); "
-    "INSERT INTO messages_fts(rowid, subject, body) VALUES (new.seq, new.subject, new.body); END",
-]
-FTS_DROP = [
-    "DROP TRIGGER IF EXISTS messages_fts_au",
-    "DROP TRIGGER IF EXISTS messages_fts_ad",
-    "DROP TRIGGER IF EXISTS messages_fts_ai",
-    "DROP TABLE IF EXISTS messages_fts",
-]
-
-
-def fts_query(words: list[str]) -> str:
-    """Each word as a quoted FTS5 string: user text is matched, never parsed as syntax."""
-    return " ".join('"' + word.replace('"', '""') + '"' for word in words)
-
-
-def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:
-    matching = text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :fts").bindparams(
-        fts=fts_query(words)
-    )
-    return select.where(table.c.seq.in_(matching.columns(column("rowid", Integer))))

@@ -9,14 +9,32 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from agentpost.store import sqlite
-
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
 
 Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+FTS_DDL = [
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5("
+    "subject, body, content='messages', content_rowid='seq', tokenize='unicode61')",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_ai AFTER INSERT ON messages BEGIN "
+    "INSERT INTO messages_fts(rowid, subject, body) VALUES (new.seq, new.subject, new.body); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_ad AFTER DELETE ON messages BEGIN "
+    "INSERT INTO messages_fts(messages_fts, rowid, subject, body) "
+    "VALUES ('delete', old.seq, old.subject, old.body); END",
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_au AFTER UPDATE OF subject, body ON messages BEGIN "
+    "INSERT INTO messages_fts(messages_fts, rowid, subject, body) "
+    "VALUES ('delete', old.seq, old.subject, old.body); "
+    "INSERT INTO messages_fts(rowid, subject, body) VALUES (new.seq, new.subject, new.body); END",
+]
+FTS_DROP = [
+    "DROP TRIGGER IF EXISTS messages_fts_au",
+    "DROP TRIGGER IF EXISTS messages_fts_ad",
+    "DROP TRIGGER IF EXISTS messages_fts_ai",
+    "DROP TABLE IF EXISTS messages_fts",
+]
 
 
 def upgrade() -> None:
@@ -108,13 +126,13 @@ def upgrade() -> None:
         sa.Column("count", sa.Integer, nullable=False),
     )
     if op.get_bind().dialect.name == "sqlite":
-        for statement in sqlite.FTS_DDL:
+        for statement in FTS_DDL:
             op.execute(statement)
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name == "sqlite":
-        for statement in sqlite.FTS_DROP:
+        for statement in FTS_DROP:
             op.execute(statement)
     for table in ("rate_windows", "deliveries", "messages", "channel_members", "sessions"):
         op.drop_table(table)

@@ -1,0 +1,66 @@
+"""SQLite's full-text index of messages (FTS5), brought up to date in batches, not per send.
+
+Indexing a message inside its send cost a quarter of the send: FTS5 writes a new segment
+for every transaction, seven of the send's twenty-four pages. So a send only stores the
+message; `index_new` indexes every message stored since the last run, many to a segment.
+The store runs it within a second of this process's sends, and before every search, so a
+search still finds all mail sent before it: whichever process sent it, and whether or not
+that process is still running.
+
+`messages_fts_cursor` holds the newest `seq` indexed (migration 0004). Edits and deletions of
+indexed messages reach the index through triggers; those of messages not yet indexed must not
+(FTS5 would take a "delete" of a row it never had as a corrupt index), and need not:
+`index_new` takes them as they are by then. A deletion also moves the cursor back to the
+newest message left, if it was beyond: SQLite hands out max(seq) + 1, so a `seq` handed out
+again after the newest messages were purged is still beyond the cursor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Integer, column, text
+from sqlalchemy.sql import Select
+from sqlalchemy.sql.schema import Table
+
+BATCH = 5_000
+"""Messages indexed per transaction, so a long backlog never holds the write lock for long."""
+
+_CURSOR = text("SELECT seq FROM messages_fts_cursor")
+_NEXT_BATCH = text(
+    "SELECT count(*), max(seq) FROM "
+    "(SELECT seq FROM messages WHERE seq > :indexed ORDER BY seq LIMIT :n)"
+)
+_INDEX = text(
+    "INSERT INTO messages_fts(rowid, subject, body) "
+    "SELECT seq, subject, body FROM messages WHERE seq > :indexed AND seq <= :upto"
+)
+
+
+def indexed_up_to(conn: Connection) -> int:
+    return int(conn.execute(_CURSOR).scalar_one())
+
+
+def index_new(conn: Connection) -> bool:
+    """Index the next batch of messages stored since the last run (in a write transaction);
+    True when more are waiting."""
+    indexed = indexed_up_to(conn)
+    count, upto = conn.execute(_NEXT_BATCH, {"indexed": indexed, "n": BATCH}).one()
+    if not count:
+        return False
+    conn.execute(_INDEX, {"indexed": indexed, "upto": upto})
+    conn.execute(text("UPDATE messages_fts_cursor SET seq = :upto"), {"upto": upto})
+    return int(count) >= BATCH
+
+
+def fts_query(words: list[str]) -> str:
+    """Each word as a quoted FTS5 string: user text is matched, never parsed as syntax."""
+    return " ".join('"' + word.replace('"', '""') + '"' for word in words)
+
+
+def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:
+    """`select` narrowed to the messages matching every word (once `index_new` has run)."""
+    matching = text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :fts").bindparams(
+        fts=fts_query(words)
+    )
+    return select.where(table.c.seq.in_(matching.columns(column("rowid", Integer))))

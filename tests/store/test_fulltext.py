@@ -1,0 +1,167 @@
+"""SQLite's full-text index: taken up in batches after the sends, complete before every search."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Connection, create_engine, text
+
+from agentpost.store import fulltext, mail, migrate, sqlite
+from agentpost.store.database import Store
+from store.test_mail import insert, put, search
+
+pytestmark = pytest.mark.anyio
+
+
+def integrity_check(conn: Connection) -> None:
+    """FTS5 compares its index with the messages and raises "malformed" where they differ."""
+    conn.exec_driver_sql(
+        "INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)"
+    )
+
+
+def test_the_full_text_query_quotes_every_word() -> None:
+    assert fulltext.fts_query(['say"hi', "AND", "("]) == '"say""hi" "AND" "("'
+
+
+async def test_a_send_is_not_indexed_inside_its_own_transaction(lite: Store) -> None:
+    _, seq = await put(lite, "alice", ["bob"], "pending words")
+    assert await lite.read(fulltext.indexed_up_to) < seq
+    assert [r.seq for r in await search(lite, "bob", ["pending"])] == [seq]
+    assert await lite.read(fulltext.indexed_up_to) == seq
+
+
+async def test_mail_is_indexed_soon_after_it_is_sent_without_a_search(lite: Store) -> None:
+    _, seq = await put(lite, "alice", ["bob"], "words")
+    with anyio.fail_after(10):  # the indexing commits, which wakes whoever waits for any commit
+        while True:
+            version = lite.version
+            if await lite.read(fulltext.indexed_up_to) >= seq:
+                break
+            await lite.wait_changed(version, timeout=None)
+    await lite.write(integrity_check)
+
+
+async def test_a_long_backlog_is_indexed_in_several_transactions(
+    lite: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fulltext, "BATCH", 2)
+    seqs = [(await put(lite, "alice", ["bob"], f"backlog {i}"))[1] for i in range(5)]
+    assert await lite.write(fulltext.index_new) is True
+    assert await lite.read(fulltext.indexed_up_to) == seqs[1]
+    assert len(await search(lite, "bob", ["backlog"])) == 5
+    assert await lite.write(fulltext.index_new) is False
+    await lite.write(integrity_check)
+
+
+async def test_mail_stored_after_every_message_was_purged_is_indexed(
+    lite: Store,
+) -> None:
+    """A `seq` handed out again (SQLite gives max(seq) + 1) is not ruled out by the cursor."""
+    mid, seq = await put(lite, "alice", ["bob"], "purged words")
+    await lite.index_for_search()
+    await lite.write(lambda c: mail.ack(c, "bob", [mid], time.time()))
+    assert await lite.write(lambda c: mail.purge_handled(c, time.time() + 1, 100)) == 1
+    _, again = await put(lite, "alice", ["bob"], "words after the purge")
+    assert again == seq  # handed out again
+    assert [r.body for r in await search(lite, "bob", ["words"])] == ["words after the purge"]
+    await lite.write(integrity_check)
+
+
+SEND_AND_EXIT = """
+import anyio, sys
+sys.path.insert(0, sys.argv[2])
+from agentpost.store.database import Store
+from store.test_mail import put
+
+async def main():
+    store = await Store.open(sys.argv[1])
+    await put(store, "alice", ["bob"], "sent by a process that is gone")
+    await store.aclose()
+
+anyio.run(main)
+"""
+
+
+async def test_mail_of_a_process_that_exited_before_indexing_it_is_found(lite: Store) -> None:
+    tests = Path(__file__).parents[1]
+    with anyio.fail_after(60):
+        await anyio.run_process([sys.executable, "-c", SEND_AND_EXIT, lite.url, str(tests)])
+    found = await search(lite, "bob", ["gone"])
+    assert [r.body for r in found] == ["sent by a process that is gone"]
+
+
+def _alembic(path: Path, verb: str, revision: str) -> None:
+    engine = sqlite.make_engine(path, pooled=False)
+    try:
+        with engine.connect() as conn, sqlite.transaction(conn, immediate=True):
+            config = Config()
+            config.set_main_option("script_location", str(migrate.MIGRATIONS))
+            config.attributes["connection"] = conn
+            getattr(command, verb)(config, revision)
+    finally:
+        engine.dispose()
+
+
+def _matches(path: Path, word: str) -> list[int]:
+    engine = create_engine(f"sqlite:///{path}")
+    try:
+        with engine.begin() as conn:
+            integrity_check(conn)
+            query = text("SELECT rowid FROM messages_fts WHERE messages_fts MATCH :w ORDER BY 1")
+            return list(conn.execute(query, {"w": word}).scalars())
+    finally:
+        engine.dispose()
+
+
+async def test_mail_indexed_before_the_upgrade_stays_found_and_follows_edits(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "agentpost.db"
+    sqlite.prepare_file(path)
+    sqlite.ensure_wal(path)
+    _alembic(path, "upgrade", "0003")
+    old = _store_directly(path, "older words")
+    assert _matches(path, "older") == [old]  # the insert trigger of 0001 indexed it
+
+    store = await Store.open(f"sqlite:///{path}")  # upgraded to the head here
+    try:
+        assert await store.read(migrate.current_revision) == migrate.SCHEMA_HEAD
+        assert await store.read(fulltext.indexed_up_to) == old
+        await store.write(
+            lambda c: c.exec_driver_sql(f"UPDATE messages SET body = 'edited' WHERE seq = {old}")
+        )
+        _, new = await put(store, "alice", ["bob"], "newer words")
+        assert [r.seq for r in await search(store, "bob", ["edited"])] == [old]
+        assert [r.seq for r in await search(store, "bob", ["words"])] == [new]
+    finally:
+        await store.aclose()
+    assert _matches(path, "older") == []
+
+
+async def test_a_downgrade_indexes_what_the_cursor_had_not_reached(tmp_path: Path) -> None:
+    path = tmp_path / "agentpost.db"
+    sqlite.prepare_file(path)
+    migrate.migrate_sqlite(path)
+    seq = _store_directly(path, "unindexed words")
+    _alembic(path, "downgrade", "0003")
+    assert _matches(path, "unindexed") == [seq]
+    newer = _store_directly(path, "newer words")  # and the insert trigger is back
+    assert _matches(path, "newer") == [newer]
+
+
+def _store_directly(path: Path, body: str) -> int:
+    """One message stored by plain SQL, as a process of another revision would."""
+    engine = sqlite.make_engine(path, pooled=False)
+    try:
+        with engine.connect() as conn, sqlite.transaction(conn, immediate=True):
+            _, seq = insert(conn, time.time(), "alice", ["bob"], body)
+        return seq
+    finally:
+        engine.dispose()
