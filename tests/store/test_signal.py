@@ -104,6 +104,25 @@ async def test_commit_from_another_connection_in_process_wakes_waiter(db: Path) 
 
 
 @pytest.mark.anyio
+async def test_a_commit_elsewhere_is_seen_while_this_process_writes_too(db: Path) -> None:
+    """An event taken for this process's own write gets later re-checks only: another
+    process's commit that came with it still wakes the waiters."""
+    writes = 0
+
+    def own_writes() -> int:
+        nonlocal writes
+        writes += 1  # as if this process began a write before every event
+        return writes
+
+    async with ChangeSignal(
+        db, fallback_poll_s=NO_POLL_S if HAS_INOTIFY else None, own_writes=own_writes
+    ) as sig:
+        with anyio.fail_after(10):
+            since, got = await wait_while(sig, lambda: commit_in_other_process(db))
+        assert got > since
+
+
+@pytest.mark.anyio
 async def test_notify_local_wakes_at_once(db: Path) -> None:
     async def trigger() -> None:
         sig.notify_local()

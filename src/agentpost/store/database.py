@@ -123,7 +123,9 @@ class Store:
                 commit_loop=self._loop,
             )
             self._sqlite = runner
-            signal = ChangeSignal(path, on_change=self._file_changed)
+            signal = ChangeSignal(
+                path, on_change=self._file_changed, own_writes=lambda: runner.batches_begun
+            )
             try:
                 await signal.start()
             except BaseException:

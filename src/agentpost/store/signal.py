@@ -58,6 +58,7 @@ _POLL_WITHOUT_INOTIFY_S = 0.05
 # Gaps between re-checks after an inotify event (cumulative ≈ 1, 5, 20, 100, 400 ms); they span
 # the window between a WAL write and the wal-index publish, fsync included.
 _SETTLE_DELAYS_S = (0.001, 0.004, 0.015, 0.08, 0.3)
+_OWN_FIRST_STEP = 2  # after this process's own write: from 15 ms on
 # data_version can be briefly busy (wal-index recovery); we never block the loop waiting for it.
 _BUSY_RETRY_S = 0.005
 _IN_MODIFY = 0x002
@@ -85,16 +86,24 @@ class ChangeSignal:
         fallback_poll_s: float | None = None,
         use_inotify: bool = True,
         on_change: Callable[[bool], None] | None = None,
+        own_writes: Callable[[], int] | None = None,
     ) -> None:
         """`on_change`, if given, is told of each change seen (on the loop; True when the
         reading was `notify_local`'s, so it holds this process's commit) instead of waking the
-        waiters, who then wait for `notify_local` or `changed_elsewhere`."""
+        waiters, who then wait for `notify_local` or `changed_elsewhere`.
+
+        `own_writes`, if given, counts this process's write transactions begun. A file event
+        that comes after it grew is most likely this process's commit, which `notify_local`
+        reads: its re-checks start at 15 ms, not 1 ms. They stay for another process's commit
+        that came with it, published late; the owner's writer looks for such commits too."""
         if fallback_poll_s is not None and fallback_poll_s <= 0:
             raise ValueError("fallback_poll_s must be positive")
         self._db_path = Path(db_path)
         self._fallback_poll_s = fallback_poll_s
         self._want_inotify = use_inotify and inotify_simple is not None
         self._on_change = on_change
+        self._own_writes = own_writes
+        self._own_writes_seen = 0
         self._version = 0
         self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -272,11 +281,19 @@ class ChangeSignal:
             relevant = True
         if relevant:
             self._check()
+            first = _OWN_FIRST_STEP if self._after_own_write() else 0
             # A re-check due within a few ms already covers this event's publish window; at a
             # steady stream of commits, restarting the series on each would only add timers.
-            if self._settle_handle is None or self._settle_step > 1:
-                self._settle_step = 0
+            if self._settle_handle is None or self._settle_step > first + 1:
+                self._settle_step = first
                 self._arm_settle()
+
+    def _after_own_write(self) -> bool:
+        if self._own_writes is None:
+            return False
+        begun = self._own_writes()
+        before, self._own_writes_seen = self._own_writes_seen, begun
+        return begun != before
 
     def _arm_settle(self) -> None:
         if self._settle_handle is not None:

@@ -224,6 +224,9 @@ class SqliteRunner:
         self.looks_begun = 0
         """How many looks the writer has begun (any thread may read it): one begun after some
         moment sees every commit of another process made before that moment."""
+        self.batches_begun = 0
+        """How many write transactions the writer has begun (any thread may read it): a change
+        of the file while it grows is most likely one of them committing."""
         self._write_engine = make_engine(path)
         self._read_engine = make_engine(path)
         self._glance_conn: Connection | None = None
@@ -370,6 +373,7 @@ class SqliteRunner:
             self._on_foreign()
 
     def _run_batch(self, conn: Connection, batch: list[_Job]) -> None:
+        self.batches_begun += 1
         outcomes: list[Outcome] = []
         wakeups.take(conn)  # nothing left over from a failed batch
         looked = False
