@@ -31,6 +31,7 @@ _NEXT_BATCH = text(
     "SELECT count(*), max(seq) FROM "
     "(SELECT seq FROM messages WHERE seq > :indexed ORDER BY seq LIMIT :n)"
 )
+_ADVANCE = text("UPDATE messages_fts_cursor SET seq = :upto")
 _INDEX = text(
     "INSERT INTO messages_fts(rowid, subject, body) "
     "SELECT seq, subject, body FROM messages WHERE seq > :indexed AND seq <= :upto"
@@ -49,7 +50,7 @@ def index_new(conn: Connection) -> bool:
     if not count:
         return False
     conn.execute(_INDEX, {"indexed": indexed, "upto": upto})
-    conn.execute(text("UPDATE messages_fts_cursor SET seq = :upto"), {"upto": upto})
+    conn.execute(_ADVANCE, {"upto": upto})
     return int(count) >= BATCH
 
 

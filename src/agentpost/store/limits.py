@@ -8,14 +8,12 @@ from types import ModuleType
 
 from sqlalchemy import Connection, bindparam, delete, select
 
-from agentpost.store.prepared import Prepared, numbered, numbered_values
+from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
 from agentpost.store.schema import agent_limits
 
 Override = tuple[int | None, int | None]
 """(send_rate_per_minute, max_unacked); None keeps the setting."""
 
-FIXED = 8
-"""Up to this many names (a send's sender and recipients) use a statement built once."""
 _MANY = select(agent_limits).where(agent_limits.c.agent.in_(bindparam("agents", expanding=True)))
 
 
@@ -29,7 +27,7 @@ def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
     """The overrides of those of `names` that have any (most agents have none)."""
     if not names:
         return {}
-    if len(names) <= FIXED:
+    if len(names) <= NUMBERED_UP_TO:
         rows = _few(len(names)).rows(conn, numbered_values("n", names))
     else:
         rows = conn.execute(_MANY, {"agents": list(names)}).all()
