@@ -8,9 +8,9 @@ import re
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -23,6 +23,8 @@ from agentpost.store import migrate
 from agentpost.store.database import Store
 from agentpost.store.postgres import async_url
 from agentpost.store.schema import metadata
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.anyio
 
@@ -93,6 +95,21 @@ async def test_opening_an_empty_database_migrates_it_to_the_head_schema(
     assert await migrated_diff(fresh_database_url) == []
 
 
+async def inspected(url: str, look: Callable[[Connection], T]) -> T:
+    """What `look` finds on a connection of its own to the database at `url`."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url)
+        with engine.connect() as conn:
+            found = look(conn)
+        engine.dispose()
+        return found
+    async_engine = create_async_engine(async_url(url))
+    async with async_engine.connect() as conn:
+        found = await conn.run_sync(look)
+    await async_engine.dispose()
+    return found
+
+
 async def test_the_schema_module_and_the_migrations_describe_the_same_tables(
     fresh_database_url: str,
 ) -> None:
@@ -101,17 +118,47 @@ async def test_the_schema_module_and_the_migrations_describe_the_same_tables(
     def tables(conn: Connection) -> set[str]:
         return {t for t in inspect(conn).get_table_names() if not t.startswith("messages_fts")}
 
-    if fresh_database_url.startswith("sqlite"):
-        engine = create_engine(fresh_database_url)
-        with engine.connect() as conn:
-            found = tables(conn)
-        engine.dispose()
-    else:
-        async_engine = create_async_engine(async_url(fresh_database_url))
-        async with async_engine.connect() as conn:
-            found = await conn.run_sync(tables)
-        await async_engine.dispose()
-    assert found == {*metadata.tables, "alembic_version"}
+    assert await inspected(fresh_database_url, tables) == {*metadata.tables, "alembic_version"}
+
+
+def partial_indexes() -> dict[str, tuple[str, str]]:
+    """The schema's partial indexes: name -> (table, the rows it holds, as SQLite says it)."""
+    return {
+        str(index.name): (table.name, str(index.dialect_options["sqlite"]["where"]))
+        for table in metadata.tables.values()
+        for index in table.indexes
+        if index.dialect_options["sqlite"]["where"] is not None
+    }
+
+
+def test_each_partial_index_holds_the_same_rows_on_postgresql() -> None:
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.schema import CreateIndex
+
+    import agentpost.store.postgres  # noqa: F401  (it says the rows for PostgreSQL)
+
+    indexes = {str(i.name): i for t in metadata.tables.values() for i in t.indexes}
+    assert set(partial_indexes()) == {"ix_deliveries_expiry", "ux_messages_response"}
+    for name, (_table, where) in partial_indexes().items():
+        ddl = str(CreateIndex(indexes[name]).compile(dialect=postgresql.dialect()))
+        assert ddl.endswith(f"WHERE {where}"), ddl
+
+
+async def test_the_migrations_make_each_partial_index_partial(fresh_database_url: str) -> None:
+    await revision(fresh_database_url)
+    option = "sqlite_where" if fresh_database_url.startswith("sqlite") else "postgresql_where"
+
+    def wheres(conn: Connection) -> dict[str, Any]:
+        found = {}
+        for name, (table, _where) in partial_indexes().items():
+            (index,) = [i for i in inspect(conn).get_indexes(table) if i["name"] == name]
+            where = index.get("dialect_options", {}).get(option)
+            found[name] = None if where is None else str(where)
+        return found
+
+    found = await inspected(fresh_database_url, wheres)
+    assert set(found) == set(partial_indexes())
+    assert all(found.values()), found
 
 
 def test_schema_head_is_the_newest_revision_in_the_migrations_folder() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,6 +21,29 @@ pytestmark = pytest.mark.anyio
 
 def pragma(name: str) -> Any:
     return lambda conn: conn.exec_driver_sql(f"PRAGMA {name}").scalar()
+
+
+LOCAL_START = """
+import sys, anyio
+import agentpost.cli.entry, agentpost.mcp.stdio
+from agentpost.store.database import Store
+
+async def main():
+    await (await Store.open(sys.argv[1])).aclose()
+
+anyio.run(main)
+print(sorted(m for m in sys.modules if m.startswith("sqlalchemy.dialects.postgresql")))
+"""
+
+
+async def test_a_local_start_never_loads_the_postgresql_dialect(
+    lite: Store, tmp_path: Path
+) -> None:
+    """Importing it costs about 90 ms, and every local agent session starts this way (the
+    file is current: `lite` migrated it)."""
+    url = f"sqlite:///{tmp_path / 'agentpost.db'}"
+    done = await anyio.run_process([sys.executable, "-c", LOCAL_START, url])
+    assert done.stdout.decode().strip() == "[]"
 
 
 async def test_the_file_is_in_wal_mode_with_normal_sync_and_a_busy_timeout(lite: Store) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.store import wakeups
+from agentpost.store import schema, wakeups
 
 T = TypeVar("T")
 
@@ -30,6 +30,19 @@ def async_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+asyncpg://" + url.removeprefix(prefix)
     raise ValueError(f"not a PostgreSQL URL: {url}")
+
+
+def _partial_indexes_alike() -> None:
+    """Each partial index of the schema holds the same rows here as on SQLite, whose keyword
+    alone `store.schema` names (it would load this dialect into every process otherwise)."""
+    for table in schema.metadata.tables.values():
+        for index in table.indexes:
+            where = index.dialect_options["sqlite"]["where"]
+            if where is not None:
+                index.dialect_options["postgresql"]["where"] = where
+
+
+_partial_indexes_alike()
 
 
 _UNSTORABLE_TEXT = frozenset({"22021", "22P05"})
