@@ -123,6 +123,37 @@ async def test_a_commit_elsewhere_is_seen_while_this_process_writes_too(db: Path
 
 
 @pytest.mark.anyio
+@pytest.mark.skipif(not HAS_INOTIFY, reason="file events come from Linux's inotify")
+async def test_a_change_after_a_write_of_this_process_is_told_as_likely_its_own(db: Path) -> None:
+    """Its owner then lets the writer's next transaction tell whose commit it was, rather than
+    waking the writer just to look; a change with no such write is another process's."""
+    writes = [0]
+    heard: list[bool] = []
+    told = anyio.Event()
+
+    def on_change(own: bool) -> None:
+        nonlocal told
+        heard.append(own)
+        told.set()
+
+    async def next_change() -> None:
+        nonlocal told
+        with anyio.fail_after(10):
+            await told.wait()
+        told = anyio.Event()
+
+    async with ChangeSignal(
+        db, fallback_poll_s=NO_POLL_S, on_change=on_change, own_writes=lambda: writes[0]
+    ):
+        writes[0] += 1
+        commit_here(db)  # on the loop: committed before the signal hears of it
+        await next_change()
+        commit_here(db)  # no write of this process began since
+        await next_change()
+    assert heard == [True, False]
+
+
+@pytest.mark.anyio
 async def test_notify_local_wakes_at_once(db: Path) -> None:
     async def trigger() -> None:
         sig.notify_local()

@@ -273,6 +273,8 @@ async def _push_all(
                 "dropped %s: a client did not take it within %ss", method, _PUSH_TIMEOUT_S
             )
 
+    if not connections:  # the common case: a task group costs more than the news
+        return
     async with anyio.create_task_group() as tg:
         for connection in connections:
             tg.start_soon(push, connection)

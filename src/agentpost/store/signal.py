@@ -89,13 +89,14 @@ class ChangeSignal:
         own_writes: Callable[[], int] | None = None,
     ) -> None:
         """`on_change`, if given, is told of each change seen (on the loop; True when the
-        reading was `notify_local`'s, so it holds this process's commit) instead of waking the
-        waiters, who then wait for `notify_local` or `changed_elsewhere`.
+        reading most likely holds this process's own commit) instead of waking the waiters,
+        who then wait for `notify_local` or `changed_elsewhere`.
 
         `own_writes`, if given, counts this process's write transactions begun. A file event
         that comes after it grew is most likely this process's commit, which `notify_local`
-        reads: its re-checks start at 15 ms, not 1 ms. They stay for another process's commit
-        that came with it, published late; the owner's writer looks for such commits too."""
+        reads: `on_change` hears True, and the re-checks start at 15 ms, not 1 ms. They stay
+        for another process's commit that came with it, published late; the owner's writer
+        looks for such commits too."""
         if fallback_poll_s is not None and fallback_poll_s <= 0:
             raise ValueError("fallback_poll_s must be positive")
         self._db_path = Path(db_path)
@@ -280,8 +281,9 @@ class ChangeSignal:
             self._arm_poll()
             relevant = True
         if relevant:
-            self._check()
-            first = _OWN_FIRST_STEP if self._after_own_write() else 0
+            own = self._after_own_write()
+            self._check(after_own_write=own)
+            first = _OWN_FIRST_STEP if own else 0
             # A re-check due within a few ms already covers this event's publish window; at a
             # steady stream of commits, restarting the series on each would only add timers.
             if self._settle_handle is None or self._settle_step > first + 1:
@@ -337,13 +339,13 @@ class ChangeSignal:
         self._retry_handle = None
         self._check()
 
-    def _check(self) -> None:
+    def _check(self, *, after_own_write: bool = False) -> None:
         current = self._read_data_version()
         if current is None or current == self._data_version:
             return
         self._data_version = current
         if self._on_change is not None:
-            self._on_change(False)
+            self._on_change(after_own_write)
         else:
             self._bump()
 
