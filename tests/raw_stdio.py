@@ -23,6 +23,20 @@ from stdio_agents import LEGACY, server_command
 LINE_LIMIT = 16 * 1024 * 1024
 
 
+def legacy_initialize(request_id: int = 1, client: str = "raw-test-client") -> dict[str, Any]:
+    """The `initialize` request of a 2025-11-25 client that speaks JSON-RPC by hand."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": LEGACY,
+            "capabilities": {},
+            "clientInfo": {"name": client, "version": "0"},
+        },
+    }
+
+
 class RawSession:
     """One `agentpost mcp` process, spoken to over its pipes as a 2025-11-25 client."""
 
@@ -100,14 +114,8 @@ async def raw_session(
         async with process:
             session = RawSession(process)
             with anyio.fail_after(60):
-                session.initialized = await session.request(
-                    "initialize",
-                    {
-                        "protocolVersion": LEGACY,
-                        "capabilities": {},
-                        "clientInfo": {"name": "raw-test-client", "version": "0"},
-                    },
-                )
+                hello = legacy_initialize()
+                session.initialized = await session.request(hello["method"], hello["params"])
                 await session.notify("notifications/initialized")
             try:
                 yield session

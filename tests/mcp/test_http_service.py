@@ -27,6 +27,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
 from agentpost.mcp.http import GROUPS
+from raw_stdio import legacy_initialize
 from service_process import Service, running_service
 from stdio_agents import INBOX_URI, LEGACY, MODERN, WAKE_TIMEOUT_S
 
@@ -251,16 +252,7 @@ async def legacy_handshake(http: httpx.AsyncClient) -> str:
     """A 2025-11-25 connection opened by hand: its transport session id."""
     hello = await http.post(
         "/mcp",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": LEGACY,
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        },
+        json=legacy_initialize(),
     )
     assert hello.status_code == 200, hello.text
     connection = hello.headers["mcp-session-id"]

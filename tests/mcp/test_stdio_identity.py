@@ -8,6 +8,8 @@ process ends, however it ends.
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import time
@@ -15,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT
 
+from raw_stdio import legacy_initialize
 from stdio_agents import (
     WAKE_TIMEOUT_S,
     Agents,
@@ -26,6 +30,7 @@ from stdio_agents import (
     gather,
     ids,
     receipt,
+    server_command,
 )
 
 GIT = ["git", "-c", "user.name=T", "-c", "user.email=t@example.com", "-c", "commit.gpgsign=false"]
@@ -175,3 +180,55 @@ async def test_a_session_is_offline_at_once_when_its_process_ends(
     }
     with anyio.fail_after(WAKE_TIMEOUT_S):
         await stopped.stop()
+
+
+def serve_until_the_client_stops_reading(cwd: Path, env: dict[str, str], stderr: Path) -> str:
+    """A real `agentpost mcp` asked `whoami`, whose client then closes its end of the
+    server's stdout and asks again; the session's id, once the process has exited."""
+    command, base = server_command()
+    lines = [
+        legacy_initialize(),
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "whoami"}},
+    ]
+    with stderr.open("wb") as errlog:
+        server = subprocess.Popen(
+            [command, *base],
+            cwd=cwd,
+            env={**os.environ, **env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+        )
+    assert server.stdin is not None
+    assert server.stdout is not None
+    try:
+        server.stdin.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
+        server.stdin.flush()
+        server.stdout.readline()  # initialize
+        answer = json.loads(server.stdout.readline())
+        session_id = str(answer["result"]["structuredContent"]["session_id"])
+        server.stdout.close()
+        again = {**lines[2], "id": 3}
+        server.stdin.write(json.dumps(again).encode() + b"\n")  # its answer meets a closed pipe
+        server.stdin.flush()
+        assert server.wait(timeout=WAKE_TIMEOUT_S) == 0
+    finally:
+        server.kill()
+        server.stdin.close()
+    return session_id
+
+
+@pytest.mark.anyio
+async def test_a_client_that_stops_reading_ends_the_session_without_a_traceback(
+    tmp_path: Path, ledger: Ledger
+) -> None:
+    """A client that closes its end of the server's stdout is gone, as one that closes stdin:
+    the server ends the session and exits, with nothing alarming on stderr."""
+    stderr = tmp_path / "alice.stderr"
+    env = {"AGENTPOST_AGENT": "alice", "AGENTPOST_AUTO_LEAD": "false"}
+    session_id = await anyio.to_thread.run_sync(
+        serve_until_the_client_stops_reading, tmp_path, env, stderr
+    )
+    assert "Traceback" not in stderr.read_text()
+    assert (await ledger.session(session_id)).ended_at is not None

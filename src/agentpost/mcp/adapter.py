@@ -397,7 +397,8 @@ class MailboxServer:
     # -- transports ---------------------------------------------------------------------------
 
     async def run_stdio(self) -> None:
-        """Serve one client over stdin/stdout; returns once stdin closes, or when cancelled."""
+        """Serve one client over stdin/stdout; returns once stdin closes or the client stops
+        reading stdout (it is gone either way), or when cancelled."""
         stdin = StdinLines.for_pipe()
         stdout = StdoutLines.for_pipe()
         try:
@@ -409,6 +410,8 @@ class MailboxServer:
                 await self._server.run(
                     read_stream, write_stream, self._server.create_initialization_options()
                 )
+        except* BrokenPipeError:
+            logger.info("the client closed its end of stdout; the session ends")
         finally:
             if stdin is not None:
                 stdin.close()
