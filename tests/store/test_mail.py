@@ -58,34 +58,11 @@ def insert(
 
 
 async def put(
-    store: Store,
-    sender: str,
-    to: list[str],
-    body: str = "hello",
-    *,
-    subject: str = "",
-    channel: str | None = None,
-    thread: str | None = None,
-    urgent: bool = False,
-    ttl: float | None = None,
+    store: Store, sender: str, to: list[str], body: str = "hello", **options: Any
 ) -> tuple[str, int]:
-    """`insert` in a write transaction of `store`, at its clock's time."""
-
-    def tx(conn: Connection) -> tuple[str, int]:
-        return insert(
-            conn,
-            store.clock(),
-            sender,
-            to,
-            body,
-            subject=subject,
-            channel=channel,
-            thread=thread,
-            urgent=urgent,
-            ttl=ttl,
-        )
-
-    return await store.write(tx)
+    """`insert` (with its keyword `options`) in a write transaction of `store`, at its
+    clock's time."""
+    return await store.write(lambda conn: insert(conn, store.clock(), sender, to, body, **options))
 
 
 async def search(store: Store, reader: str, words: list[str], limit: int = 10) -> list[Any]:
