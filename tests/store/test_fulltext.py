@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,20 @@ async def test_mail_is_indexed_soon_after_it_is_sent_without_a_search(lite: Stor
                 break
             await lite.wait_changed(version, timeout=None)
     await lite.write(integrity_check)
+
+
+async def test_a_search_with_nothing_new_to_index_never_waits_for_the_write_lock(
+    lite: Store, tmp_path: Path
+) -> None:
+    _, seq = await put(lite, "alice", ["bob"], "indexed words")
+    await lite.index_for_search()
+    other = sqlite3.connect(tmp_path / "agentpost.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # another process writing, for as long as it likes
+        with anyio.fail_after(5):  # well short of the 30 s busy timeout a write would wait
+            assert [r.seq for r in await search(lite, "bob", ["indexed"])] == [seq]
+    finally:
+        other.close()
 
 
 async def test_a_long_backlog_is_indexed_in_several_transactions(

@@ -171,8 +171,9 @@ class Store:
     async def index_for_search(self) -> None:
         """Bring the full-text index up to the newest message: a search that follows finds
         all mail stored before it. (SQLite indexes in batches, see `store.fulltext`;
-        PostgreSQL matches unindexed until scale-out.)"""
-        if self._sqlite is not None:
+        PostgreSQL matches unindexed until scale-out.) With nothing new, it only glances:
+        a search never waits for another process's write lock for nothing."""
+        if self._sqlite is not None and await self._sqlite.glance(fulltext.behind):
             while await self._sqlite.write(fulltext.index_new):
                 pass
 

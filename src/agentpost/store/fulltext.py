@@ -27,6 +27,9 @@ BATCH = 5_000
 """Messages indexed per transaction, so a long backlog never holds the write lock for long."""
 
 _CURSOR = text("SELECT seq FROM messages_fts_cursor")
+_BEHIND = text(
+    "SELECT EXISTS (SELECT 1 FROM messages WHERE seq > (SELECT seq FROM messages_fts_cursor))"
+)
 _NEXT_BATCH = text(
     "SELECT count(*), max(seq) FROM "
     "(SELECT seq FROM messages WHERE seq > :indexed ORDER BY seq LIMIT :n)"
@@ -40,6 +43,12 @@ _INDEX = text(
 
 def indexed_up_to(conn: Connection) -> int:
     return int(conn.execute(_CURSOR).scalar_one())
+
+
+def behind(conn: Connection) -> bool:
+    """Whether any message waits to be indexed: one indexed read, where `index_new` would
+    take the write lock to find nothing."""
+    return bool(conn.execute(_BEHIND).scalar_one())
 
 
 def index_new(conn: Connection) -> bool:
