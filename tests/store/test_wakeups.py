@@ -262,6 +262,27 @@ async def test_a_foreign_commit_taken_in_with_a_local_one_still_wakes_everyone(
         raw.close()
 
 
+async def test_a_commit_elsewhere_while_a_write_here_waits_for_the_lock_wakes_every_watch(
+    lite: Store,
+) -> None:
+    """Meanwhile the file's events wait (`ChangeSignal.writing`): the write's own look for
+    other commits is what wakes everyone."""
+    assert lite.path is not None
+    carol = lite.watch("carol")  # the local commit concerns bob only
+    raw = sqlite3.connect(lite.path, timeout=30, isolation_level=None)
+    try:
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute(INSERT_KEY, ("elsewhere",))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(put, lite, "alice", ["bob"])
+            await anyio.wait_all_tasks_blocked()  # the write waits for the lock
+            raw.execute("COMMIT")
+        with anyio.fail_after(10):
+            assert await carol.wait(None) is True
+    finally:
+        raw.close()
+
+
 async def test_the_writer_tells_another_connections_commit_from_its_own(tmp_path: Path) -> None:
     path = tmp_path / "agentpost.db"
     await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema

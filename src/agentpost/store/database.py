@@ -150,9 +150,16 @@ class Store:
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` in a write transaction (SQLite: `BEGIN IMMEDIATE`, batched with others)."""
         if self._sqlite is not None:
-            return await self._sqlite.write(fn)
+            return await self._write_sqlite(self._sqlite, fn)
         assert self._postgres is not None
         return await self._postgres.write(fn)
+
+    async def _write_sqlite(self, runner: sqlite.SqliteRunner, fn: Callable[[Connection], T]) -> T:
+        signal = self._signal
+        if not isinstance(signal, ChangeSignal):  # still starting
+            return await runner.write(fn)
+        with signal.writing():  # our own commit's file events would only wake the loop
+            return await runner.write(fn)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         if self._sqlite is not None:
@@ -174,7 +181,7 @@ class Store:
         PostgreSQL matches unindexed until scale-out.) With nothing new, it only glances:
         a search never waits for another process's write lock for nothing."""
         if self._sqlite is not None and await self._sqlite.glance(fulltext.behind):
-            while await self._sqlite.write(fulltext.index_new):
+            while await self._write_sqlite(self._sqlite, fulltext.index_new):
                 pass
 
     def _index_soon(self) -> None:

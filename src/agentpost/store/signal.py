@@ -39,7 +39,7 @@ import os
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -118,6 +118,7 @@ class ChangeSignal:
         self._settle_handle: asyncio.TimerHandle | None = None
         self._settle_step = 0
         self._retry_handle: asyncio.TimerHandle | None = None
+        self._writes_in_flight = 0
         self._closed = False
 
     @property
@@ -195,6 +196,29 @@ class ChangeSignal:
                 loop.call_soon_threadsafe(self._local_change)
             return
         self._local_change()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around a write transaction of this process (on the loop): its file events wait.
+
+        A commit appends its pages to the WAL one write at a time, and each write raised an
+        event that woke the loop to look (about eight per send, each one contending for the GIL
+        with the writer thread at work). Meanwhile the writer looks for other processes'
+        commits itself, inside each transaction. The events stay queued in the kernel: once no
+        write is in flight they are read at once, so no commit of another process is missed.
+        """
+        self._writes_in_flight += 1
+        if self._writes_in_flight == 1 and self._inotify is not None:
+            assert self._loop is not None
+            self._loop.remove_reader(self._inotify.fileno())
+        try:
+            yield
+        finally:
+            self._writes_in_flight -= 1
+            # Unless the watch was lost, or the signal closed, meanwhile.
+            if self._writes_in_flight == 0 and self._inotify is not None:
+                assert self._loop is not None
+                self._loop.add_reader(self._inotify.fileno(), self._on_inotify)
 
     def changed_elsewhere(self) -> None:
         """Another process committed (as `on_change`'s owner found out): wake the waiters.
