@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -24,9 +25,10 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import agents, mail, sqlite, wakeups
 from agentpost.store.database import Store
 from agentpost.store.schema import rate_windows
+from agentpost.store.sqlite_runner import SqliteRunner
 from agentpost.store.wakeups import Wakeups
-from store.test_mail import put
-from store.test_sqlite import insert_key
+from store.test_mail import insert, put
+from store.test_sqlite_runner import insert_key
 
 pytestmark = pytest.mark.anyio
 
@@ -240,13 +242,18 @@ async def test_a_foreign_commit_taken_in_with_a_local_one_still_wakes_everyone(
 ) -> None:
     """The race: another process commits between this process's commit and the moment the
     change signal reads the file for it. The signal's reading then takes in both commits as
-    this process's own; the writer's look for foreign commits must still wake everyone."""
+    this process's own; the writer's look for foreign commits must still wake everyone. (The
+    window is widest when the commit is the writer thread's: it is handed to the loop after.)"""
     assert lite.path is not None
     carol = lite.watch("carol")  # the local commit concerns bob only
     raw = sqlite3.connect(lite.path, timeout=30)
+
+    def local(conn: Connection) -> None:
+        insert(conn, lite.clock(), "alice", ["bob"], "hello")
+
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(put, lite, "alice", ["bob"])
+            tg.start_soon(partial(lite.write, local, lengthy=True))
             await anyio.wait_all_tasks_blocked()  # submitted: the writer commits on its own
             # Hold the event loop (no await) until the local commit is in the file, so the
             # loop handles that commit's wake-ups only after the foreign commit below.
@@ -288,7 +295,7 @@ async def test_the_writer_tells_another_connections_commit_from_its_own(tmp_path
     await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema
     concerned: list[wakeups.Reach] = []
     foreign = threading.Event()
-    runner = sqlite.SqliteRunner(path, on_commit=concerned.append, on_foreign=foreign.set)
+    runner = SqliteRunner(path, on_commit=concerned.append, on_foreign=foreign.set)
     raw = sqlite3.connect(path, timeout=30)
 
     def local(key: str) -> Callable[[Connection], None]:
@@ -340,7 +347,7 @@ async def test_a_batch_that_cannot_begin_leaves_the_look_for_foreign_commits_wor
         foreign.set()
         resume.wait(10)  # holds the writer: what is queued meanwhile is taken in as one batch
 
-    runner = sqlite.SqliteRunner(path, on_commit=lambda _: None, on_foreign=on_foreign)
+    runner = SqliteRunner(path, on_commit=lambda _: None, on_foreign=on_foreign)
     raw = sqlite3.connect(path, timeout=30, isolation_level=None)
     refused: list[ErrorCode] = []
 
@@ -375,7 +382,7 @@ async def test_a_batch_that_cannot_begin_leaves_the_look_for_foreign_commits_wor
 async def test_a_look_that_fails_wakes_everyone_and_the_writer_carries_on(tmp_path: Path) -> None:
     path = await schema_file(tmp_path)
     foreign = threading.Event()
-    runner = sqlite.SqliteRunner(path, on_commit=lambda _: None, on_foreign=foreign.set)
+    runner = SqliteRunner(path, on_commit=lambda _: None, on_foreign=foreign.set)
     refusals: list[str] = []
 
     def refuse_one_look(action: int, arg1: str | None, *_: object) -> int:
@@ -416,7 +423,7 @@ async def test_a_commit_is_told_on_the_loop_before_the_writer_hears_back(tmp_pat
         if concerned.get("carol"):
             raise RuntimeError("a broken listener")
 
-    runner = sqlite.SqliteRunner(path, on_commit=on_commit, commit_loop=loop)
+    runner = SqliteRunner(path, on_commit=on_commit, commit_loop=loop)
 
     def tx(agent: str, key: str) -> Callable[[Connection], str]:
         def write(conn: Connection) -> str:

@@ -175,7 +175,7 @@ async def purge_old_events(store: Store, keep_s: float, batch: int) -> int:
                 webhook_rows.purge_before(conn, before, batch),
             )
 
-        purged, hooks_purged = await store.write(tx)
+        purged, hooks_purged = await store.write(tx, lengthy=True)
         total += purged
         if purged < batch and hooks_purged < batch:
             return total

@@ -452,11 +452,11 @@ class Mailbox:
                 mail.expire_due(conn, now)
                 return mail.purge_handled(conn, now - keep_s, batch)
 
-            purged = await self.store.write(tx)
+            purged = await self.store.write(tx, lengthy=True)
             total += purged
             if purged < batch:
                 await purge_old_events(self.store, keep_s, batch)  # and webhook deliveries
-                await self.store.write(self._forget_old_records)
+                await self.store.write(self._forget_old_records, lengthy=True)
                 return total
 
     def _forget_old_records(self, conn: Connection) -> None:

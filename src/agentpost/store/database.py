@@ -29,6 +29,7 @@ from sqlalchemy import Row as Row
 from agentpost.domain.errors import AgentpostError
 from agentpost.store import fulltext, migrate, sqlite
 from agentpost.store.signal import ChangeSignal
+from agentpost.store.sqlite_runner import SqliteRunner
 from agentpost.store.wakeups import Reach, Wakeups, Watch
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class Store:
         self.url = url
         self.clock = clock
         self.dialect: ModuleType
-        self._sqlite: sqlite.SqliteRunner | None = None
+        self._sqlite: SqliteRunner | None = None
         self._postgres: PostgresRunner | None = None
         # SQLite swaps in the file's change signal on start; both wake waiters after commits.
         self._signal: ChangeSignal | LocalSignal = LocalSignal()
@@ -116,7 +117,7 @@ class Store:
             sqlite.prepare_file(path)
             migrate.migrate_sqlite(path)
             self.dialect = sqlite
-            runner = sqlite.SqliteRunner(
+            runner = SqliteRunner(
                 path,
                 on_commit=self._committed,
                 on_foreign=lambda: self._on_loop(self._foreign),  # on the writer thread
@@ -147,19 +148,24 @@ class Store:
                 await self._postgres.aclose()
                 raise
 
-    async def write(self, fn: Callable[[Connection], T]) -> T:
-        """Run `fn` in a write transaction (SQLite: `BEGIN IMMEDIATE`, batched with others)."""
+    async def write(self, fn: Callable[[Connection], T], *, lengthy: bool = False) -> T:
+        """Run `fn` in a write transaction (SQLite: `BEGIN IMMEDIATE`, batched with others).
+
+        `lengthy`: the transaction may take long (a sweep's batch): on SQLite it then never
+        runs on the event loop, which a small one does when it can (see `store.sqlite`)."""
         if self._sqlite is not None:
-            return await self._write_sqlite(self._sqlite, fn)
+            return await self._write_sqlite(self._sqlite, fn, lengthy)
         assert self._postgres is not None
         return await self._postgres.write(fn)
 
-    async def _write_sqlite(self, runner: sqlite.SqliteRunner, fn: Callable[[Connection], T]) -> T:
+    async def _write_sqlite(
+        self, runner: SqliteRunner, fn: Callable[[Connection], T], lengthy: bool
+    ) -> T:
         signal = self._signal
         if not isinstance(signal, ChangeSignal):  # still starting
-            return await runner.write(fn)
+            return await runner.write(fn, lengthy=lengthy)
         with signal.writing():  # our own commit's file events would only wake the loop
-            return await runner.write(fn)
+            return await runner.write(fn, lengthy=lengthy)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         if self._sqlite is not None:
@@ -181,7 +187,7 @@ class Store:
         PostgreSQL matches unindexed until scale-out.) With nothing new, it only glances:
         a search never waits for another process's write lock for nothing."""
         if self._sqlite is not None and await self._sqlite.glance(fulltext.behind):
-            while await self._write_sqlite(self._sqlite, fulltext.index_new):
+            while await self._write_sqlite(self._sqlite, fulltext.index_new, True):
                 pass
 
     def _index_soon(self) -> None:

@@ -1,0 +1,425 @@
+"""The SQLite runner: where this process's transactions on the file run.
+
+Writes use one connection per process, the writer's: each transaction opens with `BEGIN
+IMMEDIATE`, so two processes never deadlock upgrading a read lock, and the writes asked for
+together are committed together (one lock, one WAL append) with a savepoint each, so one refused
+write never undoes its neighbours. A small transaction costs less than handing it to a thread
+and back, so the writes asked for during one turn of the event loop run right there, as one
+batch, whenever the writer thread is idle and the file's write lock is free at once. Otherwise,
+and for writes that may take long, they go to the writer thread, as Datasette does it, which
+waits for the lock without holding up the loop. Reads run on a few reader threads that each
+keep one connection open, and never wait for the writer. Long-lived threads with their own
+connections cost one hand-off per transaction, a fraction of a pool checkout on a fresh thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import OperationalError
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.store import wakeups
+from agentpost.store.sqlite import make_engine, raw, transaction
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+MAX_BATCH = 64
+READERS = 2
+GLANCE_BUSY_MS = 50
+CHECKPOINT_EVERY = 200
+"""Commits between two WAL checkpoints, which run on a thread of their own."""
+
+
+@dataclass
+class _Job:
+    fn: Callable[[Connection], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+
+Outcome = tuple[_Job, Any, BaseException | None]
+_LOOK = object()
+"""On the writer's queue: look whether another process committed (see `look_for_foreign`)."""
+
+
+def _apply(outcomes: list[Outcome], before: Callable[[], None] | None = None) -> None:
+    try:
+        if before is not None:
+            before()
+    finally:  # whatever `before` raised (the loop logs it), the callers get their results
+        for job, result, error in outcomes:
+            if job.future.done():  # the caller gave up waiting; the write stands
+                continue
+            if error is not None:
+                job.future.set_exception(error)
+            else:
+                job.future.set_result(result)
+
+
+def _settle(
+    outcomes: list[Outcome],
+    first: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = None,
+) -> None:
+    """Hand results back with one wake-up per event loop for a whole batch, not one per job;
+    `first` runs on its loop before that loop's results are handed back, in the same wake-up."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
+    if first is not None:
+        by_loop[first[0]] = []
+    for outcome in outcomes:
+        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+    for loop, items in by_loop.items():
+        before = first[1] if first is not None and first[0] is loop else None
+        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting
+            loop.call_soon_threadsafe(_apply, items, before)
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """The file stayed locked past the busy timeout (extended codes keep the primary low byte).
+    Errors the module raises itself (a closed connection) carry no code."""
+    code: int | None = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _locked(exc: OperationalError) -> AgentpostError:
+    return AgentpostError(ErrorCode.UNAVAILABLE, f"the database is busy, try again ({exc.orig})")
+
+
+def _closed() -> AgentpostError:
+    return AgentpostError(ErrorCode.UNAVAILABLE, "the post office is closing")
+
+
+class SqliteRunner:
+    """Runs transactions: writes on the event loop or the writer thread, reads on the reader
+    threads, and tiny reads (`glance`) on the event loop itself.
+
+    After each commit the writer calls `on_commit` with whom the commit concerned (see
+    `store.wakeups`); when it finds that another process committed, `on_foreign`. Both are
+    called on the thread that ran the transaction, except `on_commit` when a `commit_loop` is
+    given: then it runs on that loop, in the same turn that hands the batch's results back
+    there, before them. Only with a `commit_loop` do writes run on the loop (its own).
+
+    Telling another process's commit from our own: `PRAGMA data_version` on the writer's own
+    connection changes when any *other* connection commits, never for its own commits. The
+    writer reads it inside each write transaction (under the write lock, so nothing commits
+    in between) and whenever asked to look (`look_for_foreign`), so every foreign commit is
+    seen by exactly one such read.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        on_commit: Callable[[wakeups.Reach], None],
+        on_foreign: Callable[[], None] = lambda: None,
+        *,
+        commit_loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.path = path
+        self._on_commit = on_commit
+        self._commit_loop = commit_loop
+        self._on_foreign = on_foreign
+        self._data_version: int | None = None
+        self._look_queued = False
+        self.looks_begun = 0
+        """How many looks the writer has begun (any thread may read it): one begun after some
+        moment sees every commit of another process made before that moment."""
+        self.batches_begun = 0
+        """How many write transactions the writer has begun (any thread may read it): a change
+        of the file while it grows is most likely one of them committing."""
+        self._write_engine = make_engine(path)
+        self._read_engine = make_engine(path)
+        self._glance_conn: Connection | None = None
+        self._write_conn: Connection | None = self._write_engine.connect()
+        """The writer's connection, for its thread and for the loop (`_write_here`), never for
+        both at once: whoever uses it holds `_write_lock`. None once the writer has stopped."""
+        self._write_conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
+        self._write_conn.commit()
+        self._foreign_since_last_look(self._write_conn)  # the baseline
+        self._write_lock = threading.Lock()
+        self._here: list[_Job] = []
+        """Writes asked for during this turn of the event loop, for `_write_here`."""
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._checkpoint_due = threading.Event()
+        self._closing = False
+        self._commits = 0
+        self._threads = [
+            threading.Thread(target=self._writer, name="agentpost-writer"),
+            threading.Thread(target=self._checkpointer, name="agentpost-checkpointer"),
+        ]
+        self._threads += [
+            threading.Thread(target=self._reader, name=f"agentpost-reader-{n}")
+            for n in range(READERS)
+        ]
+        for thread in self._threads:
+            thread.daemon = True
+            thread.start()
+
+    async def write(self, fn: Callable[[Connection], T], *, lengthy: bool = False) -> T:
+        """Run `fn` in a write transaction, batched with the writes asked for meanwhile.
+
+        Right here on the event loop when it can (see `_write_here`); a `lengthy` write (one
+        that may take long, a sweep say) always runs on the writer thread, where it cannot
+        hold up everything else the loop serves."""
+        self._refuse_when_closing()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = _Job(fn, loop, future)
+        if lengthy or loop is not self._commit_loop:
+            self._jobs.put(job)
+        else:
+            self._here.append(job)
+            if len(self._here) == 1:
+                loop.call_soon(self._write_here)
+        return await future
+
+    def _write_here(self) -> None:
+        """On the loop, once the tasks that asked for writes this turn have run: those writes,
+        as one batch, when nothing waits for the writer thread and the write lock is free at
+        once. A hand-off to the thread and back would cost as much as a small transaction.
+        Otherwise the thread takes them, in order, behind what it has."""
+        batch, self._here = self._here[:MAX_BATCH], self._here[MAX_BATCH:]
+        if self._here:
+            batch[0].loop.call_soon(self._write_here)
+        if self._closing:
+            _apply([(job, None, _closed()) for job in batch])
+            return
+        ran = False
+        if self._jobs.empty() and self._write_lock.acquire(blocking=False):
+            try:
+                if self._write_conn is not None:
+                    ran = self._run_batch(self._write_conn, batch, here=True)
+            finally:
+                self._write_lock.release()
+        if not ran:
+            for job in batch:
+                self._jobs.put(job)
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        return await self._submit(self._reads, fn)
+
+    async def _submit(
+        self, jobs: queue.SimpleQueue[_Job | None], fn: Callable[[Connection], T]
+    ) -> T:
+        self._refuse_when_closing()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        jobs.put(_Job(fn, loop, future))
+        return await future
+
+    def look_for_foreign(self) -> None:
+        """Have the writer look, after now, whether another process committed since its last
+        look (`on_foreign` if so). Any thread; a look already queued covers this one too."""
+        if not self._look_queued and not self._closing:
+            self._look_queued = True
+            self._jobs.put(_LOOK)  # type: ignore[arg-type]
+
+    def _foreign_since_last_look(self, conn: Connection) -> bool:
+        """On the writer thread: has another connection committed since the last call?"""
+        self._look_queued = False  # a request from now on needs a look after this one
+        self.looks_begun += 1
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        current = int(raw.execute("PRAGMA data_version").fetchone()[0])
+        seen, self._data_version = self._data_version, current
+        return seen is not None and current != seen
+
+    def _refuse_when_closing(self) -> None:
+        if self._closing:  # no thread would ever take the job: refuse rather than wait forever
+            raise _closed()
+
+    async def glance(self, fn: Callable[[Connection], T]) -> T:
+        """Run a tiny indexed read right here on the event loop, on a connection of its own.
+
+        For what every answer needs (the unread count, the newest delivery): a WAL read never
+        waits for a writer, and handing it to a thread would cost more than the read itself.
+        """
+        self._refuse_when_closing()
+        if self._glance_conn is None:
+            self._glance_conn = self._read_engine.connect()
+            # Never hold the loop for long: a busy file sends the read to a reader thread.
+            self._glance_conn.exec_driver_sql(f"PRAGMA busy_timeout={GLANCE_BUSY_MS}")
+            self._glance_conn.commit()
+        conn = self._glance_conn
+        try:
+            with transaction(conn):
+                return fn(conn)
+        except OperationalError:
+            return await self.read(fn)
+
+    def _reader(self) -> None:
+        with self._read_engine.connect() as conn:
+            while (job := self._reads.get()) is not None:
+                try:
+                    with transaction(conn):
+                        result = job.fn(conn)
+                except OperationalError as exc:
+                    _settle([(job, None, _locked(exc))])
+                except Exception as exc:  # the caller's error, raised where it awaits
+                    _settle([(job, None, exc)])
+                else:
+                    _settle([(job, result, None)])
+
+    def _checkpointer(self) -> None:
+        """Copy the WAL back into the database off the write path.
+
+        SQLite's automatic checkpoint runs inside the commit that crosses 1,000 pages, so one
+        unlucky send would wait for it (hundreds of ms with an fsync). The writer connection
+        turns it off and this thread does the same work, PASSIVE, beside the writer.
+        """
+        with self._read_engine.connect() as conn:
+            while True:
+                self._checkpoint_due.wait()
+                self._checkpoint_due.clear()
+                if self._closing:
+                    return
+                with contextlib.suppress(OperationalError):
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _writer(self) -> None:
+        conn = self._write_conn
+        assert conn is not None
+        with conn:
+            while True:
+                job = self._jobs.get()
+                if job is None:
+                    with self._write_lock:
+                        self._write_conn = None
+                    return
+                if job is _LOOK:
+                    with self._write_lock:
+                        self._look(conn)
+                    continue
+                batch = [job]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        more = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if more is None:
+                        self._jobs.put(None)
+                        break
+                    if more is not _LOOK:  # the batch's own look covers it (or re-asks)
+                        batch.append(more)
+                with self._write_lock:
+                    self._run_batch(conn, batch)
+
+    def _look(self, conn: Connection) -> None:
+        """A look of its own (`look_for_foreign`), between write transactions. Whatever fails
+        here must not end the writer thread: every write of this process would wait forever."""
+        try:
+            foreign = self._foreign_since_last_look(conn)
+        except sqlite3.Error as exc:
+            if _busy(exc):  # busy past the timeout: look again
+                self.look_for_foreign()
+                return
+            # Retrying at once could spin on a lasting fault; the next change of the file asks
+            # again. Meanwhile nobody can rule out a foreign commit: every waiter looks.
+            log.warning("could not tell whether another process committed", exc_info=True)
+            foreign = True
+        if foreign:
+            self._on_foreign()
+
+    def _run_batch(self, conn: Connection, batch: list[_Job], *, here: bool = False) -> bool:
+        """One write transaction for `batch`, its results handed back. `here`, on the event
+        loop: only if the write lock is free at once; if not, False, and nothing done."""
+        self.batches_begun += 1
+        outcomes: list[Outcome] = []
+        wakeups.take(conn)  # nothing left over from a failed batch
+        looked = False
+        try:
+            with transaction(conn, immediate=True, wait=not here):
+                foreign = self._foreign_since_last_look(conn)
+                looked = True
+                if foreign:
+                    self._on_foreign()
+                if len(batch) == 1:
+                    job = batch[0]
+                    outcomes.append((job, job.fn(conn), None))
+                else:
+                    for job in batch:
+                        outcomes.append(self._run_in_savepoint(conn, job))
+        except OperationalError as exc:
+            if here and not looked:
+                return False  # busy: the writer thread waits for the lock instead
+            self._look_unless(looked)
+            error = _locked(exc)
+            outcomes = [(job, None, error) for job in batch]
+            committed = None
+        except Exception as exc:  # a lone job failed: its transaction was rolled back
+            self._look_unless(looked)
+            outcomes = [(job, None, exc) for job in batch]
+            committed = None
+        else:
+            committed = None
+            if any(err is None for _, _, err in outcomes):
+                committed = self._committed(wakeups.take(conn))
+                self._commits += 1
+                if self._commits % CHECKPOINT_EVERY == 0:
+                    self._checkpoint_due.set()
+        if here:  # on the results' loop: handed back now, in this very turn
+            _apply(outcomes, None if committed is None else committed[1])
+        else:
+            _settle(outcomes, committed)
+        return True
+
+    def _committed(
+        self, concerned: wakeups.Reach
+    ) -> tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None:
+        """Tell `on_commit`: here, or, with a loop to call it on, along with the results."""
+        if self._commit_loop is None:
+            self._on_commit(concerned)
+            return None
+        return self._commit_loop, functools.partial(self._on_commit, concerned)
+
+    def _look_unless(self, looked: bool) -> None:
+        """A batch that never looked (it could not begin) may have swallowed a queued look:
+        ask anew, or `_look_queued` would stay set and silence every later request."""
+        if not looked:
+            self._look_queued = False
+            self.look_for_foreign()
+
+    @staticmethod
+    def _run_in_savepoint(conn: Connection, job: _Job) -> Outcome:
+        """One job of a batch: its failure undoes its own writes only.
+
+        Plain SQL savepoints: SQLAlchemy's nested-transaction objects cost more than the SQL.
+        An error inside leaves SQLAlchemy's connection usable: it never saw the savepoint.
+        """
+        raw(conn, "SAVEPOINT job")
+        mark = wakeups.noted(conn)
+        try:
+            result = job.fn(conn)
+        except Exception as exc:  # returned to that job's caller, raised where it awaits
+            wakeups.forget_since(conn, mark)
+            raw(conn, "ROLLBACK TO job")
+            raw(conn, "RELEASE job")
+            return (job, None, exc)
+        raw(conn, "RELEASE job")
+        return (job, result, None)
+
+    def close(self) -> None:
+        self._closing = True
+        self._checkpoint_due.set()
+        self._jobs.put(None)
+        for _ in range(READERS):
+            self._reads.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if self._glance_conn is not None:
+            self._glance_conn.close()
+        self._write_engine.dispose()
+        self._read_engine.dispose()

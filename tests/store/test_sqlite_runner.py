@@ -1,0 +1,162 @@
+"""The SQLite runner: one writer connection that commits the writes asked for together, on
+the event loop when it can and on its thread when it must, reads that never wait for it, and
+no lock errors."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+from sqlalchemy import Connection, select
+
+from agentpost.store.database import Store
+from agentpost.store.schema import rate_windows
+
+pytestmark = pytest.mark.anyio
+
+
+def insert_key(key: str) -> Any:
+    def tx(conn: Connection) -> Any:
+        conn.execute(rate_windows.insert().values(key=key, window_start=0.0, count=1))
+        return conn.get_transaction()
+
+    return tx
+
+
+async def stored_keys(store: Store) -> set[str]:
+    return set(await store.read(lambda conn: conn.execute(select(rate_windows.c.key)).scalars()))
+
+
+async def test_concurrent_writes_are_committed_together_and_a_failure_undoes_only_itself(
+    lite: Store,
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def blocker(conn: Connection) -> None:
+        started.set()
+        release.wait(10)
+
+    def failing(conn: Connection) -> None:
+        conn.execute(rate_windows.insert().values(key="doomed", window_start=0.0, count=1))
+        raise ValueError("refused")
+
+    results: dict[int, Any] = {}
+
+    async def write(i: int, fn: Any) -> None:
+        try:
+            results[i] = await lite.write(fn)
+        except ValueError as exc:
+            results[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(lite.write, blocker, lengthy=True))
+        await anyio.to_thread.run_sync(started.wait)  # the writer is busy: the rest queue up
+        for i in range(20):
+            tg.start_soon(write, i, failing if i == 7 else insert_key(f"k{i}"))
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+
+    assert isinstance(results[7], ValueError)
+    assert await stored_keys(lite) == {f"k{i}" for i in range(20) if i != 7}
+    transactions = {id(results[i]) for i in range(20) if i != 7}
+    assert len(transactions) == 1  # one BEGIN IMMEDIATE … COMMIT for the whole batch
+
+
+async def test_a_lone_failing_write_raises_its_error_and_leaves_nothing(lite: Store) -> None:
+    def failing(conn: Connection) -> None:
+        conn.execute(rate_windows.insert().values(key="doomed", window_start=0.0, count=1))
+        raise LookupError("refused")
+
+    with pytest.raises(LookupError, match="refused"):
+        await lite.write(failing)
+    assert await stored_keys(lite) == set()
+    await lite.write(insert_key("next"))
+    assert await stored_keys(lite) == {"next"}
+
+
+async def test_reads_do_not_wait_for_a_busy_writer(lite: Store) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow_write(conn: Connection) -> None:
+        conn.execute(rate_windows.insert().values(key="slow", window_start=0.0, count=1))
+        started.set()
+        release.wait(10)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(lite.write, slow_write, lengthy=True))
+        await anyio.to_thread.run_sync(started.wait)
+        with anyio.fail_after(5):
+            assert await stored_keys(lite) == set()  # the uncommitted row is not seen
+        release.set()
+    assert await stored_keys(lite) == {"slow"}
+
+
+def thread_of(conn: Connection) -> int:
+    return threading.get_ident()
+
+
+async def test_a_small_write_runs_on_the_event_loop_when_the_writer_is_idle(lite: Store) -> None:
+    """A hand-off to the writer thread and back would cost as much as the transaction."""
+    assert await lite.write(thread_of) == threading.get_ident()
+
+
+async def test_a_lengthy_write_runs_on_the_writer_thread(lite: Store) -> None:
+    assert await lite.write(thread_of, lengthy=True) != threading.get_ident()
+
+
+async def test_writes_asked_for_in_one_turn_of_the_event_loop_are_committed_together(
+    lite: Store,
+) -> None:
+    results: dict[int, Any] = {}
+
+    async def write(i: int) -> None:
+        results[i] = await lite.write(insert_key(f"k{i}"))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(10):
+            tg.start_soon(write, i)
+    assert await stored_keys(lite) == {f"k{i}" for i in range(10)}
+    assert len({id(t) for t in results.values()}) == 1  # one BEGIN IMMEDIATE … COMMIT
+
+
+async def test_a_write_while_another_connection_holds_the_lock_leaves_the_loop_free(
+    lite: Store,
+) -> None:
+    """The writer thread waits for the lock instead; the loop goes on serving meanwhile."""
+    assert lite.path is not None
+    other = sqlite3.connect(lite.path, timeout=30, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        threads: list[int] = []
+
+        def tx(conn: Connection) -> None:
+            insert_key("k")(conn)
+            threads.append(thread_of(conn))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lite.write, tx)
+            turned = time.monotonic()
+            await anyio.sleep(0.1)
+            # Held by a wait for the lock, the loop would have turned only after the busy
+            # timeout (30 s).
+            assert time.monotonic() - turned < 10
+            assert threads == []
+            other.execute("COMMIT")
+        assert len(threads) == 1
+        assert threads != [threading.get_ident()]
+        assert await stored_keys(lite) == {"k"}
+    finally:
+        other.close()
+
+
+async def test_the_writer_is_told_of_a_commit_so_local_waiters_wake(lite: Store) -> None:
+    before = lite.version
+    await lite.write(insert_key("x"))
+    with anyio.fail_after(5):
+        assert await lite.wait_changed(before, timeout=5) > before
