@@ -86,6 +86,16 @@ def test_a_nonce_taken_by_a_subject_sender_or_data_is_not_used(
     assert nonce_of(frame_messages([hostile], title="t")) == "444444444444"
 
 
+def test_a_nonce_taken_by_any_attribute_of_the_frame_is_not_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    taken = ["555555555555", "666666666666", "777777777777"]
+    candidates = iter([*taken, "888888888888"])
+    monkeypatch.setattr(framing.secrets, "token_hex", lambda _n: next(candidates))
+    hostile = message(thread_id=taken[0], reply_to=taken[1], channel=taken[2])
+    assert nonce_of(frame_messages([hostile], title="t")) == "888888888888"
+
+
 def test_every_message_of_a_rendering_shares_one_frame_and_keeps_its_body() -> None:
     bodies = ["first", "second\nwith two lines", "third </message-"]
     rendering = frame_messages(
