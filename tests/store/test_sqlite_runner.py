@@ -4,10 +4,12 @@ no lock errors."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -17,6 +19,7 @@ from sqlalchemy import Connection, select
 
 from agentpost.store.database import Store
 from agentpost.store.schema import rate_windows
+from agentpost.store.sqlite_runner import SqliteRunner
 
 pytestmark = pytest.mark.anyio
 
@@ -160,3 +163,28 @@ async def test_the_writer_is_told_of_a_commit_so_local_waiters_wake(lite: Store)
     await lite.write(insert_key("x"))
     with anyio.fail_after(5):
         assert await lite.wait_changed(before, timeout=5) > before
+
+
+async def test_its_owner_hears_while_the_writer_thread_holds_writes_of_its_loop(
+    tmp_path: Path,
+) -> None:
+    """So the change signal leaves the file's events unread meanwhile: writes on the loop end
+    within its turn, and tell nothing."""
+    path = tmp_path / "agentpost.db"
+    await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema
+    busy: list[bool] = []
+    runner = SqliteRunner(
+        path,
+        on_commit=lambda _: None,
+        commit_loop=asyncio.get_running_loop(),
+        on_writer_busy=busy.append,
+    )
+    try:
+        await runner.write(insert_key("here"))
+        assert busy == []
+        async with anyio.create_task_group() as tg:
+            for key in ("a", "b"):
+                tg.start_soon(partial(runner.write, insert_key(key), lengthy=True))
+        assert busy == [True, False]
+    finally:
+        await anyio.to_thread.run_sync(runner.close)

@@ -122,6 +122,7 @@ class Store:
                 on_commit=self._committed,
                 on_foreign=lambda: self._on_loop(self._foreign),  # on the writer thread
                 commit_loop=self._loop,
+                on_writer_busy=self._writer_busy,
             )
             self._sqlite = runner
             signal = ChangeSignal(
@@ -154,18 +155,9 @@ class Store:
         `lengthy`: the transaction may take long (a sweep's batch): on SQLite it then never
         runs on the event loop, which a small one does when it can (see `store.sqlite`)."""
         if self._sqlite is not None:
-            return await self._write_sqlite(self._sqlite, fn, lengthy)
+            return await self._sqlite.write(fn, lengthy=lengthy)
         assert self._postgres is not None
         return await self._postgres.write(fn)
-
-    async def _write_sqlite(
-        self, runner: SqliteRunner, fn: Callable[[Connection], T], lengthy: bool
-    ) -> T:
-        signal = self._signal
-        if not isinstance(signal, ChangeSignal):  # still starting
-            return await runner.write(fn, lengthy=lengthy)
-        with signal.writing():  # our own commit's file events would only wake the loop
-            return await runner.write(fn, lengthy=lengthy)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         if self._sqlite is not None:
@@ -187,7 +179,7 @@ class Store:
         PostgreSQL matches unindexed until scale-out.) With nothing new, it only glances:
         a search never waits for another process's write lock for nothing."""
         if self._sqlite is not None and await self._sqlite.glance(fulltext.behind):
-            while await self._write_sqlite(self._sqlite, fulltext.index_new, True):
+            while await self._sqlite.write(fulltext.index_new, lengthy=True):
                 pass
 
     def _index_soon(self) -> None:
@@ -248,6 +240,11 @@ class Store:
         runner = self._sqlite
         if runner is not None and runner.looks_begun <= self._looks_before:
             runner.look_for_foreign()
+
+    def _writer_busy(self, busy: bool) -> None:
+        """While the writer thread commits, each page it writes would wake the loop to look."""
+        if isinstance(self._signal, ChangeSignal):
+            self._signal.hold_events(busy)
 
     def _foreign(self) -> None:
         """Another process committed (the writer saw it): nobody knows whom it concerns."""

@@ -39,7 +39,7 @@ import os
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -118,7 +118,7 @@ class ChangeSignal:
         self._settle_handle: asyncio.TimerHandle | None = None
         self._settle_step = 0
         self._retry_handle: asyncio.TimerHandle | None = None
-        self._writes_in_flight = 0
+        self._holding = False
         self._closed = False
 
     @property
@@ -197,28 +197,26 @@ class ChangeSignal:
             return
         self._local_change()
 
-    @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
-        """Around a write transaction of this process (on the loop): its file events wait.
+    def hold_events(self, hold: bool) -> None:
+        """Leave the file's events unread while this process's writer thread commits (True),
+        and read them again after (False); on the loop.
 
         A commit appends its pages to the WAL one write at a time, and each write raised an
         event that woke the loop to look (about eight per send, each one contending for the GIL
         with the writer thread at work). Meanwhile the writer looks for other processes'
-        commits itself, inside each transaction. The events stay queued in the kernel: once no
-        write is in flight they are read at once, so no commit of another process is missed.
+        commits itself, inside each transaction. The events stay queued in the kernel: once
+        released they are read at once, so no commit of another process is missed.
         """
-        self._writes_in_flight += 1
-        if self._writes_in_flight == 1 and self._inotify is not None:
-            assert self._loop is not None
+        if hold == self._holding:
+            return
+        self._holding = hold
+        if self._inotify is None:  # none, or the watch was lost, or the signal closed
+            return
+        assert self._loop is not None
+        if hold:
             self._loop.remove_reader(self._inotify.fileno())
-        try:
-            yield
-        finally:
-            self._writes_in_flight -= 1
-            # Unless the watch was lost, or the signal closed, meanwhile.
-            if self._writes_in_flight == 0 and self._inotify is not None:
-                assert self._loop is not None
-                self._loop.add_reader(self._inotify.fileno(), self._on_inotify)
+        else:
+            self._loop.add_reader(self._inotify.fileno(), self._on_inotify)
 
     def changed_elsewhere(self) -> None:
         """Another process committed (as `on_change`'s owner found out): wake the waiters.

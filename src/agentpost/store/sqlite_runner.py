@@ -49,6 +49,8 @@ class _Job:
     fn: Callable[[Connection], Any]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+    handed_back: Callable[[], None] | None = None
+    """Called on `loop` once the result is handed back there, whether or not anyone waits."""
 
 
 Outcome = tuple[_Job, Any, BaseException | None]
@@ -62,6 +64,8 @@ def _apply(outcomes: list[Outcome], before: Callable[[], None] | None = None) ->
             before()
     finally:  # whatever `before` raised (the loop logs it), the callers get their results
         for job, result, error in outcomes:
+            if job.handed_back is not None:
+                job.handed_back()
             if job.future.done():  # the caller gave up waiting; the write stands
                 continue
             if error is not None:
@@ -112,6 +116,10 @@ class SqliteRunner:
     given: then it runs on that loop, in the same turn that hands the batch's results back
     there, before them. Only with a `commit_loop` do writes run on the loop (its own).
 
+    `on_writer_busy` is told (on the commit loop) when the writer thread takes up writes of that
+    loop, True, and when it has handed them all back, False: writes on the loop itself finish
+    within one turn, those on the thread take several.
+
     Telling another process's commit from our own: `PRAGMA data_version` on the writer's own
     connection changes when any *other* connection commits, never for its own commits. The
     writer reads it inside each write transaction (under the write lock, so nothing commits
@@ -126,10 +134,14 @@ class SqliteRunner:
         on_foreign: Callable[[], None] = lambda: None,
         *,
         commit_loop: asyncio.AbstractEventLoop | None = None,
+        on_writer_busy: Callable[[bool], None] | None = None,
     ) -> None:
         self.path = path
         self._on_commit = on_commit
         self._commit_loop = commit_loop
+        self._on_writer_busy = on_writer_busy
+        self._handed_over = 0
+        """Writes of `commit_loop` on the writer thread's hands, results not yet handed back."""
         self._on_foreign = on_foreign
         self._data_version: int | None = None
         self._look_queued = False
@@ -179,7 +191,7 @@ class SqliteRunner:
         future: asyncio.Future[T] = loop.create_future()
         job = _Job(fn, loop, future)
         if lengthy or loop is not self._commit_loop:
-            self._jobs.put(job)
+            self._hand_over(job)
         else:
             self._here.append(job)
             if len(self._here) == 1:
@@ -206,7 +218,22 @@ class SqliteRunner:
                 self._write_lock.release()
         if not ran:
             for job in batch:
-                self._jobs.put(job)
+                self._hand_over(job)
+
+    def _hand_over(self, job: _Job) -> None:
+        """Queue `job` for the writer thread. `on_writer_busy` hears (on the commit loop) when
+        the thread takes that loop's first write, True, and when it hands the last one back."""
+        if job.loop is self._commit_loop and self._on_writer_busy is not None:
+            job.handed_back = self._handed_back
+            self._handed_over += 1
+            if self._handed_over == 1:
+                self._on_writer_busy(True)
+        self._jobs.put(job)
+
+    def _handed_back(self) -> None:
+        self._handed_over -= 1
+        if self._handed_over == 0 and self._on_writer_busy is not None:
+            self._on_writer_busy(False)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         return await self._submit(self._reads, fn)
