@@ -17,6 +17,7 @@ import anyio.to_thread
 import pytest
 from sqlalchemy import Connection, select
 
+from agentpost.store import sqlite_runner
 from agentpost.store.database import Store
 from agentpost.store.schema import rate_windows
 from agentpost.store.sqlite_runner import SqliteRunner
@@ -188,3 +189,21 @@ async def test_its_owner_hears_while_the_writer_thread_holds_writes_of_its_loop(
         assert busy == [True, False]
     finally:
         await anyio.to_thread.run_sync(runner.close)
+
+
+async def test_a_steady_stream_of_writes_keeps_the_wal_small(
+    lite: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints must let the WAL start over, or it holds every page ever written: each
+    commit appends at least one."""
+    assert lite.path is not None
+    monkeypatch.setattr(sqlite_runner, "CHECKPOINT_EVERY", 20)
+    writes = 600
+    for i in range(writes):
+        await lite.write(insert_key(f"k{i}"))
+    other = sqlite3.connect(lite.path)
+    try:
+        _busy, in_the_wal, _copied = other.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    finally:
+        other.close()
+    assert in_the_wal < writes / 2

@@ -42,6 +42,7 @@ READERS = 2
 GLANCE_BUSY_MS = 50
 CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints, which run on a thread of their own."""
+RESTART_WAIT_MS = 20
 
 
 @dataclass
@@ -305,16 +306,23 @@ class SqliteRunner:
 
         SQLite's automatic checkpoint runs inside the commit that crosses 1,000 pages, so one
         unlucky send would wait for it (hundreds of ms with an fsync). The writer connection
-        turns it off and this thread does the same work, PASSIVE, beside the writer.
+        turns it off and this thread does the same work beside the writer: PASSIVE, the bulk of
+        it, then RESTART for the pages written meanwhile. A writer starts the WAL over only when
+        it begins with every page copied back, which a steady stream of writes never lets a
+        PASSIVE checkpoint reach: the file would grow for good (some 80 kB a send). RESTART
+        holds writers off for those few pages, and for readers still in the WAL, at most
+        `RESTART_WAIT_MS`; then the next write starts the WAL over.
         """
         with self._read_engine.connect() as conn:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout={RESTART_WAIT_MS}").fetchall()
             while True:
                 self._checkpoint_due.wait()
                 self._checkpoint_due.clear()
                 if self._closing:
                     return
                 with contextlib.suppress(OperationalError):
-                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    conn.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)").fetchall()
 
     def _writer(self) -> None:
         conn = self._write_conn
