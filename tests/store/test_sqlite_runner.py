@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -114,19 +115,29 @@ async def test_a_lengthy_write_runs_on_the_writer_thread(lite: Store) -> None:
     assert await lite.write(thread_of, lengthy=True) != threading.get_ident()
 
 
+@pytest.mark.parametrize(
+    ("writes", "on_the_loop"),
+    [(sqlite_runner.HERE_UP_TO, True), (sqlite_runner.HERE_UP_TO + 1, False)],
+)
 async def test_writes_asked_for_in_one_turn_of_the_event_loop_are_committed_together(
-    lite: Store,
+    lite: Store, writes: int, on_the_loop: bool
 ) -> None:
-    results: dict[int, Any] = {}
+    """A few run right there; more go to the writer thread, whose work runs beside the
+    loop's."""
+    results: dict[int, tuple[Any, int]] = {}
+
+    def tx(key: str) -> Callable[[Connection], tuple[Any, int]]:
+        return lambda conn: (insert_key(key)(conn), thread_of(conn))
 
     async def write(i: int) -> None:
-        results[i] = await lite.write(insert_key(f"k{i}"))
+        results[i] = await lite.write(tx(f"k{i}"))
 
     async with anyio.create_task_group() as tg:
-        for i in range(10):
+        for i in range(writes):
             tg.start_soon(write, i)
-    assert await stored_keys(lite) == {f"k{i}" for i in range(10)}
-    assert len({id(t) for t in results.values()}) == 1  # one BEGIN IMMEDIATE … COMMIT
+    assert await stored_keys(lite) == {f"k{i}" for i in range(writes)}
+    assert len({id(t) for t, _ in results.values()}) == 1  # one BEGIN IMMEDIATE … COMMIT
+    assert {thread == threading.get_ident() for _, thread in results.values()} == {on_the_loop}
 
 
 async def test_a_write_while_another_connection_holds_the_lock_leaves_the_loop_free(

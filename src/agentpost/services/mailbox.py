@@ -79,8 +79,12 @@ class Mailbox:
             kind=kind,
         )
         retry_key = outbox.check_idempotency_key(idempotency_key)
+        # A channel's members may be many: its delivery may take long.
+        lengthy = message.channel is not None
         if retry_key is None:
-            return await self.store.write(lambda conn: self._send_draft(conn, caller, message))
+            return await self.store.write(
+                lambda conn: self._send_draft(conn, caller, message), lengthy=lengthy
+            )
         fingerprint = outbox.request_hash(message.request)
 
         def tx(conn: Connection) -> SendResult:
@@ -92,7 +96,7 @@ class Mailbox:
             outbox.remember(conn, self.store, caller.agent, retry_key, fingerprint, result)
             return result
 
-        return await self.store.write(tx)
+        return await self.store.write(tx, lengthy=lengthy)
 
     def send_in(
         self,

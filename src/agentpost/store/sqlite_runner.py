@@ -43,6 +43,8 @@ GLANCE_BUSY_MS = 50
 CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints, which run on a thread of their own."""
 RESTART_WAIT_MS = 20
+HERE_UP_TO = 4
+"""The most writes of one turn of the event loop that run right there (see `_write_here`)."""
 
 
 @dataclass
@@ -201,17 +203,21 @@ class SqliteRunner:
 
     def _write_here(self) -> None:
         """On the loop, once the tasks that asked for writes this turn have run: those writes,
-        as one batch, when nothing waits for the writer thread and the write lock is free at
-        once. A hand-off to the thread and back would cost as much as a small transaction.
-        Otherwise the thread takes them, in order, behind what it has."""
-        batch, self._here = self._here[:MAX_BATCH], self._here[MAX_BATCH:]
-        if self._here:
-            batch[0].loop.call_soon(self._write_here)
+        as one batch, when they are few, nothing waits for the writer thread and the write
+        lock is free at once. A hand-off to the thread and back would cost as much as a small
+        transaction. Otherwise the thread takes them, in order, behind what it has: many writes
+        at once (a broadcast's readers, say) come with much else for the loop to do, and the
+        thread's SQLite work runs beside it."""
+        batch, self._here = self._here, []
         if self._closing:
             _apply([(job, None, _closed()) for job in batch])
             return
         ran = False
-        if self._jobs.empty() and self._write_lock.acquire(blocking=False):
+        if (
+            len(batch) <= HERE_UP_TO
+            and self._jobs.empty()
+            and self._write_lock.acquire(blocking=False)
+        ):
             try:
                 if self._write_conn is not None:
                     ran = self._run_batch(self._write_conn, batch, here=True)
