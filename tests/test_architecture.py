@@ -65,6 +65,7 @@ DOMAIN_STDLIB: frozenset[str] = frozenset(
         "collections.abc",
         "dataclasses",
         "enum",
+        "functools",  # the frames cache what names and subjects render to
         "typing",
         "json",  # message data is JSON; its size is a domain rule
         "math",  # a timeout or TTL must be a finite number
