@@ -120,7 +120,7 @@ class Store:
             runner = SqliteRunner(
                 path,
                 on_commit=self._committed,
-                on_foreign=lambda: self._on_loop(self._foreign),  # on the writer thread
+                on_foreign=lambda: self._on_loop(self._foreign),  # on either thread
                 commit_loop=self._loop,
                 on_writer_busy=self._writer_busy,
             )
@@ -153,7 +153,7 @@ class Store:
         """Run `fn` in a write transaction (SQLite: `BEGIN IMMEDIATE`, batched with others).
 
         `lengthy`: the transaction may take long (a sweep's batch): on SQLite it then never
-        runs on the event loop, which a small one does when it can (see `store.sqlite`)."""
+        runs on the event loop, which a small one does when it can (see `store.sqlite_runner`)."""
         if self._sqlite is not None:
             return await self._sqlite.write(fn, lengthy=lengthy)
         assert self._postgres is not None
