@@ -189,17 +189,13 @@ class SqliteRunner:
         Right here on the event loop when it can (see `_write_here`); a `lengthy` write (one
         that may take long, a sweep say) always runs on the writer thread, where it cannot
         hold up everything else the loop serves."""
-        self._refuse_when_closing()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        job = _Job(fn, loop, future)
-        if lengthy or loop is not self._commit_loop:
-            self._hand_over(job)
-        else:
-            self._here.append(job)
-            if len(self._here) == 1:
-                loop.call_soon(self._write_here)
-        return await future
+        here = not lengthy and asyncio.get_running_loop() is self._commit_loop
+        return await self._submit(self._ask_here if here else self._hand_over, fn)
+
+    def _ask_here(self, job: _Job) -> None:
+        self._here.append(job)
+        if len(self._here) == 1:
+            job.loop.call_soon(self._write_here)
 
     def _write_here(self) -> None:
         """On the loop, once the tasks that asked for writes this turn have run: those writes,
@@ -243,15 +239,13 @@ class SqliteRunner:
             self._on_writer_busy(False)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
-        return await self._submit(self._reads, fn)
+        return await self._submit(self._reads.put, fn)
 
-    async def _submit(
-        self, jobs: queue.SimpleQueue[_Job | None], fn: Callable[[Connection], T]
-    ) -> T:
+    async def _submit(self, ask: Callable[[_Job], None], fn: Callable[[Connection], T]) -> T:
         self._refuse_when_closing()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        jobs.put(_Job(fn, loop, future))
+        ask(_Job(fn, loop, future))
         return await future
 
     def look_for_foreign(self) -> None:
@@ -262,7 +256,8 @@ class SqliteRunner:
             self._jobs.put(_LOOK)  # type: ignore[arg-type]
 
     def _foreign_since_last_look(self, conn: Connection) -> bool:
-        """On the writer thread: has another connection committed since the last call?"""
+        """With the writer's connection (`_write_lock` held): has another connection
+        committed since the last call?"""
         self._look_queued = False  # a request from now on needs a look after this one
         self.looks_begun += 1
         raw = conn.connection.driver_connection
@@ -379,6 +374,7 @@ class SqliteRunner:
         loop: only if the write lock is free at once; if not, False, and nothing done."""
         self.batches_begun += 1
         outcomes: list[Outcome] = []
+        committed = None
         wakeups.take(conn)  # nothing left over from a failed batch
         looked = False
         try:
@@ -399,13 +395,10 @@ class SqliteRunner:
             self._look_unless(looked)
             error = _locked(exc)
             outcomes = [(job, None, error) for job in batch]
-            committed = None
         except Exception as exc:  # a lone job failed: its transaction was rolled back
             self._look_unless(looked)
             outcomes = [(job, None, exc) for job in batch]
-            committed = None
         else:
-            committed = None
             if any(err is None for _, _, err in outcomes):
                 committed = self._committed(wakeups.take(conn))
                 self._commits += 1
