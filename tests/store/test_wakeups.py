@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import Connection
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.store import agents, mail, sqlite, wakeups
+from agentpost.store import agents, database, mail, sqlite, wakeups
 from agentpost.store.database import Store
 from agentpost.store.schema import rate_windows
 from agentpost.store.sqlite_runner import SqliteRunner
@@ -267,6 +267,34 @@ async def test_a_foreign_commit_taken_in_with_a_local_one_still_wakes_everyone(
             assert await carol.wait(None) is True
     finally:
         raw.close()
+
+
+async def test_a_stream_of_own_commits_asks_the_writer_to_look_only_once_it_stops(
+    lite: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each write looks for other processes' commits itself; a look asked of the writer thread
+    between two of them would only make the next write queue behind it. Once the stream stops,
+    a look covers the last commit's reading of the file, once that is LOOK_AFTER_S old."""
+    asked: list[float] = []
+    look = SqliteRunner.look_for_foreign
+
+    def counted(runner: SqliteRunner) -> None:
+        asked.append(time.monotonic())
+        look(runner)
+
+    monkeypatch.setattr(SqliteRunner, "look_for_foreign", counted)
+    monkeypatch.setattr(database, "LOOK_AFTER_S", 0.2)
+    await put(lite, "alice", ["bob"])
+    await anyio.sleep(0.5)  # whatever the opening and the first write asked for is done
+    asked.clear()
+    for _ in range(15):  # 0.3 s of writes, never 0.2 s apart
+        await put(lite, "alice", ["bob"])
+        await anyio.sleep(0.02)
+    stopped = time.monotonic()
+    assert asked == []
+    await anyio.sleep(0.5)
+    assert asked  # (the full-text indexing's own commit may ask for one more)
+    assert asked[0] >= stopped + 0.15
 
 
 async def test_a_commit_elsewhere_while_a_write_here_waits_for_the_lock_wakes_every_watch(

@@ -87,6 +87,7 @@ class Store:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._look_timer: asyncio.TimerHandle | None = None
         self._looks_before = 0
+        self._changed_at = 0.0
         self._index_timer: asyncio.TimerHandle | None = None
         self._indexing: asyncio.Task[None] | None = None
 
@@ -224,21 +225,31 @@ class Store:
 
         A reading taken after this process's own commit most likely holds only that commit, and
         the writer's next transaction looks anyway (under load, at once); only when none comes
-        within LOOK_AFTER_S is the writer woken just to look."""
+        within LOOK_AFTER_S of the latest such reading is the writer woken just to look."""
         runner = self._sqlite
-        if runner is None:
+        if runner is None or self._loop is None:
             return
         if not with_own_commit:
             runner.look_for_foreign()
             return
         self._looks_before = runner.looks_begun
-        if self._look_timer is None and self._loop is not None:
+        self._changed_at = self._loop.time()
+        if self._look_timer is None:
             self._look_timer = self._loop.call_later(LOOK_AFTER_S, self._look_unless_looked)
 
     def _look_unless_looked(self) -> None:
+        """One timer for a stream of commits: each commit's transaction looked for the
+        readings before it, so only the latest reading may still want a look, once it is
+        LOOK_AFTER_S old. (Looking sooner would hand the writer thread a look between two
+        writes, and the next write would queue behind it instead of running on the loop.)"""
         self._look_timer = None
         runner = self._sqlite
-        if runner is not None and runner.looks_begun <= self._looks_before:
+        if runner is None or self._loop is None or runner.looks_begun > self._looks_before:
+            return
+        left = self._changed_at + LOOK_AFTER_S - self._loop.time()
+        if left > 0:
+            self._look_timer = self._loop.call_later(left, self._look_unless_looked)
+        else:
             runner.look_for_foreign()
 
     def _writer_busy(self, busy: bool) -> None:
