@@ -213,6 +213,26 @@ async def test_a_refused_write_wakes_nobody_and_spares_its_neighbours(store: Sto
     assert await carol.wait(0) is False
 
 
+async def test_a_write_answers_its_caller_before_it_wakes_the_watches(store: Store) -> None:
+    """The caller's answer is on the way first; a push its commit set off queues behind it."""
+    order: list[str] = []
+    bob = store.watch("bob")
+
+    async def watching() -> None:
+        await bob.wait(10)
+        order.append("watch woken")
+
+    async def writing() -> None:
+        await put(store, "alice", ["bob"])
+        order.append("writer answered")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watching)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(writing)
+    assert order == ["writer answered", "watch woken"]
+
+
 # -- other processes (SQLite: the file is shared) -----------------------------------------------
 
 INSERT_KEY = "INSERT INTO rate_windows (key, window_start, count) VALUES (?, 0, 1)"

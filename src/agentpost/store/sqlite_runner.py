@@ -61,11 +61,11 @@ _LOOK = object()
 """On the writer's queue: look whether another process committed (see `look_for_foreign`)."""
 
 
-def _apply(outcomes: list[Outcome], before: Callable[[], None] | None = None) -> None:
+def _apply(outcomes: list[Outcome], then: Callable[[], None] | None = None) -> None:
+    """Hand results back, then run `then`: the callers' tasks are woken first, so whoever
+    `then` wakes in turn (waiters for the commit, the push to MCP clients) queues behind
+    the answers the writes were made for."""
     try:
-        if before is not None:
-            before()
-    finally:  # whatever `before` raised (the loop logs it), the callers get their results
         for job, result, error in outcomes:
             if job.handed_back is not None:
                 job.handed_back()
@@ -75,23 +75,27 @@ def _apply(outcomes: list[Outcome], before: Callable[[], None] | None = None) ->
                 job.future.set_exception(error)
             else:
                 job.future.set_result(result)
+    finally:  # whatever a future raised (the loop logs it), the commit is told
+        if then is not None:
+            then()
 
 
 def _settle(
     outcomes: list[Outcome],
-    first: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = None,
+    then: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = None,
 ) -> None:
     """Hand results back with one wake-up per event loop for a whole batch, not one per job;
-    `first` runs on its loop before that loop's results are handed back, in the same wake-up."""
+    `then` runs on its loop right after that loop's results are handed back, in the same
+    wake-up."""
     by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
-    if first is not None:
-        by_loop[first[0]] = []
+    if then is not None:
+        by_loop[then[0]] = []
     for outcome in outcomes:
         by_loop.setdefault(outcome[0].loop, []).append(outcome)
     for loop, items in by_loop.items():
-        before = first[1] if first is not None and first[0] is loop else None
+        after = then[1] if then is not None and then[0] is loop else None
         with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting
-            loop.call_soon_threadsafe(_apply, items, before)
+            loop.call_soon_threadsafe(_apply, items, after)
 
 
 def _busy(exc: sqlite3.Error) -> bool:
@@ -117,7 +121,7 @@ class SqliteRunner:
     `store.wakeups`); when it finds that another process committed, `on_foreign`. Both are
     called on the thread that ran the transaction, except `on_commit` when a `commit_loop` is
     given: then it runs on that loop, in the same turn that hands the batch's results back
-    there, before them. Only with a `commit_loop` do writes run on the loop (its own).
+    there, right after them. Only with a `commit_loop` do writes run on the loop (its own).
 
     `on_writer_busy` is told (on the commit loop) when the writer thread takes up writes of that
     loop, True, and when it has handed them all back, False: writes on the loop itself finish
