@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,32 @@ async def test_a_revoked_key_is_refused_on_the_next_request(service: Service) ->
     revoked = await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
     assert revoked.status_code == 200
     assert (await alice.get("/v1/inbox")).status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("change", "sql"),
+    [
+        ("revoked", "UPDATE keys SET revoked_at = 1.0 WHERE agent = 'alice'"),
+        ("disabled", "UPDATE agents SET disabled_at = 1.0 WHERE name = 'alice'"),
+    ],
+)
+async def test_a_key_another_process_turned_off_is_refused_on_the_next_request(
+    service: Service, change: str, sql: str
+) -> None:
+    """The server remembers whom a key stood for between requests; a commit of any other
+    process on the file (here a plain sqlite3 one, at once before the request) undoes that."""
+    alice = await service.agent("alice")
+    for _ in range(3):
+        assert (await alice.get("/v1/inbox")).status_code == 200
+    db = sqlite3.connect(service.home / "agentpost.db", timeout=30)
+    try:
+        db.execute(sql)
+        db.commit()
+    finally:
+        db.close()
+    answer = await alice.get("/v1/inbox")
+    assert answer.status_code == 401, change
+    assert error_of(answer) == "unauthenticated"
 
 
 async def test_an_agent_may_hold_several_keys(service: Service) -> None:

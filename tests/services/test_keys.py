@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -148,6 +149,33 @@ async def test_the_callers_trust_is_read_afresh_on_every_request(
     assert (await office.keys.authenticate(issued.key, ip=ADDRESS)).trust is Trust.UNTRUSTED
     await office.admin.vouch(await owner(office), "drifter")
     assert (await office.keys.authenticate(issued.key, ip=ADDRESS)).trust is Trust.VERIFIED
+
+
+async def test_a_request_reads_its_key_again_once_anything_but_a_send_was_written(
+    office: PostOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite what a request found holds while only sends are written (no other process
+    wrote either): the next request of the key needs no read. PostgreSQL reads every time."""
+    alice, secret = await keyed(office, "alice")
+    await keyed(office, "bob")
+    reads = 0
+    glance = office.store.glance
+
+    async def counted(fn: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await glance(fn)
+
+    monkeypatch.setattr(office.store, "glance", counted)
+    first = await office.keys.authenticate(secret, ip=ADDRESS)
+    assert reads == 1
+    await office.mailbox.send(alice, "bob", "a send leaves every account as it was")
+    again = await office.keys.authenticate(secret, ip=ADDRESS)
+    assert again == first
+    assert reads == (1 if office.store.is_sqlite else 2)
+    await office.presence.update_profile(alice, objective="a write to a session")
+    await office.keys.authenticate(secret, ip=ADDRESS)
+    assert reads == (2 if office.store.is_sqlite else 3)
 
 
 async def test_a_key_records_when_it_was_last_used(office: PostOffice, clock: FakeClock) -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
+import threading
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -190,3 +193,64 @@ async def test_a_closed_store_refuses_new_work_instead_of_waiting_forever(
         with anyio.fail_after(5), pytest.raises(AgentpostError) as caught:
             await run(lambda conn: conn.execute(select(func.count())).scalar())
         assert caught.value.code is ErrorCode.UNAVAILABLE
+
+
+# -- accounts_version: when what authentication read still holds ------------------------------
+
+
+async def test_the_accounts_version_moves_with_every_commit_but_those_that_touch_no_account(
+    lite: Store,
+) -> None:
+    before = lite.accounts_version()
+    assert before is not None
+    await lite.write(create("alice"))
+    after_create = lite.accounts_version()
+    assert after_create is not None
+    assert after_create > before
+    await lite.write(create("bob"), touches_accounts=False)  # a promise (a send keeps it)
+    assert lite.accounts_version() == after_create
+    await lite.read(lambda conn: agents.get_agent(conn, "alice"))  # reads never move it
+    assert lite.accounts_version() == after_create
+
+
+async def test_another_processs_commit_moves_the_accounts_version_at_once(lite: Store) -> None:
+    """No waiting for the change signal: the version looks for such commits when asked."""
+    assert lite.path is not None
+    before = lite.accounts_version()
+    db = sqlite3.connect(lite.path, timeout=30)
+    try:
+        db.execute("INSERT INTO rate_windows (key, window_start, count) VALUES ('lock:x', 0, 1)")
+        db.commit()
+    finally:
+        db.close()
+    after = lite.accounts_version()
+    assert before is not None
+    assert after is not None
+    assert after > before
+
+
+async def test_the_accounts_version_is_unknown_while_the_writer_thread_holds_the_file(
+    lite: Store,
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow(conn: Connection) -> None:
+        started.set()
+        release.wait(10)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(lite.write, slow, lengthy=True))
+        await anyio.to_thread.run_sync(started.wait, 10)
+        assert lite.accounts_version() is None
+        release.set()
+    assert lite.accounts_version() is not None
+
+
+async def test_postgresql_never_tells_an_accounts_version(pg_session_database: str) -> None:
+    """Its other replicas commit unseen: every request reads."""
+    store = await Store.open(pg_session_database)
+    try:
+        await store.read(lambda conn: agents.get_agent(conn, "alice"))
+        assert store.accounts_version() is None
+    finally:
+        await store.aclose()

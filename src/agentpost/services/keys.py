@@ -1,12 +1,16 @@
 """Keys: who a request is, from the bearer secret it carries; issuing, revoking, registering.
 
 A secret is never stored, only its SHA-256 hash, which is also how it is found. Every request
-authenticates afresh against the store, so a revoked key or a disabled agent is refused on the
-very next request, on every replica. Failed attempts are counted per client address in the
+authenticates against what the store holds at that moment, so a revoked key or a disabled agent
+is refused on the very next request, on every replica. Failed attempts are counted per client address in the
 store and lock the address out for a while; each one leaves an audit row.
 
 A request costs one read (the lock, the key and its agent, the session); it writes only when
-something is due: a new session, or a heartbeat older than a third of `heartbeat_s`.
+something is due: a new session, or a heartbeat older than a third of `heartbeat_s`. On SQLite
+it costs not even that read when nothing that read found can have changed since the key's last
+request: no commit of this process but sends, and none of another process
+(`Store.accounts_version` looks for those at once). The caller found then is the answer again,
+until its heartbeat falls due.
 
 Which session a request speaks for: the one it names (`Agentpost-Session`), else the one its
 connection was bound to (MCP `register` over a 2025-era connection, which has a transport
@@ -51,6 +55,8 @@ REGISTER_WINDOW_S = 3600.0
 MAX_BOUND_CONNECTIONS = 10_000
 """Connections remembered with their session; past this, the longest unused is forgotten (its
 requests then speak for the key's own session again)."""
+MAX_REMEMBERED_CALLERS = 4_096
+"""Callers remembered from their last authentication; past this, the longest unused go."""
 
 
 default_session_id = key_rows.own_session_id
@@ -69,6 +75,21 @@ class _SessionSeen:
     transport: str
     heartbeat_at: float
     ended_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    """A caller as authentication found it, while `Store.accounts_version` stood at `version`;
+    it holds until that changes, or `due_at`, when its heartbeat needs writing."""
+
+    version: int
+    caller: Caller
+    due_at: float
+
+
+_Asked = tuple[str, str, str | None, tuple[str, str] | None]
+"""What a request asks to be: its key's digest, its address, the session it names, the one
+its connection is bound to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +122,7 @@ class Keys:
         self.settings = settings
         self._bound: OrderedDict[str, tuple[str, str]] = OrderedDict()
         """connection → (agent, session id), in this process only, as connections are."""
+        self._remembered: OrderedDict[_Asked, _Remembered] = OrderedDict()
 
     # -- authentication -----------------------------------------------------------------------
 
@@ -121,6 +143,14 @@ class Keys:
         hashed = accounts.digest(secret) if is_well_formed_secret(secret) else None
         lock_s = self.settings.lockout_s
         bound = self._bound_session(connection) if session is None else None
+        version = None if hashed is None else self.store.accounts_version()
+        asked: _Asked | None = None
+        if hashed is not None and version is not None:
+            asked = (hashed, address, session, bound)
+            known = self._remembered.get(asked)
+            if known is not None and known.version == version and self.store.clock() < known.due_at:
+                self._remembered.move_to_end(asked)
+                return known.caller
 
         def look(conn: Connection) -> _Look:
             # One statement in the common case; a connection's session that ended costs two.
@@ -173,14 +203,23 @@ class Keys:
             and self._bound.get(connection) == bound  # not rebound while we looked
         ):
             del self._bound[connection]  # its session ended: back to the key's own
-        session_id = await self._session(key, seen.session, session, address)
-        return Caller(
+        session_id, due_at = await self._session(key, seen.session, session, address)
+        caller = Caller(
             agent=key.agent,
             session_id=session_id,
             trust=Trust(key.trust),
             admin=bool(key.admin),
             key_id=key.id,
         )
+        if asked is not None and version is not None and due_at is not None:
+            self._remember(asked, _Remembered(version, caller, due_at))
+        return caller
+
+    def _remember(self, asked: _Asked, found: _Remembered) -> None:
+        self._remembered[asked] = found
+        self._remembered.move_to_end(asked)
+        while len(self._remembered) > MAX_REMEMBERED_CALLERS:
+            self._remembered.popitem(last=False)
 
     def may_bind(self, connection: str, caller: Caller) -> bool:
         """Whether `caller` may bind `connection`: not while another agent holds it."""
@@ -245,8 +284,9 @@ class Keys:
 
     async def _session(
         self, key: Row[Any], found: _SessionSeen | None, named: str | None, address: str
-    ) -> str:
-        """The request's session id; opens, revives or heartbeats it when that is due."""
+    ) -> tuple[str, float | None]:
+        """The request's session id; opens, revives or heartbeats it when that is due. With it,
+        when nothing was due, the time when something next will be (None: it was written)."""
         if named is not None and (
             found is None
             or found.agent != key.agent
@@ -262,7 +302,9 @@ class Keys:
         fresh = found is not None and found.ended_at is None and now - found.heartbeat_at < due
         used = key.last_used_at is not None and now - key.last_used_at < due
         if fresh and used:
-            return session_id
+            assert found is not None
+            assert key.last_used_at is not None
+            return session_id, min(found.heartbeat_at, key.last_used_at) + due
 
         def tx(conn: Connection) -> None:
             now = self.store.clock()
@@ -281,7 +323,7 @@ class Keys:
                 )
 
         await self.store.write(tx)
-        return session_id
+        return session_id, None
 
     # -- the owner's key --------------------------------------------------------------------
 

@@ -79,11 +79,14 @@ class Mailbox:
             kind=kind,
         )
         retry_key = outbox.check_idempotency_key(idempotency_key)
-        # A channel's members may be many: its delivery may take long.
+        # A channel's members may be many: its delivery may take long. A send changes no
+        # account (whoever authenticated stays who they were).
         lengthy = message.channel is not None
         if retry_key is None:
             return await self.store.write(
-                lambda conn: self._send_draft(conn, caller, message), lengthy=lengthy
+                lambda conn: self._send_draft(conn, caller, message),
+                lengthy=lengthy,
+                touches_accounts=False,
             )
         fingerprint = outbox.request_hash(message.request)
 
@@ -96,7 +99,7 @@ class Mailbox:
             outbox.remember(conn, self.store, caller.agent, retry_key, fingerprint, result)
             return result
 
-        return await self.store.write(tx, lengthy=lengthy)
+        return await self.store.write(tx, lengthy=lengthy, touches_accounts=False)
 
     def send_in(
         self,

@@ -150,15 +150,37 @@ class Store:
                 await self._postgres.aclose()
                 raise
 
-    async def write(self, fn: Callable[[Connection], T], *, lengthy: bool = False) -> T:
+    async def write(
+        self,
+        fn: Callable[[Connection], T],
+        *,
+        lengthy: bool = False,
+        touches_accounts: bool = True,
+    ) -> T:
         """Run `fn` in a write transaction (SQLite: `BEGIN IMMEDIATE`, batched with others).
 
         `lengthy`: the transaction may take long (a sweep's batch): on SQLite it then never
-        runs on the event loop, which a small one does when it can (see `store.sqlite_runner`)."""
+        runs on the event loop, which a small one does when it can (see `store.sqlite_runner`).
+        `touches_accounts=False` promises that `fn` changes no key, agent, session or lockout
+        (a send): `accounts_version` then stays as it was."""
         if self._sqlite is not None:
-            return await self._sqlite.write(fn, lengthy=lengthy)
+            return await self._sqlite.write(fn, lengthy=lengthy, touches_accounts=touches_accounts)
         assert self._postgres is not None
         return await self._postgres.write(fn)
+
+    def accounts_version(self) -> int | None:
+        """A number that stays the same only while no key, agent, session or lockout can have
+        changed: every commit of this process but those that promised not to touch accounts,
+        and every commit of another process, makes it grow (another process's is looked for
+        right now). None when that cannot be told at once: the writer thread is in the middle
+        of a write, or the store is PostgreSQL, whose other replicas commit unseen.
+
+        What was read from accounts while the number stood at N still holds while it does."""
+        if self._sqlite is None:
+            return None
+        if self._sqlite.look_here() is None:
+            return None
+        return self._sqlite.accounts_version
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         if self._sqlite is not None:

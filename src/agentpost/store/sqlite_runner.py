@@ -54,6 +54,8 @@ class _Job:
     future: asyncio.Future[Any]
     handed_back: Callable[[], None] | None = None
     """Called on `loop` once the result is handed back there, whether or not anyone waits."""
+    touches_accounts: bool = True
+    """Whether the write may change what authentication reads (see `accounts_version`)."""
 
 
 Outcome = tuple[_Job, Any, BaseException | None]
@@ -158,6 +160,10 @@ class SqliteRunner:
         self.batches_begun = 0
         """How many write transactions the writer has begun (any thread may read it): a change
         of the file while it grows is most likely one of them committing."""
+        self.accounts_version = 0
+        """Grows after each commit of a write that may touch accounts (keys, agents, sessions,
+        lockouts) and whenever a look finds another process's commit, which may have; only
+        while `_write_lock` is held (any thread may read it). See `look_here`."""
         self._write_engine = make_engine(path)
         self._read_engine = make_engine(path)
         self._glance_conn: Connection | None = None
@@ -187,14 +193,22 @@ class SqliteRunner:
             thread.daemon = True
             thread.start()
 
-    async def write(self, fn: Callable[[Connection], T], *, lengthy: bool = False) -> T:
+    async def write(
+        self,
+        fn: Callable[[Connection], T],
+        *,
+        lengthy: bool = False,
+        touches_accounts: bool = True,
+    ) -> T:
         """Run `fn` in a write transaction, batched with the writes asked for meanwhile.
 
         Right here on the event loop when it can (see `_write_here`); a `lengthy` write (one
         that may take long, a sweep say) always runs on the writer thread, where it cannot
-        hold up everything else the loop serves."""
+        hold up everything else the loop serves. A write that does not `touch_accounts`
+        leaves `accounts_version` as it was."""
         here = not lengthy and asyncio.get_running_loop() is self._commit_loop
-        return await self._submit(self._ask_here if here else self._hand_over, fn)
+        ask = self._ask_here if here else self._hand_over
+        return await self._submit(ask, fn, touches_accounts=touches_accounts)
 
     def _ask_here(self, job: _Job) -> None:
         self._here.append(job)
@@ -245,11 +259,17 @@ class SqliteRunner:
     async def read(self, fn: Callable[[Connection], T]) -> T:
         return await self._submit(self._reads.put, fn)
 
-    async def _submit(self, ask: Callable[[_Job], None], fn: Callable[[Connection], T]) -> T:
+    async def _submit(
+        self,
+        ask: Callable[[_Job], None],
+        fn: Callable[[Connection], T],
+        *,
+        touches_accounts: bool = False,
+    ) -> T:
         self._refuse_when_closing()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        ask(_Job(fn, loop, future))
+        ask(_Job(fn, loop, future, touches_accounts=touches_accounts))
         return await future
 
     def look_for_foreign(self) -> None:
@@ -268,7 +288,32 @@ class SqliteRunner:
         assert raw is not None
         current = int(raw.execute("PRAGMA data_version").fetchone()[0])
         seen, self._data_version = self._data_version, current
-        return seen is not None and current != seen
+        foreign = seen is not None and current != seen
+        if foreign:
+            self.accounts_version += 1
+        return foreign
+
+    def look_here(self) -> bool | None:
+        """Look right now, on the calling thread, whether another process committed since the
+        last look (`on_foreign` if so); None when the writer's connection is in use (or gone)
+        and nobody can tell without waiting.
+
+        With it `accounts_version` is exact at this moment: unchanged means no commit since
+        it was read before could have changed an account, here or in another process."""
+        if not self._write_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._write_conn is None:
+                return None
+            try:
+                foreign = self._foreign_since_last_look(self._write_conn)
+            except sqlite3.Error:  # busy, say: the caller reads the store instead
+                return None
+        finally:
+            self._write_lock.release()
+        if foreign:
+            self._on_foreign()
+        return foreign
 
     def _refuse_when_closing(self) -> None:
         if self._closing:  # no thread would ever take the job: refuse rather than wait forever
@@ -404,6 +449,8 @@ class SqliteRunner:
             outcomes = [(job, None, exc) for job in batch]
         else:
             if any(err is None for _, _, err in outcomes):
+                if any(job.touches_accounts for job in batch):
+                    self.accounts_version += 1
                 committed = self._committed(wakeups.take(conn))
                 self._commits += 1
                 if self._commits % CHECKPOINT_EVERY == 0:
