@@ -2,8 +2,8 @@
 
 A secret is never stored, only its SHA-256 hash, which is also how it is found. Every request
 authenticates against what the store holds at that moment, so a revoked key or a disabled agent
-is refused on the very next request, on every replica. Failed attempts are counted per client address in the
-store and lock the address out for a while; each one leaves an audit row.
+is refused on the very next request, on every replica. Failed attempts are counted per client
+address in the store and lock the address out for a while; each one leaves an audit row.
 
 A request costs one read (the lock, the key and its agent, the session); it writes only when
 something is due: a new session, or a heartbeat older than a third of `heartbeat_s`. On SQLite
