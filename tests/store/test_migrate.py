@@ -269,7 +269,10 @@ async def test_the_database_file_and_its_folder_are_private_to_the_user(tmp_path
         await store.write(lambda conn: conn.execute(text("SELECT 1")))
         assert (folder / "agentpost.db").stat().st_mode & 0o777 == 0o600
         assert folder.stat().st_mode & 0o777 == 0o700
-        for companion in folder.glob("agentpost.db-*"):  # -wal and -shm hold the same data
+        # -wal and -shm hold the same data; the migration's lock file lies beside them
+        companions = [*folder.glob("agentpost.db-*"), *folder.glob("agentpost.db.*")]
+        assert folder / "agentpost.db.migrate-lock" in companions
+        for companion in companions:
             assert companion.stat().st_mode & 0o077 == 0, companion
     finally:
         await store.aclose()

@@ -8,8 +8,9 @@ file lock beside a SQLite file, an advisory lock on PostgreSQL) and check again 
 from __future__ import annotations
 
 import fcntl
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
@@ -44,11 +45,19 @@ def upgrade(conn: Connection) -> None:
     command.upgrade(config, "head")
 
 
+def _lock_file(path: Path) -> IO[str]:
+    """The lock beside the file, as private as the file (whatever the umask, or an older
+    version, made it)."""
+    fd = os.open(path.with_name(path.name + ".migrate-lock"), os.O_CREAT | os.O_WRONLY, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "w")
+
+
 def migrate_sqlite(path: Path) -> bool:
     """Put the file in WAL mode and upgrade it if it is behind; True when this process did."""
     if sqlite.journal_mode(path) == "wal" and _sqlite_revision(path) == SCHEMA_HEAD:
         return False
-    with open(path.with_name(path.name + ".migrate-lock"), "a") as lock:
+    with _lock_file(path) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         sqlite.ensure_wal(path)
         engine = sqlite.make_engine(path, pooled=False)
