@@ -198,35 +198,74 @@ async def test_a_closed_store_refuses_new_work_instead_of_waiting_forever(
 # -- accounts_version: when what authentication read still holds ------------------------------
 
 
+async def known_version(store: Store) -> int:
+    """The version, once the writer thread lets go of the file: a write it ran may answer its
+    caller a moment before that, and the version is unknown meanwhile."""
+    with anyio.fail_after(5):
+        # Nothing to await: the lock is the writer thread's.
+        while (version := store.accounts_version()) is None:  # noqa: ASYNC110
+            await anyio.sleep(0.001)
+    return version
+
+
 async def test_the_accounts_version_moves_with_every_commit_but_those_that_touch_no_account(
     lite: Store,
 ) -> None:
-    before = lite.accounts_version()
-    assert before is not None
+    before = await known_version(lite)
     await lite.write(create("alice"))
-    after_create = lite.accounts_version()
-    assert after_create is not None
+    after_create = await known_version(lite)
     assert after_create > before
     await lite.write(create("bob"), touches_accounts=False)  # a promise (a send keeps it)
-    assert lite.accounts_version() == after_create
+    assert await known_version(lite) == after_create
     await lite.read(lambda conn: agents.get_agent(conn, "alice"))  # reads never move it
-    assert lite.accounts_version() == after_create
+    assert await known_version(lite) == after_create
 
 
 async def test_another_processs_commit_moves_the_accounts_version_at_once(lite: Store) -> None:
     """No waiting for the change signal: the version looks for such commits when asked."""
     assert lite.path is not None
-    before = lite.accounts_version()
+    before = await known_version(lite)
     db = sqlite3.connect(lite.path, timeout=30)
     try:
-        db.execute("INSERT INTO rate_windows (key, window_start, count) VALUES ('lock:x', 0, 1)")
+        db.execute("INSERT INTO rate_windows (key, window_start, count) VALUES ('elsewhere', 0, 1)")
+        db.commit()
+    finally:
+        db.close()
+    after = lite.accounts_version()  # nothing of this process writes: the file is free
+    assert after is not None
+    assert after > before
+
+
+async def test_a_failed_write_that_left_a_cursor_half_read_hides_no_later_commit(
+    lite: Store,
+) -> None:
+    """The half-read cursor would keep the writer's read snapshot open for as long as the
+    caller held the error: `PRAGMA data_version` would stand still, the next write fail."""
+    assert lite.path is not None
+
+    class Refused(Exception):
+        pass
+
+    def half_read(conn: Connection) -> None:
+        rows = conn.exec_driver_sql("SELECT name FROM sqlite_master")
+        rows.fetchone()
+        raise Refused
+
+    with pytest.raises(Refused) as caught:  # held on to until the end, as callers may
+        await lite.write(half_read)
+    before = await known_version(lite)
+    db = sqlite3.connect(lite.path, timeout=30)
+    try:
+        db.execute("INSERT INTO rate_windows (key, window_start, count) VALUES ('other', 0, 1)")
         db.commit()
     finally:
         db.close()
     after = lite.accounts_version()
-    assert before is not None
     assert after is not None
     assert after > before
+    await lite.write(create("alice"))
+    assert await agent_names(lite) == ["alice"]
+    assert caught.value is not None
 
 
 async def test_the_accounts_version_is_unknown_while_the_writer_thread_holds_the_file(
@@ -243,7 +282,7 @@ async def test_the_accounts_version_is_unknown_while_the_writer_thread_holds_the
         await anyio.to_thread.run_sync(started.wait, 10)
         assert lite.accounts_version() is None
         release.set()
-    assert lite.accounts_version() is not None
+    await known_version(lite)
 
 
 async def test_postgresql_never_tells_an_accounts_version(pg_session_database: str) -> None:

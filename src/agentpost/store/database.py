@@ -161,8 +161,10 @@ class Store:
 
         `lengthy`: the transaction may take long (a sweep's batch): on SQLite it then never
         runs on the event loop, which a small one does when it can (see `store.sqlite_runner`).
-        `touches_accounts=False` promises that `fn` changes no key, agent, session or lockout
-        (a send): `accounts_version` then stays as it was."""
+        `touches_accounts=False` promises that `fn` changes nothing authentication reads for
+        an existing key: no key, no agent's standing or trust, no session, no lockout (a send,
+        which at most creates an agent of the roster, with no key yet): `accounts_version`
+        then stays as it was."""
         if self._sqlite is not None:
             return await self._sqlite.write(fn, lengthy=lengthy, touches_accounts=touches_accounts)
         assert self._postgres is not None

@@ -90,15 +90,20 @@ def transaction(conn: Connection, *, immediate: bool = False, wait: bool = True)
     event dispatch (about a quarter of an insert's cost through SQLAlchemy).
     """
     with conn.begin():
-        if wait:
+        with contextlib.nullcontext() if wait else not_waiting(conn):
             raw(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN")
-        else:
-            raw(conn, "PRAGMA busy_timeout=0")
-            try:
-                raw(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN")
-            finally:
-                raw(conn, f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         yield
+
+
+@contextlib.contextmanager
+def not_waiting(conn: Connection) -> Iterator[None]:
+    """Statements that fail at once (busy) rather than wait out the busy timeout while another
+    connection holds a lock: for what runs on the event loop."""
+    raw(conn, "PRAGMA busy_timeout=0")
+    try:
+        yield
+    finally:
+        raw(conn, f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def raw(conn: Connection, sql: str) -> None:

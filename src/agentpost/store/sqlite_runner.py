@@ -21,17 +21,18 @@ import logging
 import queue
 import sqlite3
 import threading
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import wakeups
-from agentpost.store.sqlite import make_engine, raw, transaction
+from agentpost.store.sqlite import make_engine, not_waiting, raw, transaction
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,15 @@ def _settle(
             loop.call_soon_threadsafe(_apply, items, after)
 
 
+def _released(exc: BaseException) -> BaseException:
+    """`exc` without the local variables of the frames it went through, for its caller: a
+    cursor a failed job left half-read would otherwise live on with it, and keep its
+    connection's read snapshot open (a writer's `PRAGMA data_version` would then stand still,
+    and the next write there fail as busy)."""
+    traceback.clear_frames(exc.__traceback__)
+    return exc
+
+
 def _busy(exc: sqlite3.Error) -> bool:
     """The file stayed locked past the busy timeout (extended codes keep the primary low byte).
     Errors the module raises itself (a closed connection) carry no code."""
@@ -133,7 +143,9 @@ class SqliteRunner:
     connection changes when any *other* connection commits, never for its own commits. The
     writer reads it inside each write transaction (under the write lock, so nothing commits
     in between) and whenever asked to look (`look_for_foreign`), so every foreign commit is
-    seen by exactly one such read.
+    seen by exactly one such read. The loop may take a look itself, right away, when the
+    writer's connection is free (`look_here`, for `accounts_version`); `on_foreign` is then
+    called on the loop.
     """
 
     def __init__(
@@ -204,7 +216,7 @@ class SqliteRunner:
 
         Right here on the event loop when it can (see `_write_here`); a `lengthy` write (one
         that may take long, a sweep say) always runs on the writer thread, where it cannot
-        hold up everything else the loop serves. A write that does not `touch_accounts`
+        hold up everything else the loop serves. A write with `touches_accounts=False`
         leaves `accounts_version` as it was."""
         here = not lengthy and asyncio.get_running_loop() is self._commit_loop
         ask = self._ask_here if here else self._hand_over
@@ -257,14 +269,14 @@ class SqliteRunner:
             self._on_writer_busy(False)
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
-        return await self._submit(self._reads.put, fn)
+        return await self._submit(self._reads.put, fn, touches_accounts=False)
 
     async def _submit(
         self,
         ask: Callable[[_Job], None],
         fn: Callable[[Connection], T],
         *,
-        touches_accounts: bool = False,
+        touches_accounts: bool,
     ) -> T:
         self._refuse_when_closing()
         loop = asyncio.get_running_loop()
@@ -303,11 +315,14 @@ class SqliteRunner:
         if not self._write_lock.acquire(blocking=False):
             return None
         try:
-            if self._write_conn is None:
+            conn = self._write_conn
+            if conn is None:
                 return None
             try:
-                foreign = self._foreign_since_last_look(self._write_conn)
-            except sqlite3.Error:  # busy, say: the caller reads the store instead
+                with not_waiting(conn):  # this is the event loop: never wait out the timeout
+                    foreign = self._foreign_since_last_look(conn)
+            except (sqlite3.Error, DBAPIError):  # busy, say: the caller reads the store,
+                self.look_for_foreign()  # and the writer takes the look that did not happen
                 return None
         finally:
             self._write_lock.release()
@@ -337,6 +352,9 @@ class SqliteRunner:
                 return fn(conn)
         except OperationalError:
             return await self.read(fn)
+        except Exception as exc:
+            _released(exc)
+            raise
 
     def _reader(self) -> None:
         with self._read_engine.connect() as conn:
@@ -347,7 +365,7 @@ class SqliteRunner:
                 except OperationalError as exc:
                     _settle([(job, None, _locked(exc))])
                 except Exception as exc:  # the caller's error, raised where it awaits
-                    _settle([(job, None, exc)])
+                    _settle([(job, None, _released(exc))])
                 else:
                     _settle([(job, result, None)])
 
@@ -446,7 +464,7 @@ class SqliteRunner:
             outcomes = [(job, None, error) for job in batch]
         except Exception as exc:  # a lone job failed: its transaction was rolled back
             self._look_unless(looked)
-            outcomes = [(job, None, exc) for job in batch]
+            outcomes = [(job, None, _released(exc)) for job in batch]
         else:
             if any(err is None for _, _, err in outcomes):
                 if any(job.touches_accounts for job in batch):
@@ -492,7 +510,7 @@ class SqliteRunner:
             wakeups.forget_since(conn, mark)
             raw(conn, "ROLLBACK TO job")
             raw(conn, "RELEASE job")
-            return (job, None, exc)
+            return (job, None, _released(exc))
         raw(conn, "RELEASE job")
         return (job, result, None)
 
