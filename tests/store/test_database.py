@@ -208,6 +208,16 @@ async def known_version(store: Store) -> int:
     return version
 
 
+def commit_from_another_connection(path: Path, key: str) -> None:
+    """A commit the store did not make, as another process's (a plain sqlite3 connection)."""
+    db = sqlite3.connect(path, timeout=30)
+    try:
+        db.execute("INSERT INTO rate_windows (key, window_start, count) VALUES (?, 0, 1)", (key,))
+        db.commit()
+    finally:
+        db.close()
+
+
 async def test_the_accounts_version_moves_with_every_commit_but_those_that_touch_no_account(
     lite: Store,
 ) -> None:
@@ -225,12 +235,7 @@ async def test_another_processs_commit_moves_the_accounts_version_at_once(lite: 
     """No waiting for the change signal: the version looks for such commits when asked."""
     assert lite.path is not None
     before = await known_version(lite)
-    db = sqlite3.connect(lite.path, timeout=30)
-    try:
-        db.execute("INSERT INTO rate_windows (key, window_start, count) VALUES ('elsewhere', 0, 1)")
-        db.commit()
-    finally:
-        db.close()
+    commit_from_another_connection(lite.path, "elsewhere")
     after = lite.accounts_version()  # nothing of this process writes: the file is free
     assert after is not None
     assert after > before
@@ -254,12 +259,7 @@ async def test_a_failed_write_that_left_a_cursor_half_read_hides_no_later_commit
     with pytest.raises(Refused) as caught:  # held on to until the end, as callers may
         await lite.write(half_read)
     before = await known_version(lite)
-    db = sqlite3.connect(lite.path, timeout=30)
-    try:
-        db.execute("INSERT INTO rate_windows (key, window_start, count) VALUES ('other', 0, 1)")
-        db.commit()
-    finally:
-        db.close()
+    commit_from_another_connection(lite.path, "elsewhere")
     after = lite.accounts_version()
     assert after is not None
     assert after > before
