@@ -7,8 +7,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
-from functools import partial
 from pathlib import Path
 
 import anyio
@@ -22,6 +20,7 @@ from agentpost.store.database import Store
 from agentpost.store.schema import agents as agents_table
 from agentpost.store.schema import rate_windows
 from backends import FakeClock
+from store.test_sqlite_runner import writer_thread_held
 
 pytestmark = pytest.mark.anyio
 
@@ -271,17 +270,8 @@ async def test_a_failed_write_that_left_a_cursor_half_read_hides_no_later_commit
 async def test_the_accounts_version_is_unknown_while_the_writer_thread_holds_the_file(
     lite: Store,
 ) -> None:
-    started, release = threading.Event(), threading.Event()
-
-    def slow(conn: Connection) -> None:
-        started.set()
-        release.wait(10)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(lite.write, slow, lengthy=True))
-        await anyio.to_thread.run_sync(started.wait, 10)
+    async with writer_thread_held(lite):
         assert lite.accounts_version() is None
-        release.set()
     await known_version(lite)
 
 

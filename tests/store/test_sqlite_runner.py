@@ -8,7 +8,8 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,15 +39,31 @@ async def stored_keys(store: Store) -> set[str]:
     return set(await store.read(lambda conn: conn.execute(select(rate_windows.c.key)).scalars()))
 
 
-async def test_concurrent_writes_are_committed_together_and_a_failure_undoes_only_itself(
-    lite: Store,
-) -> None:
+@asynccontextmanager
+async def writer_thread_held(
+    store: Store, first: Callable[[Connection], None] = lambda conn: None
+) -> AsyncIterator[None]:
+    """The writer thread busy, inside a lengthy write (`first`, then a wait), until the block
+    ends; the write then commits before the block is left."""
     started, release = threading.Event(), threading.Event()
 
-    def blocker(conn: Connection) -> None:
+    def held(conn: Connection) -> None:
+        first(conn)
         started.set()
         release.wait(10)
 
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(store.write, held, lengthy=True))
+        await anyio.to_thread.run_sync(started.wait, 10)
+        try:
+            yield
+        finally:
+            release.set()
+
+
+async def test_concurrent_writes_are_committed_together_and_a_failure_undoes_only_itself(
+    lite: Store,
+) -> None:
     def failing(conn: Connection) -> None:
         conn.execute(rate_windows.insert().values(key="doomed", window_start=0.0, count=1))
         raise ValueError("refused")
@@ -59,13 +76,11 @@ async def test_concurrent_writes_are_committed_together_and_a_failure_undoes_onl
         except ValueError as exc:
             results[i] = exc
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(lite.write, blocker, lengthy=True))
-        await anyio.to_thread.run_sync(started.wait)  # the writer is busy: the rest queue up
+    async with anyio.create_task_group() as tg, writer_thread_held(lite):
+        # the writer is busy: the rest queue up
         for i in range(20):
             tg.start_soon(write, i, failing if i == 7 else insert_key(f"k{i}"))
         await anyio.wait_all_tasks_blocked()
-        release.set()
 
     assert isinstance(results[7], ValueError)
     assert await stored_keys(lite) == {f"k{i}" for i in range(20) if i != 7}
@@ -86,19 +101,12 @@ async def test_a_lone_failing_write_raises_its_error_and_leaves_nothing(lite: St
 
 
 async def test_reads_do_not_wait_for_a_busy_writer(lite: Store) -> None:
-    started, release = threading.Event(), threading.Event()
-
     def slow_write(conn: Connection) -> None:
         conn.execute(rate_windows.insert().values(key="slow", window_start=0.0, count=1))
-        started.set()
-        release.wait(10)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(partial(lite.write, slow_write, lengthy=True))
-        await anyio.to_thread.run_sync(started.wait)
+    async with writer_thread_held(lite, slow_write):
         with anyio.fail_after(5):
             assert await stored_keys(lite) == set()  # the uncommitted row is not seen
-        release.set()
     assert await stored_keys(lite) == {"slow"}
 
 
