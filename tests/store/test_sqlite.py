@@ -48,9 +48,18 @@ async def test_the_file_is_in_wal_mode_with_normal_sync_and_a_busy_timeout(lite:
     assert await lite.read(pragma("journal_mode")) == "wal"
     assert await lite.write(pragma("synchronous")) == 1  # NORMAL
     assert await lite.read(pragma("busy_timeout")) == sqlite.BUSY_TIMEOUT_MS
-    assert await lite.write(pragma("busy_timeout")) == sqlite.BUSY_TIMEOUT_MS
     assert await lite.write(pragma("busy_timeout"), lengthy=True) == sqlite.BUSY_TIMEOUT_MS
     assert await lite.write(pragma("foreign_keys")) == 1
+
+
+async def test_the_writer_thread_waits_out_a_lock_and_the_event_loop_never_does(
+    lite: Store,
+) -> None:
+    """The writer's one connection serves both, in turns: the loop hands a write that finds
+    the file locked to the thread rather than wait (see test_sqlite_runner)."""
+    for lengthy in (False, True, False, True):
+        expected = sqlite.BUSY_TIMEOUT_MS if lengthy else 0
+        assert await lite.write(pragma("busy_timeout"), lengthy=lengthy) == expected
 
 
 async def test_text_is_stored_verbatim_whatever_it_contains(lite: Store) -> None:

@@ -124,28 +124,52 @@ async def test_a_lengthy_write_runs_on_the_writer_thread(lite: Store) -> None:
 
 
 @pytest.mark.parametrize(
-    ("writes", "on_the_loop"),
+    ("later", "on_the_loop"),
     [(sqlite_runner.HERE_UP_TO, True), (sqlite_runner.HERE_UP_TO + 1, False)],
 )
-async def test_writes_asked_for_in_one_turn_of_the_event_loop_are_committed_together(
-    lite: Store, writes: int, on_the_loop: bool
+async def test_the_first_write_of_a_turn_runs_at_once_and_the_later_ones_together(
+    lite: Store, later: int, on_the_loop: bool
 ) -> None:
-    """A few run right there; more go to the writer thread, whose work runs beside the
-    loop's."""
+    """The first, within its caller's step, on the loop; the writes asked for later in that
+    turn wait for it to end, then run as one transaction: right there when they are few, on
+    the writer thread, whose work runs beside the loop's, when they are more."""
     results: dict[int, tuple[Any, int]] = {}
+    answered: list[int] = []
 
     def tx(key: str) -> Callable[[Connection], tuple[Any, int]]:
         return lambda conn: (insert_key(key)(conn), thread_of(conn))
 
     async def write(i: int) -> None:
         results[i] = await lite.write(tx(f"k{i}"))
+        answered.append(i)
 
     async with anyio.create_task_group() as tg:
-        for i in range(writes):
+        for i in range(1 + later):
             tg.start_soon(write, i)
-    assert await stored_keys(lite) == {f"k{i}" for i in range(writes)}
+    assert await stored_keys(lite) == {f"k{i}" for i in range(1 + later)}
+    assert answered[0] == 0
+    first, first_thread = results.pop(0)
+    assert first_thread == threading.get_ident()
     assert len({id(t) for t, _ in results.values()}) == 1  # one BEGIN IMMEDIATE … COMMIT
+    assert id(first) not in {id(t) for t, _ in results.values()}
     assert {thread == threading.get_ident() for _, thread in results.values()} == {on_the_loop}
+
+
+async def test_a_write_runs_at_once_within_its_callers_step(lite: Store) -> None:
+    """Put off to a callback, it would wait out the rest of the turn, and its caller another
+    turn for the answer."""
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other task")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other)
+        await anyio.wait_all_tasks_blocked()  # nothing pending: a fresh turn comes next
+        tg.start_soon(other)
+        await lite.write(insert_key("k"))
+        ran.append("writer answered")
+    assert ran == ["other task", "writer answered", "other task"]
 
 
 async def test_a_write_while_another_connection_holds_the_lock_leaves_the_loop_free(
@@ -207,6 +231,32 @@ async def test_its_owner_hears_while_the_writer_thread_holds_writes_of_its_loop(
                 tg.start_soon(partial(runner.write, insert_key(key), lengthy=True))
         assert busy == [True, False]
     finally:
+        await anyio.to_thread.run_sync(runner.close)
+
+
+@pytest.mark.parametrize("lengthy", [False, True])
+async def test_a_write_that_committed_is_answered_as_done_when_telling_of_it_fails(
+    tmp_path: Path, lengthy: bool
+) -> None:
+    """What fails after the commit (the wake-ups) goes to the loop's exception handler; told
+    to the writer's caller, a stored message would look refused, and a retry store it twice."""
+    path = tmp_path / "agentpost.db"
+    await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema
+    loop = asyncio.get_running_loop()
+    reported: list[BaseException] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context["exception"]))
+
+    def on_commit(_: object) -> None:
+        raise RuntimeError("a wake-up failed")
+
+    runner = SqliteRunner(path, on_commit=on_commit, commit_loop=loop)
+    try:
+        await runner.write(insert_key("stored"), lengthy=lengthy)
+        assert [str(e) for e in reported] == ["a wake-up failed"]
+        keys = await runner.read(lambda conn: list(conn.execute(select(rate_windows.c.key))))
+        assert [k for (k,) in keys] == ["stored"]
+    finally:
+        loop.set_exception_handler(None)
         await anyio.to_thread.run_sync(runner.close)
 
 

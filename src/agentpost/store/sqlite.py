@@ -80,30 +80,17 @@ def make_engine(path: Path, *, pooled: bool = True) -> Engine:
 
 
 @contextlib.contextmanager
-def transaction(conn: Connection, *, immediate: bool = False, wait: bool = True) -> Iterator[None]:
+def transaction(conn: Connection, *, immediate: bool = False) -> Iterator[None]:
     """A transaction, `BEGIN IMMEDIATE` for one that reads before it writes (the write lock
-    first, so it never fails half-way for want of it); without `wait`, that BEGIN fails at once
-    (busy) rather than wait out the busy timeout while another connection holds the lock.
+    first, so it never fails half-way for want of it).
 
     SQLAlchemy commits and rolls back; the BEGIN goes straight to sqlite3. Saying it from an
     engine "begin" event, the usual recipe, would make every statement on the engine pay for
     event dispatch (about a quarter of an insert's cost through SQLAlchemy).
     """
     with conn.begin():
-        with contextlib.nullcontext() if wait else not_waiting(conn):
-            raw(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN")
+        raw(conn, "BEGIN IMMEDIATE" if immediate else "BEGIN")
         yield
-
-
-@contextlib.contextmanager
-def not_waiting(conn: Connection) -> Iterator[None]:
-    """Statements that fail at once (busy) rather than wait out the busy timeout while another
-    connection holds a lock: for what runs on the event loop."""
-    raw(conn, "PRAGMA busy_timeout=0")
-    try:
-        yield
-    finally:
-        raw(conn, f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def raw(conn: Connection, sql: str) -> None:

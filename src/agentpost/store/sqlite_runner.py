@@ -4,8 +4,9 @@ Writes use one connection per process, the writer's: each transaction opens with
 IMMEDIATE`, so two processes never deadlock upgrading a read lock, and the writes asked for
 together are committed together (one lock, one WAL append) with a savepoint each, so one refused
 write never undoes its neighbours. A small transaction costs less than handing it to a thread
-and back, so the writes asked for during one turn of the event loop run right there, as one
-batch, whenever the writer thread is idle and the file's write lock is free at once. Otherwise,
+and back, so writes run right there on the event loop whenever the writer thread is idle and
+the file's write lock is free at once: the first of a turn of the loop at once, within its
+caller's step, the rest of that turn together, as one batch, once the turn is over. Otherwise,
 and for writes that may take long, they go to the writer thread, as Datasette does it, which
 waits for the lock without holding up the loop. Reads run on a few reader threads that each
 keep one connection open, and never wait for the writer. Long-lived threads with their own
@@ -32,7 +33,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import wakeups
-from agentpost.store.sqlite import make_engine, not_waiting, raw, transaction
+from agentpost.store.sqlite import BUSY_TIMEOUT_MS, make_engine, raw, transaction
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints, which run on a thread of their own."""
 RESTART_WAIT_MS = 20
 HERE_UP_TO = 4
-"""The most writes of one turn of the event loop that run right there (see `_write_here`)."""
+"""The most writes of one batch of the event loop that run right there (see `_write_here`)."""
 
 
 @dataclass
@@ -80,7 +81,18 @@ def _apply(outcomes: list[Outcome], then: Callable[[], None] | None = None) -> N
                 job.future.set_result(result)
     finally:  # whatever a future raised (the loop logs it), the commit is told
         if then is not None:
-            then()
+            _tell_commit(then)
+
+
+def _tell_commit(then: Callable[[], None]) -> None:
+    """Run `then`, whose failure goes to the loop's exception handler: raised, it could reach
+    a caller whose write ran at once (`_ask_here`) as if that write had failed."""
+    try:
+        then()
+    except Exception as exc:
+        asyncio.get_running_loop().call_exception_handler(
+            {"message": "telling of a commit failed", "exception": exc}
+        )
 
 
 def _settle(
@@ -184,10 +196,14 @@ class SqliteRunner:
         both at once: whoever uses it holds `_write_lock`. None once the writer has stopped."""
         self._write_conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
         self._write_conn.commit()
+        self._write_conn_waits = True
+        """Whether the writer's connection waits out the busy timeout (`_waiting`)."""
         self._foreign_since_last_look(self._write_conn)  # the baseline
         self._write_lock = threading.Lock()
         self._here: list[_Job] = []
         """Writes asked for during this turn of the event loop, for `_write_here`."""
+        self._wrote_this_turn = False
+        """A write already ran at once during this turn of the event loop (`_ask_here`)."""
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._checkpoint_due = threading.Event()
@@ -223,17 +239,31 @@ class SqliteRunner:
         return await self._submit(ask, fn, touches_accounts=touches_accounts)
 
     def _ask_here(self, job: _Job) -> None:
+        """The first write of a turn of the loop runs at once, within its caller's step: put
+        off to a callback, it would wait out the rest of the turn and the caller another turn
+        for its answer, a third of an MCP `send`'s time over HTTP. The writes asked for later
+        in that turn are concurrent ones, so they wait for the turn to end and are committed
+        together, one transaction for all."""
         self._here.append(job)
-        if len(self._here) == 1:
+        if len(self._here) > 1:
+            return  # the batch this turn is gathering
+        if self._wrote_this_turn:
             job.loop.call_soon(self._write_here)
+            return
+        self._wrote_this_turn = True
+        job.loop.call_soon(self._turn_over)
+        self._write_here()
+
+    def _turn_over(self) -> None:
+        self._wrote_this_turn = False
 
     def _write_here(self) -> None:
-        """On the loop, once the tasks that asked for writes this turn have run: those writes,
-        as one batch, when they are few, nothing waits for the writer thread and the write
-        lock is free at once. A hand-off to the thread and back would cost as much as a small
-        transaction. Otherwise the thread takes them, in order, behind what it has: many writes
-        at once (a broadcast's readers, say) come with much else for the loop to do, and the
-        thread's SQLite work runs beside it."""
+        """On the loop: the writes asked for (see `_ask_here`), as one batch, when they are
+        few, nothing waits for the writer thread and the write lock is free at once. A
+        hand-off to the thread and back would cost as much as a small transaction. Otherwise
+        the thread takes them, in order, behind what it has: many writes at once (a
+        broadcast's readers, say) come with much else for the loop to do, and the thread's
+        SQLite work runs beside it."""
         batch, self._here = self._here, []
         if self._closing:
             _apply([(job, None, _closed()) for job in batch])
@@ -319,8 +349,8 @@ class SqliteRunner:
             if conn is None:
                 return None
             try:
-                with not_waiting(conn):  # this is the event loop: never wait out the timeout
-                    foreign = self._foreign_since_last_look(conn)
+                self._waiting(conn, False)  # this is the event loop: never wait out the timeout
+                foreign = self._foreign_since_last_look(conn)
             except (sqlite3.Error, DBAPIError):  # busy, say: the caller reads the store,
                 self.look_for_foreign()  # and the writer takes the look that did not happen
                 return None
@@ -420,10 +450,22 @@ class SqliteRunner:
                 with self._write_lock:
                     self._run_batch(conn, batch)
 
+    def _waiting(self, conn: Connection, wait: bool) -> None:
+        """Whether statements on the writer's connection wait out another connection's lock
+        (`BUSY_TIMEOUT_MS`, on the writer thread) or fail at once (0, on the event loop, which
+        hands the write to the thread instead). A PRAGMA only when that changes: the loop,
+        which takes the connection most often, leaves it as it needs it."""
+        if wait != self._write_conn_waits:
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
+            self._write_conn_waits = wait
+
     def _look(self, conn: Connection) -> None:
         """A look of its own (`look_for_foreign`), between write transactions. Whatever fails
         here must not end the writer thread: every write of this process would wait forever."""
         try:
+            self._waiting(conn, True)
             foreign = self._foreign_since_last_look(conn)
         except sqlite3.Error as exc:
             if _busy(exc):  # busy past the timeout: look again
@@ -445,7 +487,8 @@ class SqliteRunner:
         wakeups.take(conn)  # nothing left over from a failed batch
         looked = False
         try:
-            with transaction(conn, immediate=True, wait=not here):
+            self._waiting(conn, not here)  # the loop never waits: the thread does, if it must
+            with transaction(conn, immediate=True):
                 foreign = self._foreign_since_last_look(conn)
                 looked = True
                 if foreign:
