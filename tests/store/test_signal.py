@@ -155,6 +155,38 @@ async def test_a_change_after_a_write_of_this_process_is_told_as_likely_its_own(
 
 @pytest.mark.anyio
 @pytest.mark.skipif(not HAS_INOTIFY, reason="file events come from Linux's inotify")
+async def test_an_owners_own_commit_wakes_at_once_and_is_told_once_as_likely_its_own(
+    db: Path,
+) -> None:
+    """`notify_local` wakes the waiters without reading the file; the reading is the commit's
+    file event's, one a commit."""
+    writes = [0]
+    heard: list[bool] = []
+    told = anyio.Event()
+
+    def on_change(own: bool) -> None:
+        heard.append(own)
+        told.set()
+
+    async with ChangeSignal(
+        db, fallback_poll_s=NO_POLL_S, on_change=on_change, own_writes=lambda: writes[0]
+    ) as sig:
+
+        async def own_commit() -> None:
+            writes[0] += 1
+            commit_here(db)
+            sig.notify_local()
+
+        with anyio.fail_after(10):
+            since, got = await wait_while(sig, own_commit)
+            assert got == since + 1
+            await told.wait()
+        await anyio.sleep(0.05)  # the re-checks that follow find nothing more
+    assert heard == [True]
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not HAS_INOTIFY, reason="file events come from Linux's inotify")
 async def test_a_commit_elsewhere_while_events_are_held_is_heard_once_they_are_released(
     db: Path,
 ) -> None:

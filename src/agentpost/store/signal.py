@@ -93,10 +93,10 @@ class ChangeSignal:
         who then wait for `notify_local` or `changed_elsewhere`.
 
         `own_writes`, if given, counts this process's write transactions begun. A file event
-        that comes after it grew is most likely this process's commit, which `notify_local`
-        reads: `on_change` hears True, and the re-checks start at 15 ms, not 1 ms. They stay
-        for another process's commit that came with it, published late; the owner's writer
-        looks for such commits too."""
+        (or a poll) that comes after it grew most likely reads this process's commit:
+        `on_change` hears True, and the re-checks start at 15 ms, not 1 ms. They stay for
+        another process's commit that came with it, published late; the owner's writer looks
+        for such commits too."""
         if fallback_poll_s is not None and fallback_poll_s <= 0:
             raise ValueError("fallback_poll_s must be positive")
         self._db_path = Path(db_path)
@@ -341,7 +341,7 @@ class ChangeSignal:
 
     def _poll_tick(self) -> None:
         self._poll_handle = None
-        self._check()
+        self._check(after_own_write=self._after_own_write())
         self._arm_poll()
 
     def _read_data_version(self) -> int | None:
@@ -372,15 +372,15 @@ class ChangeSignal:
             self._bump()
 
     def _local_change(self) -> None:
-        # Absorb our own commit into the baseline so it does not wake everyone a second time.
-        # Anything else absorbed here committed before the bump, so woken readers still see it;
-        # with `on_change`, its owner is told that the reading moved, and looks for such commits.
-        current = self._read_data_version()
-        if current is not None:
-            moved = current != self._data_version
-            self._data_version = current
-            if moved and self._on_change is not None:
-                self._on_change(True)
+        # Without `on_change`, absorb our own commit into the baseline so it does not wake
+        # everyone a second time; anything else absorbed here committed before the bump, so
+        # woken readers still see it. With it, the reading is left to the file event the commit
+        # raised (or the next poll), whose owner hears "most likely our own" then: one reading
+        # of the file a commit, not two.
+        if self._on_change is None:
+            current = self._read_data_version()
+            if current is not None:
+                self._data_version = current
         self._bump()
 
     def _bump(self) -> None:
