@@ -9,6 +9,7 @@ or into it (`uv pip install --python .venv/bin/python py-spy`; `uv sync` removes
     .venv/bin/python -m bench.profile_service mcp    [--calls 1000]   # one MCP client, `send`
     .venv/bin/python -m bench.profile_service echo   [--calls 1000]   # the SDK echo over HTTP
     .venv/bin/python -m bench.profile_service mcp16  [--calls 100]    # 16 clients x calls
+    (mcp, echo and mcp16 take --revision 2025-11-25 for the legacy protocol)
     .venv/bin/python -m bench.profile_service broadcast [--waiters 1000]
 
 `py-spy record --gil --threads` samples only where a thread holds the GIL (Python runs), so the
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import anyio
 
-from bench.common import MODERN, scratch_home, structured
+from bench.common import MODERN, REVISIONS, scratch_home, structured
 from bench.profile import RATE, _stacks, start_spy, stop_spy
 from bench.serve import Serve, raise_fd_limit, running
 
@@ -146,7 +147,9 @@ async def _rest1(server: Serve, calls: int, out: Path) -> tuple[int, float]:
     return calls, seconds
 
 
-async def _mcp(server: Serve, calls: int, clients: int, out: Path) -> tuple[int, float]:
+async def _mcp(
+    server: Serve, calls: int, clients: int, out: Path, revision: str = MODERN
+) -> tuple[int, float]:
     from bench.mcp_http import mcp_client
 
     names = [f"agent-{i:02d}" for i in range(max(2, clients))]
@@ -158,7 +161,7 @@ async def _mcp(server: Serve, calls: int, clients: int, out: Path) -> tuple[int,
 
     async def agent(i: int, n: int) -> None:
         to = names[(i + 1) % len(names)]
-        async with mcp_client(url, keys[names[i]], MODERN) as client:
+        async with mcp_client(url, keys[names[i]], revision) as client:
             for k in range(50):  # warm up, before py-spy attaches
                 structured(await client.call_tool("send", {"to": to, "body": f"{BODY} {k}"}))
             warm.append(i)
@@ -181,10 +184,10 @@ async def _mcp(server: Serve, calls: int, clients: int, out: Path) -> tuple[int,
     return clients * calls, seconds
 
 
-async def _echo(home: Path, calls: int, out: Path) -> tuple[int, float]:
+async def _echo(home: Path, calls: int, out: Path, revision: str = MODERN) -> tuple[int, float]:
     from bench.mcp_http import echo_http, mcp_client
 
-    async with echo_http(home) as (url, pid), mcp_client(url, None, MODERN) as client:
+    async with echo_http(home) as (url, pid), mcp_client(url, None, revision) as client:
         for _ in range(50):
             await client.call_tool("echo", {"text": BODY})
         spy = await start_spy(pid, out)
@@ -221,7 +224,7 @@ async def main_async(args: argparse.Namespace) -> None:
     out = Path(args.out)
     with scratch_home("profile-service") as home:
         if args.mode == "echo":
-            calls, seconds = await _echo(home, args.calls, out)
+            calls, seconds = await _echo(home, args.calls, out, args.revision)
         else:
             async with running(home) as server:
                 if args.mode == "rest":
@@ -229,9 +232,9 @@ async def main_async(args: argparse.Namespace) -> None:
                 elif args.mode == "rest1":
                     calls, seconds = await _rest1(server, args.calls, out)
                 elif args.mode == "mcp":
-                    calls, seconds = await _mcp(server, args.calls, 1, out)
+                    calls, seconds = await _mcp(server, args.calls, 1, out, args.revision)
                 elif args.mode == "mcp16":
-                    calls, seconds = await _mcp(server, args.calls, 16, out)
+                    calls, seconds = await _mcp(server, args.calls, 16, out, args.revision)
                 else:
                     calls, seconds = await _broadcast(server, args.waiters, out)
     print(f"raw stacks in {out}")
@@ -245,6 +248,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--waiters", type=int, default=1000)
     parser.add_argument("--out", default="/tmp/agentpost-service-profile.txt")
+    parser.add_argument(
+        "--revision", choices=REVISIONS, default=MODERN, help="the MCP protocol revision"
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 
