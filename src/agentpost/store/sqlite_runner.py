@@ -46,7 +46,7 @@ CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints, which run on a thread of their own."""
 RESTART_WAIT_MS = 20
 HERE_UP_TO = 4
-"""The most writes of one batch of the event loop that run right there (see `_write_here`)."""
+"""The most writes of one batch that run right there on the event loop (`_write_here`)."""
 
 
 @dataclass
