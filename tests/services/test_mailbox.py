@@ -861,6 +861,24 @@ async def test_retention_is_configurable_and_younger_mail_stays(
     assert [s.message.body for s in await office.mailbox.sent(alice)] == ["this morning"]
 
 
+async def test_urgent_mail_after_retention_purged_every_message_is_still_previewed(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A session's cursor outlives the mail it counted: new mail must land beyond it."""
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    ids = [
+        (await office.mailbox.send(alice, "bob", f"m{i}", priority="urgent")).id for i in range(3)
+    ]
+    assert len((await office.mailbox.notices(bob)).urgent) == 3
+    await office.mailbox.ack(bob, ids)
+    clock.advance(31 * DAY)
+    assert await office.mailbox.sweep() == 3
+    await office.mailbox.send(alice, "bob", "fire after a quiet month", priority="urgent")
+    notices = await office.mailbox.notices(bob)
+    assert [m.body for m in notices.urgent] == ["fire after a quiet month"]
+
+
 async def test_a_large_sweep_goes_in_batches_and_purges_everything_due(
     office: PostOffice, clock: FakeClock
 ) -> None:

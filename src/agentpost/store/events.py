@@ -204,16 +204,12 @@ def touched(conn: Connection, after: int, limit: int) -> tuple[dict[str, int], i
 def purge_before(conn: Connection, before: float, limit: int) -> int:
     """Delete up to `limit` events older than `before`; returns how many went.
 
-    The newest event always stays, even when old: SQLite hands out max(seq) + 1, and an empty
-    table would start the cursors over again.
+    Cursors never start over, even once every event went: a `seq` is never handed out twice
+    (an identity on PostgreSQL, AUTOINCREMENT on SQLite).
     """
-    newest_seq = select(func.max(events.c.seq)).scalar_subquery()
     seqs = list(
         conn.execute(
-            select(events.c.seq)
-            .where(events.c.at < before, events.c.seq < newest_seq)
-            .order_by(events.c.at)
-            .limit(limit)
+            select(events.c.seq).where(events.c.at < before).order_by(events.c.at).limit(limit)
         ).scalars()
     )
     if seqs:

@@ -11,8 +11,8 @@ that process is still running.
 indexed messages reach the index through triggers; those of messages not yet indexed must not
 (FTS5 would take a "delete" of a row it never had as a corrupt index), and need not:
 `index_new` takes them as they are by then. A deletion also moves the cursor back to the
-newest message left, if it was beyond: SQLite hands out max(seq) + 1, so a `seq` handed out
-again after the newest messages were purged is still beyond the cursor.
+newest message left, if it was beyond (migration 0004 did so for SQLite's max(seq) + 1;
+since 0005 a `seq` is never handed out again, and the cursor is simply never ahead).
 """
 
 from __future__ import annotations

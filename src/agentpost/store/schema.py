@@ -97,6 +97,7 @@ messages = Table(
     Index("ix_messages_sender", "sender", "seq"),
     Index("ix_messages_channel", "channel", "seq"),
     Index("ix_messages_created", "created_at"),
+    sqlite_autoincrement=True,
 )
 
 deliveries = Table(
@@ -199,6 +200,7 @@ events = Table(
     Column("data", Text),  # JSON
     Index("ix_events_agent", "agent", "seq"),
     Index("ix_events_at", "at"),
+    sqlite_autoincrement=True,
 )
 """Each agent's event log: what SSE streams (ids are `seq`) and what webhooks deliver."""
 

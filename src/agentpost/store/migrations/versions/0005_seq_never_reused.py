@@ -1,0 +1,123 @@
+"""On SQLite, `messages.seq` and `events.seq` are never handed out twice (AUTOINCREMENT).
+
+A plain INTEGER PRIMARY KEY takes max(seq) + 1: once retention purged the newest mail, new
+mail took seqs again that cursors (a session's urgent previews, a stdio server's push, `tail`)
+had already passed, and went unannounced. AUTOINCREMENT keeps the high-water mark in
+`sqlite_sequence`; the messages' mark starts at least at the furthest session cursor, so a
+reuse that happened before this upgrade ends here too. PostgreSQL's identities never reuse:
+nothing changes there.
+
+SQLite cannot add AUTOINCREMENT to a table, so each table is rebuilt: copied aside, dropped,
+created anew under its own name and filled again, its rows (seqs included), indexes and
+triggers as they were. `deliveries` keeps referring to `messages` throughout; the foreign keys
+are deferred, so SQLite checks at commit that every delivery still has its message.
+
+Revision ID: 0005
+Revises: 0004
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+def _messages(name: str, *, autoincrement: bool) -> None:
+    op.create_table(
+        name,
+        sa.Column("seq", Seq, primary_key=True, autoincrement=True),
+        sa.Column("id", sa.String(40), nullable=False, unique=True),
+        sa.Column("sender", sa.String(64), nullable=False),
+        sa.Column("recipients", sa.Text, nullable=False),
+        sa.Column("channel", sa.String(64)),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("subject", sa.Text, nullable=False, server_default=""),
+        sa.Column("body", sa.Text, nullable=False),
+        sa.Column("data", sa.Text),
+        sa.Column("thread_id", sa.String(64), nullable=False),
+        sa.Column("reply_to", sa.String(40)),
+        sa.Column("priority", sa.String(16), nullable=False),
+        sa.Column("must_read", sa.Boolean, nullable=False),
+        sa.Column("created_at", sa.Float, nullable=False),
+        sa.Column("expires_at", sa.Float),
+        sa.Column("trust", sa.String(16), nullable=False),
+        sqlite_autoincrement=autoincrement,
+    )
+
+
+def _events(name: str, *, autoincrement: bool) -> None:
+    op.create_table(
+        name,
+        sa.Column("seq", Seq, primary_key=True, autoincrement=True),
+        sa.Column("agent", sa.String(64), nullable=False),
+        sa.Column("type", sa.String(32), nullable=False),
+        sa.Column("message_id", sa.String(40)),
+        sa.Column("at", sa.Float, nullable=False),
+        sa.Column("data", sa.Text),
+        sqlite_autoincrement=autoincrement,
+    )
+
+
+_MESSAGES_FLOOR = (
+    "SELECT max(coalesce((SELECT max(seq) FROM messages), 0), "
+    "coalesce((SELECT max(urgent_cursor) FROM sessions), 0))"
+)
+"""Where new messages start: beyond every message left and every session's cursor."""
+_EVENTS_FLOOR = "SELECT coalesce(max(seq), 0) FROM events"
+
+
+def _rebuild(
+    table: str, create: Callable[..., None], *, autoincrement: bool, floor: str = ""
+) -> None:
+    bind = op.get_bind()
+    # Indexes and triggers go with the table: kept as SQLite has them, to be made again.
+    # (An index SQLite made for a UNIQUE or PRIMARY KEY has no sql: the new table makes it.)
+    kept = list(
+        bind.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND type IN ('index', 'trigger') "
+            "AND sql IS NOT NULL ORDER BY type, name",
+            (table,),
+        ).scalars()
+    )
+    high_water = bind.exec_driver_sql(floor).scalar() if floor else None
+    aside = f"temp._rebuild_{table}"
+    op.execute("PRAGMA defer_foreign_keys = ON")  # until this transaction commits
+    op.execute(f"CREATE TABLE {aside} AS SELECT * FROM {table}")
+    op.execute(f"DROP TABLE {table}")  # fires no trigger: the full-text index stays as it is
+    create(table, autoincrement=autoincrement)
+    columns = ", ".join(
+        row[1] for row in bind.exec_driver_sql(f"PRAGMA table_info({table})").fetchall()
+    )
+    op.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {aside}")
+    op.execute(f"DROP TABLE {aside}")
+    for statement in kept:
+        op.execute(statement)
+    if high_water is not None:
+        bind.exec_driver_sql("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
+        bind.exec_driver_sql(
+            "INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)", (table, high_water)
+        )
+
+
+def upgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite":
+        return
+    _rebuild("messages", _messages, autoincrement=True, floor=_MESSAGES_FLOOR)
+    _rebuild("events", _events, autoincrement=True, floor=_EVENTS_FLOOR)
+
+
+def downgrade() -> None:
+    if op.get_bind().dialect.name != "sqlite":
+        return
+    _rebuild("events", _events, autoincrement=False)
+    _rebuild("messages", _messages, autoincrement=False)
+    op.execute("DELETE FROM sqlite_sequence WHERE name IN ('messages', 'events')")
