@@ -76,7 +76,7 @@ _EVENTS_FLOOR = "SELECT coalesce(max(seq), 0) FROM events"
 
 
 def _rebuild(
-    table: str, create: Callable[..., None], *, autoincrement: bool, floor: str = ""
+    table: str, create: Callable[..., None], *, autoincrement: bool, floor: str | None = None
 ) -> None:
     bind = op.get_bind()
     # Indexes and triggers go with the table: kept as SQLite has them, to be made again.
@@ -88,7 +88,7 @@ def _rebuild(
             (table,),
         ).scalars()
     )
-    high_water = bind.exec_driver_sql(floor).scalar() if floor else None
+    high_water = None if floor is None else bind.exec_driver_sql(floor).scalar()
     aside = f"temp._rebuild_{table}"
     op.execute("PRAGMA defer_foreign_keys = ON")  # until this transaction commits
     op.execute(f"CREATE TABLE {aside} AS SELECT * FROM {table}")
@@ -100,7 +100,7 @@ def _rebuild(
     op.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {aside}")
     op.execute(f"DROP TABLE {aside}")
     for statement in kept:
-        op.execute(statement)
+        bind.exec_driver_sql(statement)  # as SQLite wrote it: no bind parameters parsed
     if high_water is not None:
         bind.exec_driver_sql("DELETE FROM sqlite_sequence WHERE name = ?", (table,))
         bind.exec_driver_sql(
