@@ -39,13 +39,19 @@ def opened(path: Path) -> Iterator[sqlite3.Connection]:
         db.close()
 
 
+def typed_rows(db: sqlite3.Connection, table: str) -> list[tuple[Any, ...]]:
+    """Each value with its storage class, as SQLite quotes it: 1, 1.0 and '1' stay apart."""
+    columns = [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
+    values = ", ".join(f"typeof({c}), quote({c})" for c in columns)
+    return db.execute(f"SELECT {values} FROM {table} ORDER BY 2, 4").fetchall()
+
+
 def contents(path: Path) -> dict[str, Any]:
     """Every row of the tables the rebuild touches or leans on, and the indexes and triggers
     of the rebuilt ones, as SQLite holds them."""
     with opened(path) as db:
         rows = {
-            table: db.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-            for table in (*LOGS, "deliveries", "messages_fts_cursor")
+            table: typed_rows(db, table) for table in (*LOGS, "deliveries", "messages_fts_cursor")
         }
         rows["indexes and triggers"] = db.execute(
             "SELECT type, name, tbl_name, sql FROM sqlite_master "
@@ -136,21 +142,38 @@ async def test_a_downgrade_and_the_upgrade_keep_every_row_index_and_trigger(
     assert checks(path, all_indexed=True) == []
 
 
-async def test_the_upgrade_starts_new_mail_beyond_every_sessions_cursor(tmp_path: Path) -> None:
-    """Mail purged under 0004 may have left a cursor beyond the newest message: new mail must
-    come after the cursor, or that session would never be told of it."""
+def with_cursors(path: Path, beyond: int, *, behind: int | None = None) -> tuple[int, int]:
+    """Bob's session and webhook with cursors `beyond` the newest message and event (and a
+    session `behind`, at that seq, if asked); returns the newest message's and event's seqs."""
+    now = time.time()
+    with opened(path) as db:
+        newest_message = db.execute("SELECT max(seq) FROM messages").fetchone()[0]
+        newest_event = db.execute("SELECT max(seq) FROM events").fetchone()[0]
+        db.execute("INSERT INTO agents (name, created_at) VALUES ('bob', ?)", (now,))
+        cursors = [("beyond", newest_message + beyond)]
+        if behind is not None:
+            cursors.append(("behind", behind))
+        db.executemany(
+            "INSERT INTO sessions (id, agent, transport, host, started_at, heartbeat_at, "
+            "urgent_cursor) VALUES (?, 'bob', 'stdio', 'here', ?, ?, ?)",
+            [(name, now, now, cursor) for name, cursor in cursors],
+        )
+        db.execute(
+            "INSERT INTO webhooks (id, agent, url, events, secret, created_at, cursor) "
+            "VALUES ('w1', 'bob', 'https://example.org/', '[]', 's', ?, ?)",
+            (now, newest_event + beyond),
+        )
+    return newest_message, newest_event
+
+
+async def test_the_upgrade_starts_beyond_every_cursor_the_database_holds(tmp_path: Path) -> None:
+    """Rows purged under 0004 may have left a cursor beyond the newest row: new mail and events
+    must come after it, or a session (a webhook) would never be told of them."""
     path = tmp_path / "agentpost.db"
     await a_post_office(path)
     alembic_on(path, "downgrade", "0004")
-    now = time.time()
-    with opened(path) as db:
-        newest = db.execute("SELECT max(seq) FROM messages").fetchone()[0]
-        db.execute("INSERT INTO agents (name, created_at) VALUES ('bob', ?)", (now,))
-        db.execute(
-            "INSERT INTO sessions (id, agent, transport, host, started_at, heartbeat_at, "
-            "urgent_cursor) VALUES ('s1', 'bob', 'stdio', 'here', ?, ?, ?)",
-            (now, now, newest + 40),  # it had seen 40 messages since purged
-        )
+    # Say 40 messages and their events went since the cursors passed them.
+    newest_message, newest_event = with_cursors(path, 40)
     migrate.migrate_sqlite(path)  # as the next start does
 
     store = await Store.open(f"sqlite:///{path}")
@@ -158,7 +181,23 @@ async def test_the_upgrade_starts_new_mail_beyond_every_sessions_cursor(tmp_path
         _, seq = await put(store, "alice", ["bob"], "after the upgrade")
     finally:
         await store.aclose()
-    assert seq == newest + 41
+    assert seq == newest_message + 41
+    with opened(path) as db:
+        first_event = db.execute("SELECT min(seq) FROM events WHERE seq > ?", (newest_event,))
+        assert first_event.fetchone()[0] == newest_event + 41
+
+
+async def test_a_downgrade_moves_cursors_back_to_the_newest_row_left(tmp_path: Path) -> None:
+    """Under 0004 SQLite takes max(seq) + 1 again: a cursor beyond the newest row would skip
+    what comes next."""
+    path = tmp_path / "agentpost.db"
+    await a_post_office(path)
+    newest_message, newest_event = with_cursors(path, 5, behind=1)
+    alembic_on(path, "downgrade", "0004")
+    with opened(path) as db:
+        cursors = db.execute("SELECT id, urgent_cursor FROM sessions ORDER BY id").fetchall()
+        assert cursors == [("behind", 1), ("beyond", newest_message)]
+        assert db.execute("SELECT cursor FROM webhooks").fetchone()[0] == newest_event
 
 
 async def test_mail_after_every_message_and_event_was_purged_comes_after_them(

@@ -205,7 +205,7 @@ def purge_before(conn: Connection, before: float, limit: int) -> int:
     """Delete up to `limit` events older than `before`; returns how many went.
 
     Cursors never start over, even once every event went: a `seq` is never handed out twice
-    (an identity on PostgreSQL, AUTOINCREMENT on SQLite).
+    (a sequence on PostgreSQL, AUTOINCREMENT on SQLite).
     """
     seqs = list(
         conn.execute(

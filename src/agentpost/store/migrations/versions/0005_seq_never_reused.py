@@ -3,14 +3,17 @@
 A plain INTEGER PRIMARY KEY takes max(seq) + 1: once retention purged the newest mail, new
 mail took seqs again that cursors (a session's urgent previews, a stdio server's push, `tail`)
 had already passed, and went unannounced. AUTOINCREMENT keeps the high-water mark in
-`sqlite_sequence`; the messages' mark starts at least at the furthest session cursor, so a
-reuse that happened before this upgrade ends here too. PostgreSQL's identities never reuse:
-nothing changes there.
+`sqlite_sequence`; each mark starts at least at the furthest cursor the database holds (a
+session's for messages, a webhook's for events), so a reuse that happened before this upgrade
+ends here too. (Cursors outside the database, the hook's files and older processes still
+running, are not known here.) PostgreSQL's sequences never reuse: nothing changes there.
 
 SQLite cannot add AUTOINCREMENT to a table, so each table is rebuilt: copied aside, dropped,
 created anew under its own name and filled again, its rows (seqs included), indexes and
 triggers as they were. `deliveries` keeps referring to `messages` throughout; the foreign keys
-are deferred, so SQLite checks at commit that every delivery still has its message.
+are deferred, so SQLite checks at commit that every delivery still has its message. A downgrade
+brings back max(seq) + 1, so it moves the cursors back to the newest row left, from where the
+seqs handed out again still come after them.
 
 Revision ID: 0005
 Revises: 0004
@@ -72,7 +75,12 @@ _MESSAGES_FLOOR = (
     "coalesce((SELECT max(urgent_cursor) FROM sessions), 0))"
 )
 """Where new messages start: beyond every message left and every session's cursor."""
-_EVENTS_FLOOR = "SELECT coalesce(max(seq), 0) FROM events"
+_EVENTS_FLOOR = (
+    "SELECT max(coalesce((SELECT max(seq) FROM events), 0), "
+    "coalesce((SELECT max(cursor) FROM webhooks), 0), "
+    "coalesce((SELECT max(event_seq) FROM webhook_deliveries), 0))"
+)
+"""Where new events start: beyond every event left, every webhook's cursor and delivery."""
 
 
 def _rebuild(
@@ -89,14 +97,17 @@ def _rebuild(
         ).scalars()
     )
     high_water = None if floor is None else bind.exec_driver_sql(floor).scalar()
-    aside = f"temp._rebuild_{table}"
+    aside_name = f"_rebuild_{table}"
+    aside = f"temp.{aside_name}"
     op.execute("PRAGMA defer_foreign_keys = ON")  # until this transaction commits
     op.execute(f"CREATE TABLE {aside} AS SELECT * FROM {table}")
     op.execute(f"DROP TABLE {table}")  # fires no trigger: the full-text index stays as it is
     create(table, autoincrement=autoincrement)
-    columns = ", ".join(
-        row[1] for row in bind.exec_driver_sql(f"PRAGMA table_info({table})").fetchall()
-    )
+    names = [row[1] for row in bind.exec_driver_sql(f"PRAGMA table_info({table})")]
+    old_names = [row[1] for row in bind.exec_driver_sql(f"PRAGMA temp.table_info({aside_name})")]
+    if sorted(names) != sorted(old_names):  # a column this revision does not know would be lost
+        raise RuntimeError(f"{table} has the columns {old_names}, this revision {names}")
+    columns = ", ".join(f'"{name}"' for name in names)
     op.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {aside}")
     op.execute(f"DROP TABLE {aside}")
     for statement in kept:
@@ -121,3 +132,9 @@ def downgrade() -> None:
     _rebuild("events", _events, autoincrement=False)
     _rebuild("messages", _messages, autoincrement=False)
     op.execute("DELETE FROM sqlite_sequence WHERE name IN ('messages', 'events')")
+    for table, cursor, log in (
+        ("sessions", "urgent_cursor", "messages"),
+        ("webhooks", "cursor", "events"),
+    ):
+        newest = f"(SELECT coalesce(max(seq), 0) FROM {log})"
+        op.execute(f"UPDATE {table} SET {cursor} = {newest} WHERE {cursor} > {newest}")
