@@ -233,6 +233,16 @@ REFUSALS = [
         ["send", "bob", "hi", "--data", "{oops", "--as", "alice"], {}, "invalid_argument", id="data"
     ),
     pytest.param(["inbox", "--limit", "0", "--as", "bob"], {}, "invalid_argument", id="limit"),
+    # A byte that is not UTF-8 on the command line (Latin-1 "café") is no text to store.
+    pytest.param(
+        ["send", "bob", "caf\udce9", "--as", "alice"], {}, "invalid_argument", id="not-utf8"
+    ),
+    pytest.param(
+        ["send", "bob", "hi", "--data", '"\\ud800"', "--as", "alice"],
+        {},
+        "invalid_argument",
+        id="data-half-pair",
+    ),
     pytest.param(
         ["send", "bob", "x" * 32769, "--as", "alice"], {}, "too_large", id="body-over-default"
     ),

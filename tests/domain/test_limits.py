@@ -74,6 +74,57 @@ def test_data_that_is_not_json_is_an_invalid_argument(data: object) -> None:
     assert error.message.startswith("data must be JSON")
 
 
+def nested(depth: int, inner: object = 1) -> object:
+    """`inner` inside `depth` levels of lists and objects, alternating."""
+    value = inner
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_data_may_nest_as_deep_as_the_limit() -> None:
+    assert rules.encode_data(nested(rules.MAX_DATA_DEPTH), Limits()) is not None
+    assert rules.encode_data(nested(rules.MAX_DATA_DEPTH - 1, []), Limits()) is not None
+
+
+@pytest.mark.parametrize(
+    ("depth", "inner"),
+    [(rules.MAX_DATA_DEPTH + 1, 1), (rules.MAX_DATA_DEPTH, []), (rules.MAX_DATA_DEPTH, {})],
+)
+def test_data_nested_one_level_deeper_is_an_invalid_argument(depth: int, inner: object) -> None:
+    error = refusal(rules.encode_data, nested(depth, inner), Limits())
+    assert error.code is ErrorCode.INVALID_ARGUMENT
+    assert error.message == f"data nests deeper than {rules.MAX_DATA_DEPTH} levels"
+
+
+def test_data_nested_far_beyond_pythons_recursion_limit_is_refused_not_crashed() -> None:
+    error = refusal(rules.encode_data, nested(100_000), Limits())
+    assert error.code is ErrorCode.INVALID_ARGUMENT
+
+
+HALF_PAIR = "\ud800"
+UNDECODABLE_BYTE = "\udcff"  # what Python makes of a byte that is not UTF-8 on a command line
+
+
+@pytest.mark.parametrize("bad", [HALF_PAIR, UNDECODABLE_BYTE])
+def test_text_holding_half_a_surrogate_pair_is_an_invalid_argument(bad: str) -> None:
+    for check in (
+        lambda: rules.check_body(f"hi {bad}", Limits()),
+        lambda: rules.check_subject(bad, Limits()),
+        lambda: rules.check_text(bad, "query"),
+        lambda: rules.encode_data({"note": bad}, Limits()),
+        lambda: rules.encode_data({bad: 1}, Limits()),
+    ):
+        error = refusal(check)
+        assert error.code is ErrorCode.INVALID_ARGUMENT
+        assert "unpaired surrogate" in error.message
+
+
+def test_a_whole_surrogate_pair_is_ordinary_text() -> None:
+    assert rules.check_body("\U0001f600", Limits()) == "\U0001f600"
+    assert rules.encode_data({"face": "\U0001f600"}, Limits()) == '{"face":"\U0001f600"}'
+
+
 @pytest.mark.parametrize("limit", [0, -1, rules.MAX_LIMIT + 1, True, 2.0, "5"])
 def test_a_page_size_outside_1_to_max_is_an_invalid_argument(limit: object) -> None:
     assert refusal(rules.check_limit, limit).code is ErrorCode.INVALID_ARGUMENT

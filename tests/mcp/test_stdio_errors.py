@@ -17,6 +17,13 @@ SUBJECT_OVER_DEFAULT = "s" * 201
 BODY_OVER_DEFAULT = "b" * 32769
 
 
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def refusals(mid: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(code, tool, arguments), all asked by bob; `mid` is alice's message to bob."""
     return [
@@ -34,6 +41,7 @@ def refusals(mid: str) -> list[tuple[str, str, dict[str, Any]]]:
             "send",
             {"to": "alice", "body": "re", "reply_to": mid, "thread_id": "t"},
         ),
+        ("invalid_argument", "send", {"to": "alice", "body": "hi", "data": nested(65)}),
         ("invalid_argument", "inbox", {"limit": 0}),
         ("invalid_argument", "inbox", {"limit": 501}),
         ("invalid_argument", "sent", {"limit": -1}),

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, TypeGuard
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.domain.limits import check_text
 from agentpost.domain.models import Trust, from_fields
 
 KEY_PREFIX = "ap_"
@@ -50,13 +51,13 @@ def check_description(value: str) -> str:
         raise AgentpostError(
             ErrorCode.TOO_LARGE, f"description is over {MAX_DESCRIPTION} characters"
         )
-    return value
+    return check_text(value, "description")
 
 
 def check_label(value: str) -> str:
     if not isinstance(value, str) or len(value) > MAX_LABEL or "\n" in value:
         raise invalid(f"label must be one line of at most {MAX_LABEL} characters")
-    return value
+    return check_text(value, "label")
 
 
 def check_capabilities(values: object) -> list[str]:
@@ -73,6 +74,7 @@ def check_capabilities(values: object) -> list[str]:
                 f"each capability must be one line of 1 to {MAX_CAPABILITY} characters",
                 capability=value if isinstance(value, str) else repr(value),
             )
+        check_text(tag, "capability")
         if tag not in out:
             out.append(tag)
     return out

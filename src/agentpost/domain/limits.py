@@ -12,6 +12,9 @@ from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 MAX_RECIPIENTS = 100
 MAX_LIMIT = 500
 """The largest page any listing returns."""
+MAX_DATA_DEPTH = 64
+"""How deeply `data` may nest: far beyond any real document, and far below the depth at
+which a JSON serializer on the way out (pydantic's, in every face) would refuse it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,10 +36,22 @@ def too_large(what: str, size: int, limit: int, unit: str) -> AgentpostError:
 
 
 def check_text(text: str, what: str) -> str:
-    """Free text must be storable everywhere: PostgreSQL holds no NUL character."""
+    """Free text must be storable everywhere: PostgreSQL holds no NUL character, and neither
+    database nor any JSON answer holds half of a surrogate pair (which a JSON `\\ud800` or
+    undecodable bytes on a command line make)."""
     if "\x00" in text:
         raise invalid(f"{what} may not contain NUL characters")
+    if not text.isascii():
+        utf8_size(text, what)
     return text
+
+
+def utf8_size(text: str, what: str) -> int:
+    """The bytes `text` takes in UTF-8; refused when it is not Unicode text at all."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise invalid(f"{what} must be Unicode text: it holds an unpaired surrogate") from None
 
 
 def check_subject(subject: str, limits: Limits) -> str:
@@ -49,8 +64,9 @@ def check_subject(subject: str, limits: Limits) -> str:
 
 
 def check_body(body: str, limits: Limits) -> str:
-    check_text(body, "body")
-    size = len(body.encode("utf-8"))
+    if "\x00" in body:
+        raise invalid("body may not contain NUL characters")
+    size = utf8_size(body, "body")
     if size > limits.max_body_bytes:
         raise too_large("body", size, limits.max_body_bytes, "bytes")
     return body
@@ -60,14 +76,33 @@ def encode_data(data: Any, limits: Limits) -> str | None:
     """The JSON text stored for `data`, or None when there is none."""
     if data is None:
         return None
+    check_depth(data, MAX_DATA_DEPTH, "data")
     try:
         text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise invalid(f"data must be JSON: {exc}") from None
-    size = len(text.encode("utf-8"))
+    size = utf8_size(text, "data")
     if size > limits.max_data_bytes:
         raise too_large("data", size, limits.max_data_bytes, "bytes")
     return text
+
+
+def check_depth(value: Any, limit: int, what: str) -> None:
+    """Refuse a value whose lists and objects nest deeper than `limit`, before anything walks
+    it recursively (the JSON encoder, a serializer on the way out). Level by level, so a
+    hostile value never meets Python's recursion limit here either."""
+    level = [value]
+    for depth in range(1, limit + 2):
+        containers = [item for item in level if isinstance(item, dict | list | tuple)]
+        if not containers:
+            return
+        if depth > limit:
+            raise invalid(f"{what} nests deeper than {limit} levels", limit=limit)
+        level = [
+            child
+            for container in containers
+            for child in (container.values() if isinstance(container, dict) else container)
+        ]
 
 
 MAX_SEQ = 2**63 - 1

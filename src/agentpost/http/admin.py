@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from agentpost.domain.limits import MAX_SEQ
 from agentpost.http.deps import Me, Office
+from agentpost.http.routing import api_router
 from agentpost.http.schemas import CreateAgentBody, IssueKeyBody, LimitsBody
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = api_router(prefix="/v1/admin", tags=["admin"])
 
 
 @router.post("/agents", status_code=201, operation_id="admin_create_agent")

@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import Query, Request
 
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.http.deps import Me, Office, client_ip
+from agentpost.http.routing import api_router
 from agentpost.http.schemas import ProfileBody, RegisterBody, SessionBody
 
-router = APIRouter(prefix="/v1", tags=["agents"])
+router = api_router(prefix="/v1", tags=["agents"])
 
 
 @router.get("/agents", operation_id="directory")

@@ -18,6 +18,7 @@ from agentpost.http import (
     tasks,
 )
 from agentpost.http.errors import install_error_handlers
+from agentpost.http.routing import UnicodeJsonRoute
 from agentpost.services import PostOffice
 
 DESCRIPTION = """\
@@ -35,6 +36,7 @@ def build_rest_app(office: PostOffice) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
     )
+    app.router.route_class = UnicodeJsonRoute  # its own routes too, as the routers' are
     app.state.office = office
     install_error_handlers(app)
     for module in (messages, agents, channels, events, leadership, tasks, reservations, admin):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.http.deps import Me, Office
+from agentpost.http.routing import api_router
 
-router = APIRouter(prefix="/v1/channels", tags=["channels"])
+router = api_router(prefix="/v1/channels", tags=["channels"])
 
 
 @router.get("", operation_id="channels")

@@ -11,15 +11,16 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from agentpost.domain.errors import invalid
 from agentpost.domain.limits import MAX_LIMIT, MAX_SEQ, check_seq
 from agentpost.http.deps import Me, Office
+from agentpost.http.routing import api_router
 from agentpost.http.schemas import WebhookBody
 
-router = APIRouter(prefix="/v1", tags=["events"])
+router = api_router(prefix="/v1", tags=["events"])
 
 KEEPALIVE_S = 15
 

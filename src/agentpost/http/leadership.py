@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentpost.http.deps import Me, Office
+from agentpost.http.routing import api_router
 
-router = APIRouter(prefix="/v1/leadership", tags=["leadership"])
+router = api_router(prefix="/v1/leadership", tags=["leadership"])
 
 
 class ClaimBody(BaseModel):

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import Header, Query
 
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.http.deps import Me, Office
+from agentpost.http.routing import api_router
 from agentpost.http.schemas import AckBody, SendBody
 
-router = APIRouter(prefix="/v1", tags=["messages"])
+router = api_router(prefix="/v1", tags=["messages"])
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 
 from agentpost.http.deps import Me, Office
+from agentpost.http.routing import api_router
 from agentpost.http.schemas import ReleaseReservationsBody, RenewReservationsBody, ReserveBody
 
-router = APIRouter(prefix="/v1/reservations", tags=["reservations"])
+router = api_router(prefix="/v1/reservations", tags=["reservations"])
 
 
 @router.post("", operation_id="reserve")

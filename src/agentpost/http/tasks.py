@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.domain.tasks import TaskRole, TaskStatusName
 from agentpost.http.deps import Me, Office
+from agentpost.http.routing import api_router
 
-router = APIRouter(prefix="/v1", tags=["tasks"])
+router = api_router(prefix="/v1", tags=["tasks"])
 
 JSONValue = Any
 

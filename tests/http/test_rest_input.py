@@ -1,0 +1,135 @@
+"""Hostile input over REST: JSON that Python can decode but nothing can store or answer with
+(half a surrogate pair, data nested past what a serializer takes) is refused as
+`invalid_argument` on every route, changes nothing, and leaves every reader working."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+import pytest
+
+from agentpost.domain.limits import MAX_DATA_DEPTH
+from agentpost.http.app import build_rest_app
+from agentpost.http.routing import UnicodeJsonRoute
+from agentpost.services import PostOffice
+from service_process import Service, running_service
+
+pytestmark = pytest.mark.anyio
+
+HALF_PAIR = "\ud800"
+
+
+def nested(depth: int) -> object:
+    value: object = "deep"
+    for _ in range(depth):
+        value = {"k": [value]}
+    return value
+
+
+async def send_json(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any]
+) -> httpx.Response:
+    """`body` as JSON the way any client may write it: non-ASCII as `\\uXXXX` escapes (httpx's
+    own encoder could not write half a surrogate pair at all)."""
+    content = json.dumps(body).encode("ascii")
+    headers = {"Content-Type": "application/json"}
+    return await client.request(method, path, content=content, headers=headers)
+
+
+def refused_as_invalid(answer: httpx.Response) -> None:
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "invalid_argument"
+
+
+def table_counts(home: Path) -> dict[str, int]:
+    db = sqlite3.connect(f"file:{home / 'agentpost.db'}?mode=ro", uri=True)
+    try:
+        tables = [
+            name
+            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if name not in ("audit", "rate_windows", "sqlite_sequence", "lockouts")
+            and not name.startswith("messages_fts")
+        ]
+        return {t: db.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+    finally:
+        db.close()
+
+
+async def test_half_a_surrogate_pair_in_any_body_is_refused_and_changes_nothing(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    await service.create_agent("bob")
+    assert (await alice.post("/v1/messages", json={"to": "bob", "body": "x"})).status_code == 201
+    before = table_counts(service.home)
+    posts: list[tuple[str, str, dict[str, Any]]] = [
+        ("POST", "/v1/messages", {"to": "bob", "body": HALF_PAIR}),
+        ("POST", "/v1/messages", {"to": "bob", "body": "x", "subject": HALF_PAIR}),
+        ("POST", "/v1/messages", {"to": "bob", "body": "x", "data": {"a": HALF_PAIR}}),
+        ("POST", "/v1/messages", {"to": "bob", "body": "x", "data": {HALF_PAIR: 1}}),
+        ("POST", "/v1/messages", {"to": HALF_PAIR, "body": "x"}),
+        ("PATCH", "/v1/me", {"capabilities": [HALF_PAIR]}),
+        ("PATCH", "/v1/me", {"description": HALF_PAIR}),
+        ("PATCH", "/v1/me", {"objective": HALF_PAIR}),
+        ("POST", "/v1/tasks", {"to": "bob", "title": HALF_PAIR}),
+        ("POST", "/v1/requests", {"to": "bob", "question": HALF_PAIR, "timeout_s": 0}),
+        ("POST", "/v1/sessions", {"objective": HALF_PAIR}),
+        ("POST", "/v1/webhooks", {"url": "http://127.0.0.1:9/h", "events": [HALF_PAIR]}),
+        ("POST", "/v1/inbox/ack", {"ids": [HALF_PAIR]}),
+        ("POST", "/v1/reservations", {"paths": [HALF_PAIR]}),
+    ]
+    for method, path, body in posts:
+        refused_as_invalid(await send_json(alice, method, path, body))
+    carol = {"name": "carol", "description": "\udfff"}
+    refused_as_invalid(await send_json(service.admin, "POST", "/v1/admin/agents", carol))
+
+    assert table_counts(service.home) == before
+    assert (await alice.get("/v1/agents")).status_code == 200
+    assert (await alice.get("/v1/me")).json()["capabilities"] == []
+
+
+async def test_an_escaped_backslash_before_u_d800_is_ordinary_text(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    body = "a path: C:\\ud800\\file and a face: \U0001f600"
+    assert (await alice.post("/v1/messages", json={"to": "bob", "body": body})).status_code == 201
+    assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == [body]
+
+
+async def test_self_registration_refuses_half_a_surrogate_pair(tmp_path: Path) -> None:
+    async with running_service(tmp_path, {"AGENTPOST_OPEN_REGISTRATION": "true"}) as service:
+        anyone = service.client()
+        mallory = {"name": "mallory", "description": HALF_PAIR}
+        refused_as_invalid(await send_json(anyone, "POST", "/v1/register", mallory))
+        listed = await service.admin.get("/v1/admin/agents")
+        assert "mallory" not in [a["name"] for a in listed.json()["agents"]]
+
+
+async def test_data_nested_past_the_limit_is_refused_and_every_reader_keeps_working(
+    service: Service,
+) -> None:
+    mallory = await service.agent("mallory")
+    alice = await service.agent("alice")
+    deep = {"to": "#general", "body": "look", "data": nested(MAX_DATA_DEPTH)}
+    refused_as_invalid(await mallory.post("/v1/messages", json=deep))
+    at_limit = nested(MAX_DATA_DEPTH // 2)  # each level of `nested` is two: an object, a list
+    ok = {"to": "#general", "body": "ok", "data": at_limit}
+    sent = await mallory.post("/v1/messages", json=ok)
+    assert sent.status_code == 201
+
+    for path in ("/v1/inbox", "/v1/channels/general/messages", "/v1/search?q=ok"):
+        answer = await alice.get(path)
+        assert answer.status_code == 200, (path, answer.text)
+        assert [m["data"] for m in answer.json()["messages"]] == [at_limit]
+    assert (await mallory.get("/v1/sent")).status_code == 200
+
+
+def test_every_rest_route_refuses_bodies_that_are_not_unicode() -> None:
+    app = build_rest_app(cast(PostOffice, object()))
+    routes = [r for r in app.routes if hasattr(r, "endpoint") and hasattr(r, "body_field")]
+    assert routes
+    assert all(isinstance(route, UnicodeJsonRoute) for route in routes)
