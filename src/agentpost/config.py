@@ -103,6 +103,10 @@ class Settings(BaseSettings):
     """Host headers `/mcp` accepts besides loopback ones (`host:port`, or `host:*`)."""
     allowed_origins: list[str] = Field(default_factory=list)
     """Origins `/mcp` accepts besides loopback ones (`https://host:port`)."""
+    trusted_proxies: list[str] = Field(default_factory=list)
+    """Reverse proxies (addresses or networks) whose `X-Forwarded-For` and
+    `X-Forwarded-Proto` `serve` believes; none by default, so a client's address, which
+    lockouts and registration limits count by, is the one it connects from."""
     webhook_max_attempts: int = Field(8, ge=1)
     """Deliveries of one webhook event before it is marked failed."""
     webhook_timeout_s: float = Field(10, gt=0)

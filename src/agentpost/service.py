@@ -249,5 +249,17 @@ def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = Fals
             )
 
     app = Service(settings, on_admin_key=announce)
-    server = _Server(uvicorn.Config(app, host=host, port=port, lifespan="on", log_level="info"))
+    proxies = settings.trusted_proxies
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        log_level="info",
+        # uvicorn believes X-Forwarded-For from loopback by default: any local client could
+        # then speak from any address it names, and never be locked out.
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=list(proxies) or None,
+    )
+    server = _Server(config)
     server.run()

@@ -116,6 +116,38 @@ async def test_ten_failed_authentications_lock_the_address_out_across_a_restart(
     assert (await service.admin.get("/v1/inbox")).status_code == 429
 
 
+async def test_a_forwarded_for_header_neither_escapes_a_lockout_nor_names_the_address(
+    service: Service,
+) -> None:
+    """Unless the owner names a trusted proxy, the address is the one the client connects from,
+    whatever `X-Forwarded-For` a client writes."""
+    intruder = service.client("ap_wrong")
+    for n in range(10):
+        forged = {"X-Forwarded-For": f"203.0.113.{n}"}
+        assert (await intruder.get("/v1/inbox", headers=forged)).status_code == 401
+    elsewhere = {"X-Forwarded-For": "198.51.100.7"}
+    locked = await service.admin.get("/v1/inbox", headers=elsewhere)
+    assert error_of(locked) == "locked_out"
+    audited = sqlite3.connect(service.home / "agentpost.db").execute(
+        "SELECT DISTINCT ip FROM audit WHERE action = 'auth.failed'"
+    )
+    assert [ip for (ip,) in audited] == ["127.0.0.1"]
+
+
+async def test_behind_a_trusted_proxy_each_forwarded_address_is_counted_on_its_own(
+    tmp_path: Path,
+) -> None:
+    env = {"AGENTPOST_TRUSTED_PROXIES": '["127.0.0.1"]'}
+    async with running_service(tmp_path, env) as service:
+        intruder = service.client("ap_wrong", **{"X-Forwarded-For": "203.0.113.9"})
+        for _ in range(10):
+            assert (await intruder.get("/v1/inbox")).status_code == 401
+        owner_elsewhere = service.client(service.admin_key, **{"X-Forwarded-For": "198.51.100.7"})
+        assert (await owner_elsewhere.get("/v1/inbox")).status_code == 200
+        owner_there = service.client(service.admin_key, **{"X-Forwarded-For": "203.0.113.9"})
+        assert error_of(await owner_there.get("/v1/inbox")) == "locked_out"
+
+
 async def test_failed_authentications_are_in_the_audit_log(tmp_path: Path) -> None:
     async with running_service(tmp_path, {"AGENTPOST_LOCKOUT_FAILURES": "50"}) as service:
         await service.client("ap_wrong").get("/v1/inbox")

@@ -251,6 +251,20 @@ async def test_a_good_key_does_not_wipe_the_failures_counted_before_it(
     )
 
 
+async def test_an_address_longer_than_the_audit_holds_still_counts_toward_its_lockout(
+    office: PostOffice,
+) -> None:
+    """A proxy may pass any address on; on PostgreSQL an over-long one failed the audit row,
+    and with it the count, so that address was never locked out."""
+    _, secret = await keyed(office, "alice")
+    long_ip = "2001:db8::" + "f" * 200
+    await fail(office, 10, ip=long_ip)
+    await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=long_ip)
+    )
+    assert [ip for _, ip, _ in await failures_audited(office)] == [long_ip[:64]] * 10
+
+
 async def test_after_a_lockout_the_count_starts_again(office: PostOffice, clock: FakeClock) -> None:
     _, secret = await keyed(office, "alice")
     await fail(office, 10)

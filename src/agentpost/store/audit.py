@@ -11,6 +11,9 @@ from agentpost.store.prepared import Prepared
 from agentpost.store.schema import audit
 
 _INSERT = Prepared(insert(audit), keys=["at", "actor", "action", "target", "ip", "detail"])
+IP_CHARS: int = audit.c.ip.type.length  # type: ignore[attr-defined]
+"""An address is the client's to write (a proxy's header): kept to what the column holds,
+as PostgreSQL would otherwise refuse the row, and with it the failure it records."""
 
 
 def record(
@@ -30,7 +33,7 @@ def record(
             "actor": actor,
             "action": action,
             "target": target,
-            "ip": ip,
+            "ip": None if ip is None else ip[:IP_CHARS],
             "detail": None if detail is None else json.dumps(detail, separators=(",", ":")),
         },
     )
