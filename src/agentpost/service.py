@@ -22,6 +22,7 @@ from urllib.parse import parse_qs
 
 import anyio
 import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
@@ -40,6 +41,9 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 SWEEP_EVERY_S = 3600
+MAX_HEAD_BYTES = 64 * 1024
+"""The most a request line and its headers may take: a key and a few headers need a few
+hundred bytes; uvicorn's httptools parser takes any amount, before any key is checked."""
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 ADMIN_KEY_FILE = "admin.key"
 
@@ -226,6 +230,34 @@ def check_bind(host: str, allow_remote: bool) -> None:
         )
 
 
+class _BoundedHeadProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, answering 431 and closing the connection once a request's
+    head outgrows MAX_HEAD_BYTES, so a client without a key cannot fill the memory with it."""
+
+    _in_head = True
+    _head_bytes = 0
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        # Still in the head after taking all of that: every byte of it was head.
+        if self._in_head and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"content-length: 0\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.close()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._in_head, self._head_bytes = True, 0
+        super().on_message_complete()
+
+
 class _Server(uvicorn.Server):
     """Says how to connect once it listens, when the port (maybe chosen by the kernel) is known."""
 
@@ -256,6 +288,7 @@ def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = Fals
         port=port,
         lifespan="on",
         log_level="info",
+        http=_BoundedHeadProtocol,
         # uvicorn believes X-Forwarded-For from loopback by default: any local client could
         # then speak from any address it names, and never be locked out.
         proxy_headers=bool(proxies),

@@ -3,6 +3,7 @@ the ones that must outlive the process (rate windows, idempotency keys) do."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -107,6 +108,56 @@ async def test_a_body_longer_than_its_announced_length_is_not_taken_in(tmp_path:
                     answer += await stream.receive()
         assert answer.startswith(b"HTTP/1.1 4")  # the first 40 bytes are no message
         assert (await bob.get("/v1/inbox")).json()["messages"] == []
+
+
+async def raw_exchange(port: int, request: bytes) -> bytes:
+    """Write `request` on a fresh connection; everything the server answers until it closes."""
+    answer = b""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await stream.send(request)
+        with anyio.fail_after(10), contextlib.suppress(anyio.EndOfStream, OSError):
+            while True:
+                answer += await stream.receive()
+    return answer
+
+
+async def test_a_request_head_over_64_kib_is_refused_before_anything_reads_it(
+    service: Service,
+) -> None:
+    """No key is needed to send headers: without a bound, one connection filled the memory.
+    The server answers 431 and closes; a client still writing may see the close as a reset."""
+    chunk, most = b"a" * 65536, 64 << 20
+    sent, answer = 0, b""
+    async with await anyio.connect_tcp("127.0.0.1", service.port) as stream:
+        try:
+            await stream.send(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: ")
+            while sent < most:
+                await stream.send(chunk)
+                sent += len(chunk)
+            with anyio.fail_after(10):
+                answer = await stream.receive()
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError):
+            pass
+    assert sent < 16 << 20, "the server read on past the bound"
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 431 ")
+
+    ordinary = "a" * 32_000  # large, but a head of fewer than 64 KiB
+    assert (await service.client().get("/health", headers={"X-Filler": ordinary})).is_success
+
+
+async def test_a_body_arriving_with_its_head_is_not_counted_as_head(service: Service) -> None:
+    key = await service.create_agent("alice")
+    await service.create_agent("bob")
+    body = json.dumps({"to": "bob", "body": "y" * 200_000}).encode()  # under the request limit
+    head = (
+        f"POST /v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    answer = await raw_exchange(service.port, head.encode() + body)
+    assert answer.startswith(b"HTTP/1.1 413 ")  # the body was read, and is over max_body_bytes
+    assert b'"too_large"' in answer
 
 
 async def test_a_full_inbox_refuses_direct_mail_with_429(tmp_path: Path) -> None:
