@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     """Wipe a message's body and data once every recipient acknowledged it."""
     tool_groups: list[str] = Field(default_factory=lambda: ["core", "channels", "profile", "coord"])
     """MCP tool groups a connection gets unless it asks (`/mcp?tools=core,coord`)."""
+    max_mcp_connections: int = Field(32, ge=1)
+    """2025-era MCP connections one agent may hold open over HTTP at once; another is refused
+    (429) until one closes or idles out (after 30 minutes without a request)."""
     allowed_hosts: list[str] = Field(default_factory=list)
     """Host headers `/mcp` accepts besides loopback ones (`host:port`, or `host:*`)."""
     allowed_origins: list[str] = Field(default_factory=list)

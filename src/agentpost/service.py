@@ -192,6 +192,8 @@ class Service:
                 allowed_hosts=self.settings.allowed_hosts,
                 allowed_origins=self.settings.allowed_origins,
                 max_request_bytes=self.settings.max_request_bytes,
+                principal_of=lambda state: caller_of(dict(state)).agent,
+                connections_per_principal=self.settings.max_mcp_connections,
             )
             self._mcp = mcp_app
             async with mcp_app.router.lifespan_context(mcp_app), anyio.create_task_group() as tg:

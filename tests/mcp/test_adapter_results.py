@@ -1,6 +1,6 @@
 """A tool's answer in its wire form: exactly what the SDK would make of a `CallToolResult`.
 
-The adapter hands the SDK a dict (see `agentpost.mcp.adapter._ToolResult`); should the SDK's
+The adapter hands the SDK a dict (see `agentpost.mcp.adapter.server._ToolResult`); should the SDK's
 wire form of a `CallToolResult` ever change, these cases say so before any client does.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 import mcp.types as types
 import pytest
 
-from agentpost.mcp.adapter import _tool_result
+from agentpost.mcp.adapter.server import _tool_result
 
 
 @pytest.mark.parametrize(

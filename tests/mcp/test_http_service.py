@@ -288,6 +288,46 @@ async def legacy_call(
     return result
 
 
+async def test_another_agents_key_cannot_use_a_legacy_connection_id(service: Service) -> None:
+    """A connection belongs to the agent that opened it: to anyone else its id is unknown, so
+    a leaked id moves nobody's push and closes nobody's connection."""
+    alice_key = await service.create_agent("alice")
+    bob_key = await service.create_agent("bob")
+    alice = service.client(alice_key, Accept="application/json, text/event-stream")
+    bob = service.client(bob_key, Accept="application/json, text/event-stream")
+    connection = await legacy_handshake(alice)
+    on_alices = {"Mcp-Session-Id": connection, "MCP-Protocol-Version": LEGACY}
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+    call["params"] = {"name": "whoami", "arguments": {}}
+    assert (await bob.post("/mcp", json=call, headers=on_alices)).status_code == 404
+    assert (await bob.delete("/mcp", headers=on_alices)).status_code == 404
+    answer = await legacy_call(alice, connection, "whoami", {})
+    assert answer["structuredContent"]["agent"] == "alice"
+
+
+async def test_one_agent_holds_at_most_max_mcp_connections_open(tmp_path: Path) -> None:
+    env = {"AGENTPOST_MAX_MCP_CONNECTIONS": "2"}
+    async with running_service(tmp_path, env) as service:
+        alice_key = await service.create_agent("alice")
+        alice = service.client(alice_key, Accept="application/json, text/event-stream")
+        first = await legacy_handshake(alice)
+        await legacy_handshake(alice)
+        refused = await alice.post("/mcp", json=legacy_initialize())
+        assert refused.status_code == 429
+        assert refused.json()["error"]["message"].startswith("rate_limited: alice holds 2 ")
+        assert int(refused.headers["Retry-After"]) > 0
+
+        bob = service.client(await service.create_agent("bob"))
+        bob.headers["Accept"] = "application/json, text/event-stream"
+        await legacy_handshake(bob)  # the bound is each agent's own
+        async with connect(service, alice_key, MODERN) as modern:  # no connection to hold
+            assert (await modern.call("whoami"))["agent"] == "alice"
+
+        closed = await alice.delete("/mcp", headers={"Mcp-Session-Id": first})
+        assert closed.status_code == 200
+        await legacy_handshake(alice)
+
+
 async def test_a_refused_register_mints_no_session(service: Service, revision: str) -> None:
     key = await service.create_agent("alice")
     async with connect(service, key, revision) as alice:

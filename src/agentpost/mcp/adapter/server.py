@@ -1,48 +1,12 @@
-"""The one seam between agentpost and the MCP server SDK (`mcp` 2.3).
-
-Everything else in the project talks to `MailboxServer`, so an SDK upgrade touches this file
-only. It is built on the low-level `mcp.server.Server`, not on `MCPServer`, because `MCPServer`
-hides the pieces a post office needs: it has no public way to serve 2025-era `resources/subscribe`,
-it rewrites tool exceptions into "Error executing tool NAME" text (so the stable error code would
-not lead the message), and it declares no experimental capabilities. Tool schemas still come
-from the SDK's own `Tool.from_function`, exactly as `@mcp.tool()` builds them.
-
-Push, in the two protocol revisions one server answers:
-
-- 2025-11-25 (initialize handshake): a client sends `resources/subscribe`; later
-  `notify_resource_updated` sends `notifications/resources/updated` on that client's connection
-  channel (stdio pipe, or the GET SSE stream on Streamable HTTP, where a push made before the
-  client opened that stream is lost: no event store is configured). Connections are remembered
-  by a middleware and forgotten through each connection's exit stack when it closes.
-- 2026-07-28 (no handshake): a client holds a `subscriptions/listen` request open; the SDK's
-  `ListenHandler` forwards `ResourceUpdated` events published on an in-process
-  `InMemorySubscriptionBus`. Several replicas would need a `SubscriptionBus` over a shared
-  pub/sub instead.
-
-Both work from any task on the server's event loop, with no request in flight.
-
-What we found in the SDK (2.3.0) while writing this:
-
-- The per-client `Connection` (which owns the standalone outbound channel, the exit stack and
-  the raw `notify`) has no public accessor from a handler: `ServerRequestContext.session` is a
-  per-request `ServerSession` wrapping it as `_connection`. `_connection_of` reads that one
-  private attribute and fails loudly if it ever disappears.
-- Experimental capabilities (Claude Code's `claude/channel`) are only a parameter of
-  `Server.get_capabilities`; a small subclass fills them in so stdio and HTTP both advertise them.
-- A raw custom notification (`notifications/claude/channel` with `{content, meta}`) goes out
-  through the public `Connection.notify` (a raw, best-effort send on the standalone stream) to
-  2025-era connections. 2026-era connections are not sent custom notifications: that revision only
-  permits server messages on streams the client opened (a listen stream or a request's own
-  stream). The SDK client drops unknown notifications unless a `ClientExtension` binds the
-  method with a `NotificationBinding`; our end-to-end test does exactly that.
-"""
+"""The MCP server of agentpost on the SDK's low-level server: tools, the inbox resource, and
+push in both protocol revisions, over stdio and Streamable HTTP (see the package's docstring
+for what was found in the SDK on the way)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -62,9 +26,13 @@ from pydantic import ValidationError
 from starlette.applications import Starlette
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.mcp.adapter.streamable_http import (
+    ConnectionGate,
+    PrincipalOf,
+    http_request_of,
+    request_in_hand,
+)
 from agentpost.mcp.pipes import StdinLines, StdoutLines
-
-__all__ = ["HttpRequest", "MailboxServer", "ToolOutput", "current_http_request"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,44 +49,6 @@ class ToolOutput:
 
     text: str
     structured: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class HttpRequest:
-    """The HTTP request an MCP message arrived on, as plain values (None over stdio).
-
-    `state` is the ASGI scope's state: what the application's own middleware learnt about the
-    request (who sent it), handed through untouched.
-    """
-
-    headers: Mapping[str, str]
-    query: Mapping[str, str]
-    client_ip: str | None
-    state: Mapping[str, Any]
-
-    @property
-    def connection(self) -> str | None:
-        """The transport session of a 2025-era connection; 2026-era requests have none."""
-        return self.headers.get("mcp-session-id")
-
-
-_current_request: ContextVar[HttpRequest | None] = ContextVar("mcp_http_request", default=None)
-
-
-def _http_request_of(ctx: _Ctx) -> HttpRequest | None:
-    request = ctx.request
-    scope = getattr(request, "scope", None)
-    if not isinstance(scope, dict):
-        return None
-    client = scope.get("client")
-    # Starlette's own mappings, not copies (this runs for every message): its headers already
-    # answer in any case, its query parameters give the last value of a repeated name.
-    return HttpRequest(
-        headers=getattr(request, "headers", {}),
-        query=getattr(request, "query_params", {}),
-        client_ip=client[0] if client else None,
-        state=scope.get("state") or {},
-    )
 
 
 def _connection_of(ctx: _Ctx) -> Connection:
@@ -232,6 +162,9 @@ class _LegacyPeers:
     def _forget(self, connection: Connection) -> None:
         self._uris.pop(connection, None)
         self._audience.pop(connection, None)
+
+    def count(self, audience: str) -> int:
+        return sum(1 for a in self._audience.values() if a == audience)
 
     def all(self, audience: str | None = None) -> list[Connection]:
         return [c for c in self._uris if audience is None or self._audience.get(c) == audience]
@@ -445,12 +378,16 @@ class MailboxServer:
         allowed_hosts: Sequence[str] = (),
         allowed_origins: Sequence[str] = (),
         max_request_bytes: int | None = None,
+        principal_of: PrincipalOf | None = None,
+        connections_per_principal: int = 32,
     ) -> Starlette:
         """A Starlette app serving Streamable HTTP at `path`.
 
         When mounted inside another app, that app must run this one's lifespan (it owns the
         session manager). Host and Origin headers are checked (DNS-rebinding protection):
-        loopback names always pass, others only when listed.
+        loopback names always pass, others only when listed. With `principal_of`, each
+        2025-era connection belongs to the principal that opened it, who may hold at most
+        `connections_per_principal` open at once (see `ConnectionGate`).
         """
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -465,18 +402,26 @@ class MailboxServer:
         extra: dict[str, Any] = {}
         if max_request_bytes is not None:
             extra["max_request_body_size"] = max_request_bytes
-        return self._server.streamable_http_app(
+        app = self._server.streamable_http_app(
             streamable_http_path=path,
             stateless_http=stateless,
             json_response=json_response,
             transport_security=security,
             **extra,
         )
+        if principal_of is not None:
+            app.add_middleware(
+                ConnectionGate,
+                principal_of=principal_of,
+                open_connections=self._peers.count,
+                per_principal=connections_per_principal,
+            )
+        return app
 
     # -- SDK handlers -------------------------------------------------------------------------
 
     async def _remember_connection(self, ctx: _Ctx, call_next: CallNext) -> HandlerResult:
-        token = _current_request.set(_http_request_of(ctx))
+        token = request_in_hand.set(http_request_of(ctx))
         try:
             connection = _connection_of(ctx)
             if (
@@ -486,7 +431,7 @@ class MailboxServer:
                 self._peers.track(connection, self._audience())
             return await call_next(ctx)
         finally:
-            _current_request.reset(token)
+            request_in_hand.reset(token)
 
     def _is_offered(self, name: str) -> bool:
         offered = self._offered()
@@ -567,8 +512,3 @@ class MailboxServer:
     ) -> types.EmptyResult:
         self._peers.track(_connection_of(ctx), self._audience()).discard(params.uri)
         return types.EmptyResult()
-
-
-def current_http_request() -> HttpRequest | None:
-    """The HTTP request being handled, inside a tool, resource or listing; None over stdio."""
-    return _current_request.get()

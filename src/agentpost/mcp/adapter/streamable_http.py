@@ -1,0 +1,138 @@
+"""MCP over Streamable HTTP, where the SDK meets the service's HTTP world: the request a
+message arrived on, as plain values, and the door in front of the SDK's sessions of 2025-era
+connections (whose each one is, and how many one principal holds open).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Final
+
+import mcp.types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.context import ServerRequestContext
+from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+_Ctx = ServerRequestContext[dict[str, Any], Any]
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """The HTTP request an MCP message arrived on, as plain values (None over stdio).
+
+    `state` is the ASGI scope's state: what the application's own middleware learnt about the
+    request (who sent it), handed through untouched.
+    """
+
+    headers: Mapping[str, str]
+    query: Mapping[str, str]
+    client_ip: str | None
+    state: Mapping[str, Any]
+
+    @property
+    def connection(self) -> str | None:
+        """The transport session of a 2025-era connection; 2026-era requests have none."""
+        return self.headers.get("mcp-session-id")
+
+
+request_in_hand: ContextVar[HttpRequest | None] = ContextVar("mcp_http_request", default=None)
+"""Set by the server around each message (`MailboxServer`), read by `current_http_request`."""
+
+
+def http_request_of(ctx: _Ctx) -> HttpRequest | None:
+    """The HTTP request a message arrived on; None over stdio."""
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    if not isinstance(scope, dict):
+        return None
+    client = scope.get("client")
+    # Starlette's own mappings, not copies (this runs for every message): its headers already
+    # answer in any case, its query parameters give the last value of a repeated name.
+    return HttpRequest(
+        headers=getattr(request, "headers", {}),
+        query=getattr(request, "query_params", {}),
+        client_ip=client[0] if client else None,
+        state=scope.get("state") or {},
+    )
+
+
+PrincipalOf = Callable[[Mapping[str, Any]], str | None]
+"""Who a request over HTTP speaks for, from what the application's own middleware learnt of it
+(the ASGI scope's state); None where nobody was authenticated."""
+
+
+class ConnectionGate:
+    """In front of the SDK's session manager, for 2025-era connections (which have a transport
+    session, `Mcp-Session-Id`).
+
+    Each connection belongs to the principal that opened it: the SDK answers another
+    principal's use of its id as an unknown session (it compares `scope["user"]`, which only an
+    authentication middleware of its own would otherwise set), so a connection id that leaks is
+    no way into someone else's push or session. And one principal holds at most `per_principal`
+    connections open at once, so nobody fills the SDK's table of sessions for everyone else.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        principal_of: PrincipalOf,
+        open_connections: Callable[[str], int],
+        per_principal: int,
+    ) -> None:
+        """`open_connections(principal)`: how many 2025-era connections it holds open now."""
+        self._app = app
+        self._principal_of = principal_of
+        self._open_connections = open_connections
+        self._per_principal = per_principal
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            principal = self._principal_of(scope.get("state") or {})
+            if principal is not None:
+                token = AccessToken(token="", client_id=principal, scopes=[])
+                scope["user"] = AuthenticatedUser(token)
+                held = self._open_connections(principal) if _opens_connection(scope) else 0
+                if held >= self._per_principal:
+                    await _too_many_connections(principal, self._per_principal)(
+                        scope, receive, send
+                    )
+                    return
+        await self._app(scope, receive, send)
+
+
+_RETRY_CONNECTION_S: Final = 60
+
+
+def _opens_connection(scope: Scope) -> bool:
+    """A 2025-era opening request: a POST with no session id, in no modern revision."""
+    if scope["method"] != "POST":
+        return False
+    headers = dict(scope["headers"])
+    if b"mcp-session-id" in headers:
+        return False
+    version = headers.get(b"mcp-protocol-version")
+    return version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+def _too_many_connections(principal: str, most: int) -> JSONResponse:
+    message = (
+        f"rate_limited: {principal} holds {most} open MCP connections, the most one agent may; "
+        "close one (DELETE /mcp) or let one idle out"
+    )
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": types.INVALID_REQUEST, "message": message},
+    }
+    return JSONResponse(body, status_code=429, headers={"Retry-After": str(_RETRY_CONNECTION_S)})
+
+
+def current_http_request() -> HttpRequest | None:
+    """The HTTP request being handled, inside a tool, resource or listing; None over stdio."""
+    return request_in_hand.get()
