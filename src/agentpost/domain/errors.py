@@ -47,9 +47,12 @@ class AgentpostError(Exception):
         self.retry_after_s = retry_after_s
 
     def to_dict(self) -> dict[str, Any]:
+        """The refusal as every face shows it: `retry_after_s` only where waiting helps."""
         body: dict[str, Any] = {"code": self.code.value, "message": self.message}
         if self.details:
             body["details"] = self.details
+        if self.retry_after_s is not None:
+            body["retry_after_s"] = self.retry_after_s
         return body
 
 

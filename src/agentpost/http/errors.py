@@ -46,7 +46,6 @@ def error_response(err: AgentpostError) -> JSONResponse:
     body: dict[str, Any] = err.to_dict()
     headers: dict[str, str] = {}
     if err.retry_after_s is not None:
-        body["retry_after_s"] = err.retry_after_s
         headers["Retry-After"] = str(max(1, math.ceil(err.retry_after_s)))
     if err.code is ErrorCode.UNAUTHENTICATED:
         headers["WWW-Authenticate"] = 'Bearer realm="agentpost"'

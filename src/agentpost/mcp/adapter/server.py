@@ -81,10 +81,7 @@ def _tool_result(
 
 
 def _error_result(err: AgentpostError) -> _ToolResult:
-    body = err.to_dict()
-    if err.retry_after_s is not None:
-        body["retry_after_s"] = err.retry_after_s
-    return _tool_result(f"{err.code.value}: {err.message}", {"error": body}, error=True)
+    return _tool_result(f"{err.code.value}: {err.message}", {"error": err.to_dict()}, error=True)
 
 
 def _invalid_arguments(exc: ValidationError) -> AgentpostError:
