@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from stdio_agents import Agents, gather, ids
+from stdio_agents import Agents, gather, ids, text_of
 
 
 @pytest.mark.anyio
@@ -52,6 +52,8 @@ async def test_broadcasts_reach_their_members_never_the_sender_and_search_sees_t
         everyone["id"],
     ]
     assert len((await bob.call("search", query="budget"))["messages"]) == 3
+    assert text_of(await bob.result("search", query="budget")).startswith("3 matches for ")
+    assert text_of(await bob.result("search", query="nonexistentword")).startswith("0 matches")
     assert ids((await dave.call("search", query="budget"))["messages"]) == [
         direct["id"],
         everyone["id"],

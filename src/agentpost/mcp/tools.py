@@ -18,8 +18,8 @@ from agentpost.mcp.presenting import answer, messages_json
 JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
 
 
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def _count(n: int, word: str, plural: str | None = None) -> str:
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def register_tools(server: MailboxServer, desk: Desk) -> None:
@@ -179,7 +179,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
     async def search(query: str, limit: int = 20) -> ToolOutput:
         """Full-text search over the messages you may see, newest first."""
         found = await desk.search(query, limit)
-        summary = f"{_count(len(found), 'match')} for {query!r}"
+        summary = f"{_count(len(found), 'match', 'matches')} for {query!r}"
         return await reply({"messages": messages_json(found)}, summary, found)
 
     @tool
