@@ -34,4 +34,8 @@ def test_a_refusal_can_say_when_to_try_again() -> None:
     error = AgentpostError(ErrorCode.RATE_LIMITED, "slow down", retry_after_s=12.5)
     assert str(error) == "rate_limited: slow down"
     assert error.retry_after_s == 12.5
-    assert error.to_dict() == {"code": "rate_limited", "message": "slow down", "retry_after_s": 12.5}
+    assert error.to_dict() == {
+        "code": "rate_limited",
+        "message": "slow down",
+        "retry_after_s": 12.5,
+    }
