@@ -148,7 +148,8 @@ def store_message(
     """Insert the message, deliver it, and write the send's audit row."""
     request = message.request
     mid = new_message_id(now)
-    expires_at = now + message.ttl if message.ttl else None
+    # must_read mail never expires unread, so it carries no expiry to mislead a reader.
+    expires_at = now + message.ttl if message.ttl and not request["must_read"] else None
     seq = mail.insert_message(
         conn,
         id=mid,
@@ -173,7 +174,7 @@ def store_message(
             seq,
             addressing.deliver,
             urgent=message.level is Priority.URGENT,
-            expires_at=None if request["must_read"] else expires_at,
+            expires_at=expires_at,
         )
     result = SendResult(mid, thread_of or mid, addressing.to, message.channel, addressing.full)
     outbox.record_send(
