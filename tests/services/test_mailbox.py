@@ -445,6 +445,32 @@ async def test_the_senders_receipt_says_expired_even_before_the_recipient_looks(
     assert receipt.state is DeliveryState.EXPIRED
 
 
+async def test_every_reader_says_expired_of_unread_mail_past_its_ttl_before_any_sweep(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """The thread, the message, search and a channel's history tell the state as the inbox
+    and the sender's receipt do, not the row's until a sweep rewrites it."""
+    alice, bob = await agents(office, "alice", "bob")
+    await office.channels.join(bob, "#ops")
+    await office.channels.join(alice, "#ops")
+    direct = await office.mailbox.send(alice, "bob", "stale soon", ttl_s=5)
+    broadcast = await office.mailbox.send(alice, "#ops", "stale soon too", ttl_s=5)
+    kept = await office.mailbox.send(alice, "bob", "stale never", ttl_s=5, must_read=True)
+    clock.advance(6)
+
+    (in_thread,) = await office.mailbox.thread(bob, direct.thread_id)
+    searched = {m.id: m.state for m in await office.mailbox.search(bob, "stale")}
+    history = await office.channels.history(bob, "#ops")
+    assert in_thread.state is DeliveryState.EXPIRED
+    assert (await office.mailbox.get(bob, direct.id)).state is DeliveryState.EXPIRED
+    assert searched == {
+        direct.id: DeliveryState.EXPIRED,
+        broadcast.id: DeliveryState.EXPIRED,
+        kept.id: DeliveryState.QUEUED,
+    }
+    assert [m.state for m in history] == [DeliveryState.EXPIRED]
+
+
 async def test_read_mail_does_not_expire(office: PostOffice, clock: FakeClock) -> None:
     alice, bob = await agents(office, "alice", "bob")
     await office.mailbox.send(alice, "bob", "seen in time", ttl_s=10)
@@ -460,6 +486,7 @@ async def test_must_read_mail_never_expires_unread(office: PostOffice, clock: Fa
     (message,) = (await office.mailbox.inbox(bob)).messages
     assert message.must_read
     assert message.body == "important"
+    assert message.expires_at is None  # so no reader is told of an expiry that never comes
 
 
 async def test_without_a_default_ttl_mail_waits_forever(

@@ -68,7 +68,10 @@ async def put(
 async def search(store: Store, reader: str, words: list[str], limit: int = 10) -> list[Any]:
     """As the search service does: the index brought up to date, then the matching rows."""
     await store.index_for_search()
-    return await store.read(lambda c: mail.search_rows(c, store.dialect, reader, [], words, limit))
+    now = store.clock()
+    return await store.read(
+        lambda c: mail.search_rows(c, store.dialect, reader, [], words, limit, now)
+    )
 
 
 async def inbox(store: Store, who: str, **options: Any) -> list[tuple[str, str]]:
@@ -186,7 +189,8 @@ async def test_a_reader_sees_what_they_sent_received_or_can_read_in_a_channel(
     await put(store, "carol", [], "to ops", channel="ops", thread="t")
 
     def thread(reader: str, channels: list[str]) -> Any:
-        return lambda c: [r.body for r in mail.thread_rows(c, reader, channels, "t", 50)]
+        now = store.clock()
+        return lambda c: [r.body for r in mail.thread_rows(c, reader, channels, "t", 50, now)]
 
     assert await store.read(thread("alice", [])) == ["private", "reply"]
     assert await store.read(thread("dave", [])) == []
@@ -199,7 +203,8 @@ async def test_channel_history_pages_back_from_a_cursor_oldest_first(store: Stor
     await put(store, "alice", [], "elsewhere", channel="dev")
 
     def page(before: int | None) -> Any:
-        return lambda c: [r.body for r in mail.channel_rows(c, "bob", "ops", 2, before)]
+        now = store.clock()
+        return lambda c: [r.body for r in mail.channel_rows(c, "bob", "ops", 2, before, now)]
 
     assert await store.read(page(None)) == ["c3", "c4"]
     assert await store.read(page(seqs[3])) == ["c1", "c2"]

@@ -98,7 +98,8 @@ class Channels:
                 if anchor is None or anchor.channel != name:
                     raise not_found(f"no message {before!r} in #{name}")
                 before_seq = anchor.seq
-            rows = mail.channel_rows(conn, caller.agent, name, limit, before_seq)
+            now = self.store.clock()
+            rows = mail.channel_rows(conn, caller.agent, name, limit, before_seq, now)
             return [mail.message_from_row(r, r.delivery_state) for r in rows]
 
         return await self.store.read(tx)

@@ -228,7 +228,7 @@ class Mailbox:
     ) -> str:
         """A reply's thread: its parent's, which the caller must be able to see."""
         channels = member_channels(conn, caller.agent)
-        parent = mail.visible_message(conn, caller.agent, channels, reply_to)
+        parent = mail.visible_message(conn, caller.agent, channels, reply_to, self.store.clock())
         if parent is None:
             raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
         if thread is not None and thread != parent.thread_id:
@@ -391,7 +391,8 @@ class Mailbox:
 
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
-            found = mail.thread_rows(conn, caller.agent, channels, thread or "", limit)
+            now = self.store.clock()
+            found = mail.thread_rows(conn, caller.agent, channels, thread or "", limit, now)
             return [mail.message_from_row(r, r.delivery_state) for r in found]
 
         found = await self.store.read(tx)
@@ -402,7 +403,7 @@ class Mailbox:
     async def get(self, caller: Caller, message_id: str) -> Message:
         def tx(conn: Connection) -> Message | None:
             channels = member_channels(conn, caller.agent)
-            row = mail.visible_message(conn, caller.agent, channels, message_id)
+            row = mail.visible_message(conn, caller.agent, channels, message_id, self.store.clock())
             return None if row is None else mail.message_from_row(row, row.delivery_state)
 
         found = await self.store.read(tx)
@@ -434,7 +435,10 @@ class Mailbox:
 
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
-            found = mail.search_rows(conn, self.store.dialect, caller.agent, channels, words, limit)
+            now = self.store.clock()
+            found = mail.search_rows(
+                conn, self.store.dialect, caller.agent, channels, words, limit, now
+            )
             return [mail.message_from_row(r, r.delivery_state) for r in found]
 
         await self.store.index_for_search()

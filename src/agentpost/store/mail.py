@@ -18,10 +18,12 @@ from sqlalchemy import (
     Row,
     and_,
     bindparam,
+    case,
     delete,
     exists,
     func,
     insert,
+    literal,
     or_,
     select,
     true,
@@ -410,9 +412,17 @@ def visible_to(reader: str, channels: Iterable[str]) -> Any:
     return or_(messages.c.sender == reader, delivered, messages.c.channel.in_(list(channels)))
 
 
-def _with_reader_state(reader: str) -> Any:
+def _with_reader_state(reader: str, now: float) -> Any:
+    """The reader's delivery state as the inbox and receipts tell it: unread mail past its TTL
+    is expired, even before a sweep has made it a tombstone."""
+    due = and_(
+        deliveries.c.state == DeliveryState.QUEUED.value,
+        deliveries.c.expires_at.is_not(None),
+        deliveries.c.expires_at <= literal(now),
+    )
+    state = case((due, literal(DeliveryState.EXPIRED.value)), else_=deliveries.c.state)
     return (
-        select(deliveries.c.state)
+        select(state)
         .where(deliveries.c.message_seq == messages.c.seq, deliveries.c.recipient == reader)
         .scalar_subquery()
         .label("delivery_state")
@@ -420,22 +430,22 @@ def _with_reader_state(reader: str) -> Any:
 
 
 def visible_message(
-    conn: Connection, reader: str, channels: Iterable[str], message_id: str
+    conn: Connection, reader: str, channels: Iterable[str], message_id: str, now: float
 ) -> Row[Any] | None:
     """The message, with the reader's delivery state, if `reader` may see it; else None."""
     return conn.execute(
-        select(messages, _with_reader_state(reader)).where(
+        select(messages, _with_reader_state(reader, now)).where(
             messages.c.id == message_id, visible_to(reader, channels)
         )
     ).first()
 
 
 def thread_rows(
-    conn: Connection, reader: str, channels: Iterable[str], thread_id: str, limit: int
+    conn: Connection, reader: str, channels: Iterable[str], thread_id: str, limit: int, now: float
 ) -> list[Row[Any]]:
     return list(
         conn.execute(
-            select(messages, _with_reader_state(reader))
+            select(messages, _with_reader_state(reader, now))
             .where(messages.c.thread_id == thread_id, visible_to(reader, channels))
             .order_by(messages.c.seq)
             .limit(limit)
@@ -444,11 +454,11 @@ def thread_rows(
 
 
 def channel_rows(
-    conn: Connection, reader: str, channel: str, limit: int, before_seq: int | None
+    conn: Connection, reader: str, channel: str, limit: int, before_seq: int | None, now: float
 ) -> list[Row[Any]]:
     """The newest `limit` messages of a channel (before a cursor), returned oldest first."""
     query = (
-        select(messages, _with_reader_state(reader))
+        select(messages, _with_reader_state(reader, now))
         .where(messages.c.channel == channel)
         .order_by(messages.c.seq.desc())
         .limit(limit)
@@ -495,9 +505,10 @@ def search_rows(
     channels: Iterable[str],
     words: list[str],
     limit: int,
+    now: float,
 ) -> list[Row[Any]]:
     query = (
-        select(messages, _with_reader_state(reader))
+        select(messages, _with_reader_state(reader, now))
         .where(visible_to(reader, channels))
         .order_by(messages.c.seq.desc())
         .limit(limit)
