@@ -104,6 +104,9 @@ async def test_receipts_follow_mail_from_queued_to_read_to_acked_and_replies_sha
         assert [m["data"] for m in thread["messages"]] == [DATA, ["ok", 1, None], "ta"]
     shown = text_of(await bob.result("thread", thread_id=question["thread_id"]))
     assert "data: " + json.dumps(DATA, ensure_ascii=False, sort_keys=True) in shown
+    by_reply = await bob.call("thread", thread_id=thanks["id"])  # any message names its thread
+    assert by_reply["thread_id"] == question["thread_id"]
+    assert ids(by_reply["messages"]) == [question["id"], answer["id"], thanks["id"]]
 
     assert ids((await bob.call("inbox", thread_id="lunch-plans"))["messages"]) == [elsewhere["id"]]
     # Reading one thread leaves the other's mail unread.

@@ -633,6 +633,32 @@ async def test_a_reply_joins_its_parents_thread_and_the_thread_reads_oldest_firs
     assert (await office.mailbox.get(alice, answer.id)).reply_to == question.id
 
 
+async def test_a_thread_may_be_named_by_any_of_its_messages(office: PostOffice) -> None:
+    """A reader holds a reply's id more often than its thread's."""
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    question = await office.mailbox.send(alice, "bob", "question", thread_id="topic")
+    answer = await office.mailbox.send(bob, "alice", "answer", reply_to=question.id)
+    for named in ("topic", question.id, answer.id):
+        assert [m.body for m in await office.mailbox.thread(alice, named)] == [
+            "question",
+            "answer",
+        ]
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.mailbox.thread(carol, answer.id)
+    )
+
+
+async def test_a_long_thread_shows_its_newest_messages_oldest_first(office: PostOffice) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    for n in range(5):
+        await office.mailbox.send(alice, "bob", f"m{n}", thread_id="long")
+    assert [m.body for m in await office.mailbox.thread(alice, "long", limit=3)] == [
+        "m2",
+        "m3",
+        "m4",
+    ]
+
+
 async def test_a_reply_cannot_move_to_another_thread(office: PostOffice) -> None:
     alice, bob = await agents(office, "alice", "bob")
     question = await office.mailbox.send(alice, "bob", "question", thread_id="topic")

@@ -92,9 +92,10 @@ async def get_message(message_id: str, office: Office, me: Me) -> dict[str, Any]
 
 @router.get("/threads/{thread_id}", operation_id="thread")
 async def thread(thread_id: str, office: Office, me: Me, limit: Limit = 50) -> dict[str, Any]:
-    """Every message of a thread that you may see, oldest first."""
+    """A thread's messages that you may see, oldest first (the newest `limit` of them); named
+    by its thread id or by the id of any of its messages."""
     found = await office.mailbox.thread(me, thread_id, limit)
-    return _page(found, thread_id=thread_id)
+    return _page(found, thread_id=found[0].thread_id if found else thread_id)
 
 
 @router.get("/sent", operation_id="sent")

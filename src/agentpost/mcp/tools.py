@@ -156,12 +156,12 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
 
     @tool
     async def thread(thread_id: str, limit: int = 50) -> ToolOutput:
-        """Every message of a thread that you may see, oldest first."""
+        """A thread's messages that you may see, oldest first (the newest `limit` of them);
+        name it by its thread id or by the id of any of its messages."""
         found = await desk.thread(thread_id, limit)
-        summary = f"Thread {thread_id}: {_count(len(found), 'message')}"
-        return await reply(
-            {"thread_id": thread_id, "messages": messages_json(found)}, summary, found
-        )
+        thread = found[0].thread_id if found else thread_id
+        summary = f"Thread {thread}: {_count(len(found), 'message')}"
+        return await reply({"thread_id": thread, "messages": messages_json(found)}, summary, found)
 
     @tool
     async def sent(limit: int = 20) -> ToolOutput:

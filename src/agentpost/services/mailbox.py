@@ -386,13 +386,21 @@ class Mailbox:
         return await self.store.write(tx)
 
     async def thread(self, caller: Caller, thread_id: str, limit: int = 50) -> list[Message]:
-        thread = drafts.check_thread_id(thread_id)
+        """A thread's newest `limit` messages the caller may see, oldest first. It may be named
+        by any of its messages' ids too: a reply's id is what a reader has in hand."""
+        thread = drafts.check_thread_id(thread_id) or ""
         rules.check_limit(limit)
 
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
-            found = mail.thread_rows(conn, caller.agent, channels, thread or "", limit, now)
+            found = mail.thread_rows(conn, caller.agent, channels, thread, limit, now)
+            if not found:
+                member = mail.visible_message(conn, caller.agent, channels, thread, now)
+                if member is not None:
+                    found = mail.thread_rows(
+                        conn, caller.agent, channels, member.thread_id, limit, now
+                    )
             return [mail.message_from_row(r, r.delivery_state) for r in found]
 
         found = await self.store.read(tx)

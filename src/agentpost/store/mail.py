@@ -443,14 +443,14 @@ def visible_message(
 def thread_rows(
     conn: Connection, reader: str, channels: Iterable[str], thread_id: str, limit: int, now: float
 ) -> list[Row[Any]]:
-    return list(
-        conn.execute(
-            select(messages, _with_reader_state(reader, now))
-            .where(messages.c.thread_id == thread_id, visible_to(reader, channels))
-            .order_by(messages.c.seq)
-            .limit(limit)
-        )
+    """The newest `limit` messages of a thread that `reader` may see, returned oldest first."""
+    newest = conn.execute(
+        select(messages, _with_reader_state(reader, now))
+        .where(messages.c.thread_id == thread_id, visible_to(reader, channels))
+        .order_by(messages.c.seq.desc())
+        .limit(limit)
     )
+    return list(reversed(list(newest)))
 
 
 def channel_rows(
