@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import Connection
 
 from agentpost.domain.events import Event
-from agentpost.store import events, mail
+from agentpost.store import agents, events, mail, webhooks
 from agentpost.store.database import Store
 from backends import FakeClock
 from store.test_mail import put
@@ -167,3 +167,33 @@ async def test_purging_takes_old_events_and_new_ones_still_come_after_every_curs
     await put(store, "alice", ["bob"], "new")
     assert [e.seq > newest_old for e in await log_of(store, "bob")] == [True]
     assert await store.write(lambda c: events.purge_before(c, clock() - 1, 500)) == 0
+
+
+async def test_purging_keeps_old_events_a_live_webhook_has_not_taken_in(
+    store: Store, clock: FakeClock
+) -> None:
+    """The dispatcher runs in `serve` only: one that stayed down longer than the retention
+    must still learn of the mail that came meanwhile."""
+    await store.write(lambda c: agents.create_agent(c, "bob", now=clock()))
+    await store.write(lambda c: agents.create_agent(c, "carol", now=clock()))
+    for hook, agent in (("w_bob", "bob"), ("w_gone", "carol")):
+        await store.write(
+            lambda c, hook=hook, agent=agent: webhooks.insert_webhook(
+                c,
+                id=hook,
+                agent=agent,
+                url="http://x/",
+                events=["message.created"],
+                secret="s",
+                now=clock(),
+            )
+        )
+    await store.write(lambda c: webhooks.delete_webhook(c, "w_gone", clock()))
+    await put(store, "alice", ["bob", "carol"], "while serve was down")
+    clock.advance(100)
+    purged = await store.write(lambda c: events.purge_before(c, clock(), 500))
+    assert purged == 1  # carol's: her webhook was deleted, so nothing awaits it
+    assert len(await log_of(store, "bob")) == 1
+
+    assert await store.write(lambda c: webhooks.enqueue(c, clock(), 100)) == 1  # taken in
+    assert await store.write(lambda c: events.purge_before(c, clock(), 500)) == 1

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     bindparam,
     delete,
+    exists,
     func,
     insert,
     literal_column,
@@ -37,7 +38,7 @@ from sqlalchemy.sql.functions import FunctionElement
 from agentpost.domain.events import Event, EventType
 from agentpost.store import wakeups
 from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
-from agentpost.store.schema import deliveries, events, messages
+from agentpost.store.schema import deliveries, events, messages, webhooks
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
 
@@ -201,15 +202,28 @@ def touched(conn: Connection, after: int, limit: int) -> tuple[dict[str, int], i
 # -- retention ------------------------------------------------------------------------------------
 
 
+_AWAITED_BY_A_WEBHOOK = exists().where(
+    webhooks.c.agent == events.c.agent,
+    webhooks.c.deleted_at.is_(None),
+    webhooks.c.cursor < events.c.seq,
+)
+"""An event a live webhook of its agent has not taken in yet (its dispatcher, in `serve`, may
+not have run for longer than the retention)."""
+
+
 def purge_before(conn: Connection, before: float, limit: int) -> int:
-    """Delete up to `limit` events older than `before`; returns how many went.
+    """Delete up to `limit` events older than `before` that no live webhook still awaits;
+    returns how many went.
 
     Cursors never start over, even once every event went: a `seq` is never handed out twice
     (a sequence on PostgreSQL, AUTOINCREMENT on SQLite).
     """
     seqs = list(
         conn.execute(
-            select(events.c.seq).where(events.c.at < before).order_by(events.c.at).limit(limit)
+            select(events.c.seq)
+            .where(events.c.at < before, ~_AWAITED_BY_A_WEBHOOK)
+            .order_by(events.c.at)
+            .limit(limit)
         ).scalars()
     )
     if seqs:
