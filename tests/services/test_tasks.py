@@ -320,3 +320,39 @@ async def test_two_moves_at_once_one_applies_and_the_other_is_a_conflict(
     final = await first.tasks.task(boss, task.id)
     assert final.status is won[0].status
     assert len(final.history) == 2
+
+
+async def test_a_task_from_a_sender_the_assignee_blocks_is_withheld_from_the_assignee(
+    office: PostOffice,
+) -> None:
+    """As a block drops mail silently: the assignee never sees the task, and the creator sees
+    it delegated, as any task nobody took up yet."""
+    pest, worker = await agents(office, "pest", "worker")
+    await office.directory.block(worker, "pest")
+    task = await office.tasks.delegate(pest, "worker", "Do my homework", "all of it")
+    assert task.status is TaskStatus.OPEN
+
+    assert await office.tasks.tasks(worker) == []
+    assert await office.tasks.tasks(worker, role="assigned") == []
+    assert (await office.mailbox.inbox(worker)).messages == []
+    for refused in (
+        office.tasks.task(worker, task.id),
+        office.tasks.update_task(worker, task.id, "accepted"),
+    ):
+        await refused_without_change(office, ErrorCode.NOT_FOUND, refused)
+
+    assert [t.id for t in await office.tasks.tasks(pest)] == [task.id]
+    assert (await office.tasks.task(pest, task.id)).status is TaskStatus.OPEN
+    cancelled = await office.tasks.update_task(pest, task.id, "cancelled")
+    assert cancelled.status is TaskStatus.CANCELLED
+    assert (await office.mailbox.inbox(worker)).messages == []
+
+
+async def test_tasks_given_before_a_block_stay_with_the_assignee(office: PostOffice) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Before the falling-out")
+    await office.directory.block(worker, "boss")
+    assert [t.id for t in await office.tasks.tasks(worker)] == [task.id]
+    assert (await office.tasks.update_task(worker, task.id, "accepted")).status is (
+        TaskStatus.ACCEPTED
+    )

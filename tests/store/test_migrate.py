@@ -285,3 +285,32 @@ async def test_an_existing_database_file_is_made_private_again(tmp_path: Path) -
     store = await Store.open(f"sqlite:///{path}")
     await store.aclose()
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_0006_keeps_every_task_in_view_and_its_downgrade_keeps_every_task(
+    tmp_path: Path,
+) -> None:
+    """Tasks made before it were never withheld; going back drops only the new column."""
+    from store.test_fulltext import alembic_on
+
+    path = tmp_path / "agentpost.db"
+    alembic_on(path, "upgrade", "0005")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "INSERT INTO tasks (id, creator, assignee, title, priority, status, message_id,"
+            " created_at, updated_at) VALUES ('t_1', 'boss', 'worker', 'Fix it', 'normal',"
+            " 'open', 'm_1', 1.0, 1.0)"
+        )
+        db.execute(
+            "INSERT INTO task_history (task_id, at, actor, to_status) "
+            "VALUES ('t_1', 1.0, 'boss', 'open')"
+        )
+    alembic_on(path, "upgrade", "0006")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT id, withheld FROM tasks").fetchall() == [("t_1", 0)]
+    alembic_on(path, "downgrade", "0005")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT id, title FROM tasks").fetchall() == [("t_1", "Fix it")]
+        assert db.execute("SELECT task_id FROM task_history").fetchall() == [("t_1",)]
+        columns = [row[1] for row in db.execute("PRAGMA table_info(tasks)")]
+        assert "withheld" not in columns

@@ -39,7 +39,8 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
         return await reply(info.to_dict(), f"Profile of {info.name} updated.")
 
     async def block(agent: str) -> ToolOutput:
-        """Drop an agent's mail to you from now on (the sender is not told)."""
+        """Drop an agent's mail to you from now on, and the tasks it would hand you (the
+        sender is not told)."""
         names = await directory_service.block(desk.caller, agent)
         return await reply({"blocked": names}, f"Blocked {agent}.")
 

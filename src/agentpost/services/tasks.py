@@ -21,7 +21,7 @@ from agentpost.domain.tasks import ROLES, Task, TaskStatus, check_move, check_st
 from agentpost.services.drafts import check_priority
 from agentpost.services.mailbox import Mailbox
 from agentpost.store import agents as agent_rows
-from agentpost.store import leases
+from agentpost.store import blocks, leases
 from agentpost.store import tasks as task_rows
 from agentpost.store.database import Connection, Row, Store
 
@@ -116,6 +116,8 @@ class Tasks:
                 message_id=sent.id,
                 created_at=now,
                 updated_at=now,
+                # As the block dropped the message: silently, the creator sees it as sent.
+                withheld=bool(blocks.blocking(conn, caller.agent, [assignee])),
             )
             task_rows.record_change(
                 conn,
@@ -145,7 +147,7 @@ class Tasks:
 
         def tx(conn: Connection) -> Task:
             now = self.store.clock()
-            row = self._row(conn, task_id)
+            row = self._row(conn, task_id, caller)
             current = TaskStatus(row.status)
             check_move(caller.agent, row.creator, row.assignee, current, wanted)
             moved = task_rows.move(
@@ -189,7 +191,7 @@ class Tasks:
         """One task with its history; only its creator and assignee may read it."""
 
         def tx(conn: Connection) -> Task:
-            row = self._row(conn, task_id)
+            row = self._row(conn, task_id, caller)
             if caller.agent not in (row.creator, row.assignee):
                 raise forbidden("only the task's creator and assignee may read it")
             return self._one(conn, row.id)
@@ -198,9 +200,16 @@ class Tasks:
 
     # -- inside the transaction --------------------------------------------------------------
 
-    def _row(self, conn: Connection, task_id: str) -> Row[Any]:
+    def _row(self, conn: Connection, task_id: str, viewer: Caller | None = None) -> Row[Any]:
+        """The task; one withheld from its assignee does not exist for them."""
         row = task_rows.get_task(conn, task_id) if isinstance(task_id, str) else None
-        if row is None:
+        hidden = (
+            row is not None
+            and viewer is not None
+            and row.withheld
+            and viewer.agent == row.assignee != row.creator
+        )
+        if row is None or hidden:
             raise not_found(f"no task {task_id!r}", task_id=task_id)
         return row
 

@@ -270,6 +270,8 @@ tasks = Table(
     Column("message_id", String(40), nullable=False),  # the `task` message that delivered it
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # The assignee blocked the creator when it was delegated: only the creator sees it.
+    Column("withheld", Boolean, nullable=False, server_default=text("false")),
     Index("ix_tasks_assignee", "assignee", "status"),
     Index("ix_tasks_creator", "creator", "status"),
 )

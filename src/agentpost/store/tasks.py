@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, false, insert, or_, select, update
 
 from agentpost.domain.models import Priority
 from agentpost.domain.tasks import Task, TaskChange, TaskStatus
@@ -76,7 +76,7 @@ def task_rows(
     """`agent`'s tasks (given to them, made by them, or both), newest first."""
     mine = []
     if assigned:
-        mine.append(tasks.c.assignee == agent)
+        mine.append(and_(tasks.c.assignee == agent, tasks.c.withheld.is_(false())))
     if created:
         mine.append(tasks.c.creator == agent)
     query = select(tasks).where(or_(*mine))
