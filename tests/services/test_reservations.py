@@ -399,15 +399,21 @@ def git_repository(root: Path, files: list[str]) -> Path:
     return root
 
 
+async def worktree_caller(office: PostOffice, name: str, worktree: Path) -> Caller:
+    """A caller whose worktree is on this host: only there are tracked files read, so only
+    such a caller's globs can overlap by a file git tracks (project shop)."""
+    context = LocalContext(
+        host=this_host(), pid=os.getpid(), project="shop", worktree=str(worktree), branch="main"
+    )
+    session = await office.presence.open_local_session(context, name=name)
+    return Caller(session.agent, session.id)
+
+
 async def test_two_globs_overlap_when_a_file_tracked_in_the_callers_worktree_matches_both(
     office: PostOffice, tmp_path: Path
 ) -> None:
     repo = git_repository(tmp_path / "shop", ["src/a/b.py", "docs/guide.md"])
-    context = LocalContext(
-        host=this_host(), pid=os.getpid(), project="shop", worktree=str(repo), branch="main"
-    )
-    session = await office.presence.open_local_session(context, name="alice")
-    alice = Caller(session.agent, session.id)
+    alice = await worktree_caller(office, "alice", repo)
     elsewhere = await session_caller(office, "bob")  # a worktree that is not on this host
     await office.reservations.reserve(alice, ["src/a/**"])
     # Bob's worktree is not here: the globs are compared by their text, which share nothing.
