@@ -6,16 +6,17 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller
-from agentpost.domain.reservations import Reservation
+from agentpost.domain.reservations import Reservation, Tracked
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
-from backends import FakeClock, refused_without_change, session_caller
+from backends import FakeClock, OpenOffice, refused_without_change, session_caller
 
 pytestmark = pytest.mark.anyio
 
@@ -425,3 +426,35 @@ async def test_two_globs_overlap_when_a_file_tracked_in_the_callers_worktree_mat
     result = await office.reservations.reserve(alice, ["**/*.py", "**/*.md"])
     assert [c.path for c in result.conflicts] == ["**/*.py"]
     assert [r.path for r in result.granted] == ["**/*.md"]
+
+
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same-server", "another-process"])
+async def test_a_glob_reserved_while_a_folder_is_being_reserved_still_conflicts_with_it(
+    open_office: OpenOffice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, elsewhere: bool
+) -> None:
+    """Alice's `src` was once granted beside bob's exclusive `**/foo.py`: her call looked for
+    globs before bob's commit, found none, and so compared the two without tracked files."""
+    here = await open_office()
+    there = await open_office() if elsewhere else here  # another `agentpost mcp` on the database
+    repo = git_repository(tmp_path / "shop", ["src/foo.py"])
+    alice = await worktree_caller(here, "alice", repo)
+    bob = await worktree_caller(there, "bob", repo)
+    # Between the read that decides whether git must be asked and the write that decides the
+    # claim, bob's glob is committed: as any other request or process may do in that await.
+    looked = here.reservations._tracked
+    looked_once = anyio.Event()
+    bobs: list[Reservation] = []
+
+    async def bob_commits_once_alice_has_looked(*args: Any, **kwargs: Any) -> Tracked | None:
+        found = await looked(*args, **kwargs)
+        if not looked_once.is_set():
+            looked_once.set()  # bob's own call looks too, on the same server
+            bobs.extend((await there.reservations.reserve(bob, ["**/foo.py"])).granted)
+        return found
+
+    monkeypatch.setattr(here.reservations, "_tracked", bob_commits_once_alice_has_looked)
+    result = await here.reservations.reserve(alice, ["src"])
+    assert [r.path for r in bobs] == ["**/foo.py"]
+    assert result.granted == []
+    assert [(c.path, c.holder, c.held) for c in result.conflicts] == [("src", "bob", "**/foo.py")]
+    assert paths(await here.reservations.live("shop")) == [("bob", "**/foo.py")]

@@ -4,12 +4,19 @@ Every decision is made in one write transaction, on the store's clock, against t
 live reservations (store.reservations says what live is), so two agents racing for one path
 cannot both get it. A call is decided path by path: the paths that conflict with nobody are
 granted, the others come back with what they conflict with.
+
+Git's list of tracked files is read outside the transaction (git may be slow, and the write
+lock is every writer's), and only when a glob is involved. Another agent's glob can be
+committed between that read and the transaction, so the transaction asks again on its own
+view: finding the list missing after all, it changes nothing, and `reserve` reads the list and
+tries once more.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from agentpost.config import Settings
@@ -61,6 +68,19 @@ class _Place:
     held: list[Reservation]
 
 
+class _TrackedNotRead(Exception):
+    """Raised inside reserve's transaction to roll it back: another agent's glob arrived after
+    the caller decided it needed no tracked files, and without them the two claims could both
+    be granted though a tracked file lies in both."""
+
+
+def _globs_involved(paths: Sequence[str], held: Iterable[Reservation], agent: str) -> bool:
+    """Whether tracked files can make the caller's paths overlap others' claims: they only
+    ever do where one side is a glob (domain.reservations.overlaps)."""
+    theirs = (r.path for r in held if r.agent != agent)
+    return any(is_glob(p) for p in [*paths, *theirs])
+
+
 class Reservations:
     def __init__(self, store: Store, settings: Settings, presence: PresenceService) -> None:
         self.store = store
@@ -93,14 +113,17 @@ class Reservations:
         await self.presence.end_dead_local_sessions()
         return await self.store.read(lambda conn: self._place_tx(conn, caller, project))
 
-    async def _tracked(self, place: _Place, paths: Sequence[str], agent: str) -> Tracked:
-        """The worktree's tracked files, when a glob is involved and the worktree is here."""
-        theirs = [r.path for r in place.held if r.agent != agent]
-        if not any(is_glob(p) for p in [*paths, *theirs]):
-            return no_tracked_files
+    async def _tracked(
+        self, place: _Place, paths: Sequence[str], agent: str, *, whatever_is_held: bool = False
+    ) -> Tracked | None:
+        """The worktree's tracked files, when the worktree is here and a glob is involved in
+        what `place` holds (or `whatever_is_held`). None when they could have been read but no
+        glob asked for them: a later view with a glob needs them read (see reserve)."""
         worktree = local_worktree(place.host, place.worktree)
         if worktree is None:
-            return no_tracked_files
+            return no_tracked_files  # the first overlap rule alone, whatever is held
+        if not whatever_is_held and not _globs_involved(paths, place.held, agent):
+            return None
         return tracked_matcher(await tracked_files(worktree))
 
     # -- the operations ---------------------------------------------------------------------------
@@ -120,13 +143,15 @@ class Reservations:
         ttl = check_ttl(ttl_s)
         why = check_reason(reason)
         place = await self._place(caller)
-        tracked = await self._tracked(place, wanted, caller.agent)
         offline_after_s = self.settings.offline_after_s
 
-        def tx(conn: Connection) -> ReserveResult:
+        def tx(conn: Connection, known: Tracked | None) -> ReserveResult:
             now = self.store.clock()
             rows.release_lapsed(conn, place.project, now, offline_after_s)
             held = rows.live(conn, place.project, now, offline_after_s)
+            if known is None and _globs_involved(wanted, held, caller.agent):
+                raise _TrackedNotRead
+            tracked = no_tracked_files if known is None else known
             mine = {r.path: r for r in held if r.agent == caller.agent}
             granted: list[Reservation] = []
             conflicts: list[Conflict] = []
@@ -159,7 +184,15 @@ class Reservations:
                 granted.append(new)
             return ReserveResult(granted, conflicts)
 
-        return await self.store.write(tx)
+        guessed = await self._tracked(place, wanted, caller.agent)
+        try:
+            return await self.store.write(partial(tx, known=guessed))
+        except _TrackedNotRead:
+            pass
+        # Read them this time whatever is held, so the transaction cannot find them missing
+        # again: one retry is enough, however many globs come and go meanwhile.
+        read = await self._tracked(place, wanted, caller.agent, whatever_is_held=True)
+        return await self.store.write(partial(tx, known=read))
 
     async def renew_reservations(
         self, caller: Caller, ids: Sequence[str] | None = None, *, ttl_s: float = DEFAULT_TTL_S
@@ -241,7 +274,10 @@ class Reservations:
         place = await self._place(caller, project)
         if wanted is None:
             return place.held
+        # `place.held` is the view the tracked files were asked for: nothing can be missing.
         tracked = await self._tracked(place, [wanted], "")
+        if tracked is None:
+            tracked = no_tracked_files
         return [r for r in place.held if overlaps(wanted, r.path, tracked)]
 
     async def live(self, project: str) -> list[Reservation]:

@@ -1,7 +1,8 @@
 """The files git tracks in a worktree of this host: what decides whether two globs overlap.
 
 Kept out of the domain (it runs git) and out of the store's transactions (it may take a while in
-a large repository): a reservation asks once, before it writes, and gives up after a timeout.
+a large repository): a reservation asks before it writes (again, should another agent's glob
+arrive meanwhile: services.reservations), and gives up after a timeout.
 """
 
 from __future__ import annotations
