@@ -440,6 +440,13 @@ async def test_another_agent_cannot_see_delete_or_read_the_log_of_your_webhook(
         "http://[fe80::1]/",
         "http://[fd00:ec2::254]/",
         "http://[::ffff:169.254.169.254]/",
+        # The metadata address in the IPv6 spellings a gateway may route to it.
+        "http://[::169.254.169.254]/",  # IPv4-compatible
+        "http://[::ffff:0:a9fe:a9fe]/",  # IPv4-translated
+        "http://[64:ff9b::a9fe:a9fe]/",  # NAT64
+        "http://[2002:a9fe:a9fe::]/",  # 6to4
+        "http://[2001:0:4136:e378:8000:63bf:5601:5601]/",  # Teredo, client 169.254.169.254
+        "http://[fe80::1%25eth0]/",  # link-local with a zone
         "http://metadata.google.internal/computeMetadata/v1/",
         "http://METADATA.google.internal./",
         "http://2852039166/",

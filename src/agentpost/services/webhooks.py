@@ -78,11 +78,42 @@ BROADCAST = ipaddress.ip_address("255.255.255.255")
 # -- where a webhook may point ------------------------------------------------------------------
 
 
+_EMBEDDING_IPV4 = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "::/96",  # IPv4-compatible (deprecated, still routed by some stacks)
+        "::ffff:0:0/96",  # IPv4-mapped
+        "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
+        "64:ff9b::/96",  # NAT64, well-known prefix
+        "64:ff9b:1::/48",  # NAT64, local use
+    )
+)
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches it by, where a gateway may route it there: the
+    last 32 bits of the embedding prefixes, a 6to4 address's, a Teredo client's."""
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]
+    if any(ip in network for network in _EMBEDDING_IPV4):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def refused_address(address: str) -> str | None:
-    """Why an IP address may not receive webhooks, or None when it may."""
+    """Why an IP address may not receive webhooks, or None when it may: checked as written,
+    and as the IPv4 address it embeds, in whichever IPv6 spelling."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(ip)
+        if embedded is not None:
+            return _refused_ip(ip) or _refused_ip(embedded)
+    return _refused_ip(ip)
+
+
+def _refused_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     if ip in METADATA_ADDRESSES:
         return "a cloud metadata address"
     if ip.is_link_local:
@@ -129,6 +160,15 @@ def check_url(url: str) -> str:
     host = parsed.raw_host.decode("ascii").lower().rstrip(".")
     if host in METADATA_NAMES:
         raise _refuse(url, "a cloud metadata address")
+    if ":" in host:  # an IPv6 literal, maybe with a zone (`%25eth0`), which no resolver takes
+        try:
+            literal = ipaddress.IPv6Address(host.replace("%25", "%").split("%", 1)[0])
+        except ValueError:
+            raise invalid("url has a host that is no IPv6 address", url=url) from None
+        reason = refused_address(str(literal))
+        if reason:
+            raise _refuse(url, reason)
+        return url
     try:
         numeric = socket.getaddrinfo(
             host, _port(parsed), type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
