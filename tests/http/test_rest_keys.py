@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 from service_process import Service, running_service
@@ -63,6 +66,61 @@ async def test_a_key_another_process_turned_off_is_refused_on_the_next_request(
     answer = await alice.get("/v1/inbox", params={"peek": "true"})
     assert answer.status_code == 401, change
     assert error_of(answer) == "unauthenticated"
+
+
+async def test_a_long_poll_open_when_its_key_is_revoked_hands_over_nothing(
+    service: Service,
+) -> None:
+    created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
+    alice = service.client(created["key"]["key"])
+    bob = await service.agent("bob")
+    async with anyio.create_task_group() as tg:
+        answers: list[Any] = []
+
+        async def wait() -> None:
+            answers.append(await alice.get("/v1/inbox/wait", params={"timeout_s": 30}))
+
+        tg.start_soon(wait)
+        await anyio.sleep(0.3)  # the long-poll is open
+        await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+        await bob.post("/v1/messages", json={"to": "alice", "body": "for alice's eyes"})
+    (answer,) = answers
+    assert answer.status_code == 401
+    assert error_of(answer) == "unauthenticated"
+    assert "for alice's eyes" not in answer.text
+    db = sqlite3.connect(service.home / "agentpost.db")
+    assert db.execute("SELECT state FROM deliveries WHERE recipient = 'alice'").fetchall() == [
+        ("queued",)
+    ]
+
+
+async def test_an_event_stream_open_when_its_key_is_revoked_ends_saying_why(
+    service: Service,
+) -> None:
+    created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
+    key = created["key"]["key"]
+    bob = await service.agent("bob")
+    lines: list[str] = []
+    async with service.client(key).stream("GET", "/v1/events") as stream:
+        reading = stream.aiter_lines()
+        assert await anext(reading) == ": agentpost events"  # open: it starts at now
+        await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+        await bob.post("/v1/messages", json={"to": "alice", "body": "for alice's eyes"})
+        with anyio.fail_after(10):
+            lines = [line async for line in reading]  # to the end: the service closes it
+    assert "event: error" in lines
+    assert "message.created" not in "".join(lines)
+    data = next(line for line in lines if line.startswith("data: "))
+    assert json.loads(data.removeprefix("data: "))["error"]["code"] == "unauthenticated"
+
+    from agentpost import AsyncClient
+    from agentpost.domain.errors import AgentpostError
+
+    async with AsyncClient(service.url, key) as client:  # the client raises, and stops
+        with pytest.raises(AgentpostError) as refused:
+            async for _ in client.events():
+                pass
+    assert refused.value.code.value == "unauthenticated"
 
 
 async def test_an_agent_may_hold_several_keys(service: Service) -> None:

@@ -171,6 +171,7 @@ class EventReader:
     retry_s: float | None = None
     _data: list[str] = field(default_factory=list)
     _id: int | None = None
+    _name: str = ""
 
     def feed(self, line: str) -> Event | None:
         """One line of the stream (without its line break); the event it completes, if any."""
@@ -186,14 +187,20 @@ class EventReader:
             self._id = int(value)
         elif name == "retry" and value.isdigit():
             self.retry_s = int(value) / 1000
-        return None  # `event` names the type, which the data carries too
+        elif name == "event":
+            self._name = value  # the type, which an agentpost event's data carries too
+        return None
 
     def _dispatch(self) -> Event | None:
         if self._id is not None:  # as browsers do: an id alone moves the cursor
             self.cursor = self._id
         if not self._data:
+            self._name = ""
             return None
         data, self._data = "\n".join(self._data), []
+        if self._name == "error":  # the service ends the stream, saying why
+            raise refusal(0, {}, data.encode())
+        self._name = ""
         try:
             event = Event.from_dict(json.loads(data))
         except (ValueError, KeyError, TypeError) as exc:

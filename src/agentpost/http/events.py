@@ -2,7 +2,8 @@
 
 Event ids are cursors into your event log: a client that reconnects with `Last-Event-ID` (or
 `?after=`) gets everything after it, nothing missed and nothing twice. A comment line every
-15 s keeps proxies from closing an idle stream.
+15 s keeps proxies from closing an idle stream. A stream whose key is revoked (or whose agent
+is disabled) meanwhile ends with an `error` event carrying the refusal.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 from fastapi import Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from agentpost.domain.errors import invalid
+from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.limits import MAX_LIMIT, MAX_SEQ, check_seq
 from agentpost.http.deps import Me, Office
 from agentpost.http.routing import api_router
@@ -58,10 +59,13 @@ async def events(
         # reconnect before the first event resumes here instead of at a later "now".
         yield ServerSentEvent(id=str(start), comment="agentpost events")
         beat = office.settings.heartbeat_s
-        async for event in office.events.follow(me, start, heartbeat_s=beat):
-            yield ServerSentEvent(
-                data=json.dumps(event.to_dict()), event=event.type, id=str(event.seq)
-            )
+        try:
+            async for event in office.events.follow(me, start, heartbeat_s=beat):
+                yield ServerSentEvent(
+                    data=json.dumps(event.to_dict()), event=event.type, id=str(event.seq)
+                )
+        except AgentpostError as err:  # the key was revoked meanwhile: why, and the end
+            yield ServerSentEvent(data=json.dumps({"error": err.to_dict()}), event="error")
 
     return EventSourceResponse(stream(), ping=KEEPALIVE_S)
 

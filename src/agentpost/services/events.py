@@ -16,7 +16,7 @@ from agentpost.domain import limits as rules
 from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.events import Event
 from agentpost.domain.models import Caller
-from agentpost.services.presence import Heartbeat
+from agentpost.services.presence import Heartbeat, check_standing
 from agentpost.store import events as event_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Store
@@ -70,12 +70,14 @@ class Events:
         # Watched before the first look: an event committed after any look wakes the next wait.
         with self.store.watch(caller.agent) as news:
             while True:
-                if heartbeat is not None:
-                    await heartbeat.beat()
+                if heartbeat is not None and await heartbeat.beat():
+                    await check_standing(self.store, caller)
                 page = partial(
                     event_rows.events_after, agent=caller.agent, after=cursor, limit=FOLLOW_PAGE
                 )
                 found = await self.store.glance(page)
+                if found:
+                    await check_standing(self.store, caller)
                 for event in found:
                     cursor = event.seq
                     yield event

@@ -32,7 +32,7 @@ from agentpost.domain.names import POST_OFFICE, SYSTEM
 from agentpost.services import accounts, drafts, outbox
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
-from agentpost.services.presence import Heartbeat
+from agentpost.services.presence import Heartbeat, check_standing
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit, blocks, clearing, idempotency, lockouts, mail, rates
 from agentpost.store.database import Connection, Store
@@ -347,13 +347,15 @@ class Mailbox:
         # Watched before the first look: mail that lands after any look wakes the next wait.
         with self.store.watch(caller.agent) as news:
             while True:
-                await heartbeat.beat()
+                if await heartbeat.beat():
+                    await check_standing(self.store, caller)
                 # A broadcast wakes every member, and every commit of another process wakes
                 # every waiter: the look must be cheap.
                 waiting = await self.store.glance(
                     lambda c: mail.has_unread(c, caller.agent, self.store.clock(), thread)
                 )
                 if waiting:
+                    await check_standing(self.store, caller)
                     found = await self.inbox(caller, thread_id=thread)
                     if found.messages:
                         return found

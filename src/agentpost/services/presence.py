@@ -23,6 +23,7 @@ from agentpost.domain.models import Caller, Presence, SessionInfo, Status
 from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
+from agentpost.store import keys as key_rows
 from agentpost.store.database import Connection, Row, Store
 
 log = logging.getLogger(__name__)
@@ -73,19 +74,35 @@ class Heartbeat:
         until_due = max(0.0, self._due - anyio.current_time())
         return until_due if remaining is None else min(remaining, until_due)
 
-    async def beat(self) -> None:
+    async def beat(self) -> bool:
+        """Move the session's heartbeat when it is due; whether it was."""
         session_id = self._session_id
         if session_id is None or anyio.current_time() < self._due:
-            return
+            return False
         now = anyio.current_time()
         self._due = now + self._every_s
         beats = _beats.setdefault(self._store, _Beats())
         beats.pending.add(session_id)
         if now < beats.next_write:
-            return  # written with the next batch, well within offline_after_s
+            return True  # written with the next batch, well within offline_after_s
         due, beats.pending = sorted(beats.pending), set()
         beats.next_write = now + self._every_s
         await self._store.write(lambda conn: rows.beat_sessions(conn, due, self._store.clock()))
+        return True
+
+
+async def check_standing(store: Store, caller: Caller) -> None:
+    """A long wait or event stream goes on only while the key it was opened with stands: once
+    the key is revoked or its agent disabled (here or by another process), the next look ends
+    it, before it hands over anything more."""
+    key_id = caller.key_id
+    if key_id is None:
+        return  # a local session: the OS user is the boundary
+    if not await store.glance(lambda conn: key_rows.stands(conn, key_id)):
+        raise AgentpostError(
+            ErrorCode.UNAUTHENTICATED,
+            "the key this was opened with was revoked, or its agent disabled",
+        )
 
 
 def check_status(status: str | None) -> Status | None:

@@ -22,7 +22,7 @@ from agentpost.domain.models import Caller, DeliveryState, Kind, SendResult
 from agentpost.domain.names import check_name
 from agentpost.domain.requests import RequestAnswer
 from agentpost.services.mailbox import Mailbox
-from agentpost.services.presence import Heartbeat
+from agentpost.services.presence import Heartbeat, check_standing
 from agentpost.store import mail
 from agentpost.store import requests as request_rows
 from agentpost.store.database import Connection, Row, Store
@@ -102,9 +102,11 @@ class Requests:
         # The response is mail to the asker: its delivery wakes this watch, made before looking.
         with self.store.watch(caller.agent) as news:
             while True:
-                await heartbeat.beat()
+                if await heartbeat.beat():
+                    await check_standing(self.store, caller)
                 found = await self.store.glance(lambda c: request_rows.response_row(c, request_id))
                 if found is not None:
+                    await check_standing(self.store, caller)
                     answered = partial(self._answer, caller=caller, request_id=request_id)
                     return await self.store.write(answered)
                 remaining = deadline - anyio.current_time()

@@ -97,6 +97,22 @@ def get_key(conn: Connection, key_id: str) -> Row[Any] | None:
     return conn.execute(_GET, {"key_id": key_id}).first()
 
 
+_STANDS = Prepared(
+    select(keys.c.id)
+    .join(agents, agents.c.name == keys.c.agent)
+    .where(
+        keys.c.id == bindparam("key_id"),
+        keys.c.revoked_at.is_(None),
+        agents.c.disabled_at.is_(None),
+    )
+)
+
+
+def stands(conn: Connection, key_id: str) -> bool:
+    """Whether a key still speaks for its agent: not revoked, its agent not disabled."""
+    return _STANDS.first(conn, {"key_id": key_id}) is not None
+
+
 def list_keys(conn: Connection, agent: str | None = None) -> list[Row[Any]]:
     query = select(keys).order_by(keys.c.agent, keys.c.created_at, keys.c.id)
     if agent is not None:
