@@ -225,6 +225,59 @@ def test_without_json_the_output_is_for_people() -> None:
     assert "lunch?" in shown.stdout
 
 
+def flat(text: str) -> str:
+    """Output with its line wrapping undone: Rich wraps at 80 columns when piped."""
+    return " ".join(text.split())
+
+
+def test_text_that_looks_like_markup_is_shown_as_written() -> None:
+    arrange("alice", "bob")
+    body = "[bold]not bold[/bold] [/x] :smile: ends in a backslash \\"
+    agentpost_json("send", "bob", body, "--subject", "[red]s[/red]", "--as", "alice")
+    shown = agentpost("inbox", "--as", "bob")
+    assert shown.returncode == 0, shown.stderr
+    assert f"\n  {body}\n" in shown.stdout
+    assert "\\\\" not in shown.stdout, "one backslash, not an escaped one"
+    assert "[red]s[/red]" in shown.stdout
+
+
+async def _at_work(name: str, branch: str, objective: str) -> None:
+    """A live local session of `name` (this test's process) on `branch`, at `objective`."""
+    from agentpost.services.local_identity import LocalContext, this_host
+
+    office = await PostOffice.open(Settings())
+    try:
+        context = LocalContext(this_host(), os.getpid(), "shop", "/src/shop", branch)
+        await office.presence.open_local_session(context, name=name, objective=objective)
+    finally:
+        await office.aclose()
+
+
+def test_who_shows_another_agents_objective_and_branch_as_written() -> None:
+    anyio.run(_at_work, "alice", "br[/x]", "fixing [/x] [bold]now[/bold]")
+    shown = agentpost("who")
+    assert shown.returncode == 0, shown.stderr
+    assert "fixing [/x] [bold]now[/bold]" in flat(shown.stdout)
+    assert "br[/x]" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["thread", "[/red]"], "not_found", "no thread '[/red]' with messages you can see"),
+        (["send", "owner", "x", "--as", "[/x]"], "invalid_argument", "'[/x]' must match"),
+        (["inbox", "--as", "Bob"], "invalid_argument", "^[a-z0-9][a-z0-9._-]{0,63}$"),
+    ],
+)
+def test_an_error_prints_the_arguments_it_names_as_written(
+    args: list[str], code: str, says: str
+) -> None:
+    done = agentpost(*args)
+    assert done.stderr.startswith(f"error: {code}: "), done.stderr
+    assert says in done.stderr
+    assert done.returncode == EXIT_CODES[ErrorCode(code)]
+
+
 # -- refusals ---------------------------------------------------------------------------------
 
 REFUSALS = [

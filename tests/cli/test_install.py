@@ -183,6 +183,21 @@ def test_claude_refuses_a_settings_file_that_is_not_json_and_leaves_it(tmp_path:
     assert snapshot(*files) == before
 
 
+def test_a_refusal_names_a_project_folder_that_looks_like_markup_as_written(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "br[/x]"
+    root.mkdir(parents=True)
+    (root / ".mcp.json").write_text("[/red] not json")
+    done = install("claude", "--project", str(root), cwd=tmp_path)
+    assert done.stderr == (
+        f"error: invalid_argument: {root / '.mcp.json'} is not JSON: "
+        "Expecting value: line 1 column 2 (char 1)\n"
+    )
+    assert done.returncode == 2
+    assert (root / ".mcp.json").read_text() == "[/red] not json"
+
+
 def test_codex_adds_its_table_keeping_comments_and_other_servers(tmp_path: Path) -> None:
     codex_home = tmp_path / "codex"
     codex_home.mkdir()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 
-from agentpost.cli.render import console, message_line
+from agentpost.cli.render import console, message_line, styled
 from agentpost.config import Settings
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
@@ -23,14 +23,14 @@ async def run_demo(pause: float) -> None:
         settings = Settings(home=Path(folder), database_url=None, agent=None, agents=None)
         office = await PostOffice.open(settings)
         try:
-            console.print(f"[dim]scratch post office: {settings.resolved_database_url}[/dim]")
+            console.print(styled((f"scratch post office: {settings.resolved_database_url}", "dim")))
             await _story(office, pause)
         finally:
             await office.aclose()
 
 
 def _step(text: str) -> None:
-    console.print(f"\n[bold blue]▸[/bold blue] {text}")
+    console.print(styled("\n", ("▸", "bold blue"), f" {text}"))
 
 
 async def _story(office: PostOffice, pause: float) -> None:
@@ -77,7 +77,7 @@ async def _story(office: PostOffice, pause: float) -> None:
         console.print(message_line(m))
     for s in await office.mailbox.sent(bob):
         for r in s.receipts:
-            console.print(f"  {s.message.id} → {r.to}: [green]{r.state.value}[/green]")
+            console.print(styled(f"  {s.message.id} → {r.to}: ", (r.state.value, "green")))
     await anyio.sleep(pause)
 
     _step("the whole thread, oldest first:")
@@ -85,4 +85,6 @@ async def _story(office: PostOffice, pause: float) -> None:
         console.print(message_line(m))
     await office.presence.end_session(a.id)
     await office.presence.end_session(b.id)
-    console.print("\n[bold green]done.[/bold green] Wire `agentpost mcp` into your agents next.")
+    console.print(
+        styled("\n", ("done.", "bold green"), " Wire `agentpost mcp` into your agents next.")
+    )

@@ -224,14 +224,12 @@ DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the change; write
 
 
 def _report(changes: Callable[[], list[Change]], dry_run: bool) -> None:
-    from agentpost.cli.entry import EXIT_CODES
-    from agentpost.cli.render import errors
+    from agentpost.cli.render import refusal
 
     try:
         lines = apply(changes(), dry_run=dry_run)
     except AgentpostError as err:
-        errors.print(f"[red]error:[/red] {err.code.value}: {err.message}", markup=True)
-        raise typer.Exit(EXIT_CODES[err.code]) from None
+        raise refusal(err) from None
     for line in lines:
         print(line)  # plain: paths and diffs must not be wrapped or coloured
 

@@ -75,7 +75,7 @@ def _run(speaker: Speaker, local: Local[T], remote: Remote[T], *, create: bool =
     a name nobody has used is `not_found`, so a typo in `--as` leaves no agent behind. Remotely
     the key says who speaks, so `--as` is refused there rather than ignored.
     """
-    from agentpost.cli.render import emit_json, errors
+    from agentpost.cli.render import refusal
 
     async def main() -> T:
         settings = Settings()
@@ -102,11 +102,7 @@ def _run(speaker: Speaker, local: Local[T], remote: Remote[T], *, create: bool =
     try:
         return anyio.run(main)
     except AgentpostError as err:
-        if speaker.as_json:
-            emit_json({"error": err.to_dict()})
-        else:
-            errors.print(f"[red]error:[/red] {err.code.value}: {err.message}", markup=True)
-        raise typer.Exit(EXIT_CODES[err.code]) from None
+        raise refusal(err, as_json=speaker.as_json) from None
 
 
 async def _remote(url: str, speaker: Speaker, settings: Settings, action: Remote[T]) -> T:
@@ -142,14 +138,13 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the post office: REST under /v1, MCP at /mcp, /health; keys required."""
-    from agentpost.cli.render import errors
+    from agentpost.cli.render import refusal
     from agentpost.service import serve as run_service
 
     try:
         run_service(Settings(), host=host, port=port, allow_remote=allow_remote)
     except AgentpostError as err:
-        errors.print(f"[red]error:[/red] {err.code.value}: {err.message}", markup=True)
-        raise typer.Exit(EXIT_CODES[err.code]) from None
+        raise refusal(err) from None
 
 
 @app.command()

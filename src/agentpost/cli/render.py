@@ -1,4 +1,9 @@
-"""How the command line shows mail to a person: Rich text, or JSON for scripts."""
+"""How the command line shows mail to a person: Rich text, or JSON for scripts.
+
+Nearly every word shown comes from outside: bodies, names, objectives, branches, arguments echoed
+in errors. So both consoles read no markup and no emoji codes, and a string always prints as
+written; the command line's own colours are spans of `Text` (`styled`), never markup in a string.
+"""
 
 from __future__ import annotations
 
@@ -8,50 +13,75 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from agentpost.cli.entry import EXIT_CODES
+from agentpost.domain.errors import AgentpostError
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Message, Presence, SentMessage
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False, soft_wrap=True)
+console = Console(highlight=False, markup=False, emoji=False)
+errors = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
+
+Part = str | tuple[str, str]
+"""Literal text, or (literal text, a Rich style)."""
+
+
+def styled(*parts: Part) -> Text:
+    """One line of output: every part shown literally, a style only where the code gives one."""
+    return Text.assemble(*parts)
 
 
 def emit_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
 
 
+def refusal(err: AgentpostError, *, as_json: bool = False) -> typer.Exit:
+    """Show a refusal (`error: <code>: <message>` on stderr, or `{"error": …}` on stdout for a
+    script); the exit to raise with the code's status."""
+    if as_json:
+        emit_json({"error": err.to_dict()})
+    else:
+        errors.print(styled(("error:", "red"), f" {err.code.value}: {err.message}"))
+    return typer.Exit(EXIT_CODES[err.code])
+
+
 def _when(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
-def message_line(m: Message) -> str:
-    to = ", ".join(m.to)
-    subject = f" [bold]{escape(m.subject)}[/bold]" if m.subject else ""
-    flags = "".join(
-        [
-            " [red]urgent[/red]" if m.priority.value == "urgent" else "",
-            " [magenta]must-read[/magenta]" if m.must_read else "",
-            f" [yellow]{m.trust.value}[/yellow]" if m.trust.value != "verified" else "",
-            f" [dim]({m.state.value})[/dim]" if m.state else "",
-        ]
+def message_line(m: Message) -> Text:
+    flags: list[Part] = []
+    if m.priority.value == "urgent":
+        flags.append((" urgent", "red"))
+    if m.must_read:
+        flags.append((" must-read", "magenta"))
+    if m.trust.value != "verified":
+        flags.append((f" {m.trust.value}", "yellow"))
+    if m.state:
+        flags.append((f" ({m.state.value})", "dim"))
+    data: list[Part] = []
+    if m.data:
+        data = ["\n  ", (f"data: {json.dumps(m.data, ensure_ascii=False)}", "dim")]
+    return styled(
+        (f"{_when(m.created_at)} {m.id}", "dim"),
+        " ",
+        (m.sender, "cyan"),
+        " → ",
+        (", ".join(m.to), "green"),
+        (f" {m.subject}" if m.subject else "", "bold"),
+        *flags,
+        f"\n  {m.body}",
+        *data,
     )
-    head = (
-        f"[dim]{_when(m.created_at)} {m.id}[/dim] [cyan]{escape(m.sender)}[/cyan] → "
-        f"[green]{escape(to)}[/green]{subject}{flags}"
-    )
-    body = escape(m.body)
-    data = (
-        f"\n  [dim]data: {escape(json.dumps(m.data, ensure_ascii=False))}[/dim]" if m.data else ""
-    )
-    return f"{head}\n  {body}{data}"
 
 
 def show_messages(messages: Sequence[Message], empty: str = "No messages.") -> None:
     if not messages:
-        console.print(f"[dim]{empty}[/dim]")
+        console.print(styled((empty, "dim")))
     for m in messages:
         console.print(message_line(m))
 
@@ -61,7 +91,7 @@ def show_presence(agents: Sequence[Presence]) -> None:
     for p in agents:
         seen = "online" if p.online else (f"{p.last_seen_s:.0f}s ago" if p.last_seen_s else "never")
         table.add_row(p.name, p.project or "", p.branch or "", p.status.value, p.objective, seen)
-    console.print(table)
+    console.print(table)  # plain strings in cells: the console reads no markup
 
 
 def show_sent(sent: Sequence[SentMessage]) -> None:
@@ -73,7 +103,7 @@ def show_sent(sent: Sequence[SentMessage]) -> None:
 
 def show_leaders(seats: Sequence[Leader]) -> None:
     if not seats:
-        console.print("[dim]No project has had a leader yet.[/dim]")
+        console.print(styled(("No project has had a leader yet.", "dim")))
         return
     table = Table("project", "leader", "term", "branch", "since")
     for s in seats:
