@@ -230,6 +230,26 @@ def flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def test_human_lines_show_each_messages_thread_and_what_it_answers() -> None:
+    arrange("alice", "bob")
+    root = agentpost_json("send", "bob", "can you review?", "--as", "alice")["id"]
+    reply = agentpost_json("send", "alice", "on it", "--reply-to", root, "--as", "bob")["id"]
+    again = agentpost_json("send", "bob", "thanks", "--reply-to", reply, "--as", "alice")["id"]
+    posted = agentpost_json("send", "bob", "also", "--thread", root, "--as", "alice")["id"]
+
+    shown = agentpost("thread", root, "--as", "alice")
+    assert shown.returncode == 0, shown.stderr
+    lines = flat(shown.stdout)
+    assert f"{root} alice → bob" in lines, "a thread's first message is its thread"
+    assert f"{reply} (thread {root}, re {root}) bob → alice" in lines
+    assert f"{again} (thread {root}, re {reply}) alice → bob" in lines
+    assert f"{posted} (thread {root}) alice → bob" in lines
+    inbox = flat(agentpost("inbox", "--as", "bob").stdout)
+    assert f"{again} (thread {root}, re {reply})" in inbox
+    found = flat(agentpost("search", "thanks", "--as", "bob").stdout)
+    assert f"{again} (thread {root}, re {reply})" in found
+
+
 def test_text_that_looks_like_markup_is_shown_as_written() -> None:
     arrange("alice", "bob")
     body = "[bold]not bold[/bold] [/x] :smile: ends in a backslash \\"

@@ -53,6 +53,14 @@ def _when(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
+def _place(m: Message) -> str:
+    """Where a message sits, for `thread ID` and `--reply-to ID`: its thread, what it answers."""
+    where = [f"thread {m.thread_id}"] if m.thread_id != m.id else []
+    if m.reply_to is not None:
+        where.append(f"re {m.reply_to}")
+    return f" ({', '.join(where)})" if where else ""
+
+
 def message_line(m: Message) -> Text:
     flags: list[Part] = []
     if m.priority.value == "urgent":
@@ -67,7 +75,7 @@ def message_line(m: Message) -> Text:
     if m.data:
         data = ["\n  ", (f"data: {json.dumps(m.data, ensure_ascii=False)}", "dim")]
     return styled(
-        (f"{_when(m.created_at)} {m.id}", "dim"),
+        (f"{_when(m.created_at)} {m.id}{_place(m)}", "dim"),
         " ",
         (m.sender, "cyan"),
         " → ",
