@@ -343,6 +343,58 @@ def test_a_refusal_prints_its_code_exits_with_its_status_and_changes_nothing(
     assert database(isolated_home) == before
 
 
+REFUSED_FIRST_SENDS = [
+    pytest.param(["nobody", "x"], {}, "unknown_recipient", id="unknown-recipient"),
+    pytest.param(["bob", ""], {}, "invalid_argument", id="empty-body"),
+    pytest.param(["bob", "x", "--data", "{"], {}, "invalid_argument", id="data"),
+    pytest.param(["#nochan", "x"], {}, "not_found", id="no-channel"),
+    pytest.param(["bob", "x", "--reply-to", "m_x"], {}, "not_found", id="no-parent"),
+    pytest.param(["bob", "x"], {"AGENTPOST_MAX_UNACKED": "1"}, "inbox_full", id="inbox-full"),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "code"), REFUSED_FIRST_SENDS)
+def test_a_refused_send_as_a_new_name_creates_no_agent(
+    args: list[str], env: dict[str, str], code: str, isolated_home: Path
+) -> None:
+    arrange("alice", "bob", mail=("alice", "bob", "the one unacked message"))
+    before = database(isolated_home)
+    done = agentpost("send", *args, "--as", "typo", **env)
+    assert done.stderr.startswith(f"error: {code}: "), done.stderr
+    assert done.returncode == EXIT_CODES[ErrorCode(code)]
+    assert database(isolated_home) == before
+    names = [a["name"] for a in agentpost_json("who", "--all", "--as", "alice")["agents"]]
+    assert names == ["alice", "bob"]
+
+
+def test_a_name_refused_once_becomes_an_agent_with_its_first_good_send() -> None:
+    arrange("bob")
+    assert agentpost("send", "nobody", "hi", "--as", "dave").returncode != 0
+    sent = agentpost_json("send", "bob", "hi", "--as", "dave")
+    [message] = agentpost_json("inbox", "--as", "bob")["messages"]
+    assert (message["id"], message["from"]) == (sent["id"], "dave")
+    names = [a["name"] for a in agentpost_json("who", "--all", "--as", "bob")["agents"]]
+    assert names == ["bob", "dave"]
+
+
+async def _disable(name: str) -> None:
+    office = await PostOffice.open(Settings())
+    try:
+        await office.admin.disable_agent(Caller("owner", admin=True), name)
+    finally:
+        await office.aclose()
+
+
+def test_a_send_as_a_disabled_agent_is_gone_and_changes_nothing(isolated_home: Path) -> None:
+    arrange("retired", "bob")
+    anyio.run(_disable, "retired")
+    before = database(isolated_home)
+    done = agentpost("send", "bob", "hi", "--as", "retired")
+    assert done.stderr.startswith("error: gone: "), done.stderr
+    assert done.returncode == EXIT_CODES[ErrorCode.GONE]
+    assert database(isolated_home) == before
+
+
 def test_a_refusal_with_json_prints_the_error_as_json(isolated_home: Path) -> None:
     arrange("alice")
     before = database(isolated_home)

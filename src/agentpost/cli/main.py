@@ -67,13 +67,16 @@ class Speaker:
     key: str | None
 
 
-def _run(speaker: Speaker, local: Local[T], remote: Remote[T], *, create: bool = False) -> T:
+def _run(
+    speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender: bool = False
+) -> T:
     """Act as the speaker, on the local post office or a remote one; refusals become an exit
     status.
 
-    Locally, only a command that sends (`create`) brings a new identity into being; reading as
-    a name nobody has used is `not_found`, so a typo in `--as` leaves no agent behind. Remotely
-    the key says who speaks, so `--as` is refused there rather than ignored.
+    Locally, only a send brings a new identity into being, and it does so itself, in the
+    transaction that stores the message (`creates_sender`: the caller is passed on unchecked):
+    a refused send, like a read as a name nobody has used (`not_found`), leaves no agent
+    behind. Remotely the key says who speaks, so `--as` is refused there rather than ignored.
     """
     from agentpost.cli.render import refusal
 
@@ -91,7 +94,9 @@ def _run(speaker: Speaker, local: Local[T], remote: Remote[T], *, create: bool =
         office = await PostOffice.open(settings)
         try:
             name = speaker.as_ or settings.agent or OWNER
-            if create or name == OWNER:
+            if creates_sender:
+                caller = Caller(agent=name)
+            elif name == OWNER:
                 caller = await office.presence.ensure_agent(name)
             else:
                 caller = await office.presence.existing_agent(name)
@@ -249,9 +254,9 @@ def send(
 
     result = _run(
         Speaker(as_, as_json, url, key),
-        lambda o, c: o.mailbox.send(c, targets, body, **fields()),
+        lambda o, c: o.mailbox.send(c, targets, body, create_sender=True, **fields()),
         lambda client: client.send(targets, body, **fields()),
-        create=True,
+        creates_sender=True,
     )
     if as_json:
         emit_json(result.to_dict())

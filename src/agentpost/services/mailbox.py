@@ -32,7 +32,7 @@ from agentpost.domain.names import POST_OFFICE, SYSTEM
 from agentpost.services import accounts, drafts, outbox
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
-from agentpost.services.presence import Heartbeat, check_standing
+from agentpost.services.presence import Heartbeat, check_identity, check_standing
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit, blocks, clearing, idempotency, lockouts, mail, rates
 from agentpost.store.database import Connection, Store
@@ -61,10 +61,17 @@ class Mailbox:
         must_read: bool = False,
         kind: Kind = Kind.MESSAGE,
         idempotency_key: str | None = None,
+        create_sender: bool = False,
     ) -> SendResult:
         """Store a message and deliver it. A retry under the same `idempotency_key` answers
         as the first send did and stores nothing; recipients who blocked the caller get
-        nothing, and the caller is not told (see `outbox`)."""
+        nothing, and the caller is not told (see `outbox`).
+
+        `create_sender`: a caller who is no agent yet becomes one (as `ensure_agent` would
+        make it: the command line's `--as`), in the transaction that stores the message, so a
+        refused send leaves no agent behind."""
+        if create_sender:
+            check_identity(self.settings, caller.agent, session=False)
         message = drafts.draft(
             self.settings,
             to,
@@ -84,14 +91,15 @@ class Mailbox:
         lengthy = message.channel is not None
         if retry_key is None:
             return await self.store.write(
-                lambda conn: self._send_draft(conn, caller, message),
+                lambda conn: self._send_draft(conn, caller, message, create_sender=create_sender),
                 lengthy=lengthy,
                 touches_accounts=False,
             )
         fingerprint = outbox.request_hash(message.request)
 
         def tx(conn: Connection) -> SendResult:
-            self._check_sender(caller, agent_rows.existing_names(conn, [caller.agent]))
+            known = agent_rows.existing_names(conn, [caller.agent])
+            self._admit_sender(conn, caller, known, create=create_sender)
             first = outbox.replay(conn, caller.agent, retry_key, fingerprint, self.store.clock())
             if first is not None:
                 return first
@@ -176,14 +184,20 @@ class Mailbox:
         )
 
     def _send_draft(
-        self, conn: Connection, caller: Caller, message: drafts.Draft, *, notice: bool = False
+        self,
+        conn: Connection,
+        caller: Caller,
+        message: drafts.Draft,
+        *,
+        notice: bool = False,
+        create_sender: bool = False,
     ) -> SendResult:
         """The whole of an agent's send, in `conn`: every check, then the message stored
-        (a `notice`: see `send_in`)."""
+        (a `notice`: see `send_in`; `create_sender`: see `send`)."""
         now = self.store.clock()
         names, channel = message.names, message.channel
         known = agent_rows.existing_names(conn, [caller.agent, *names])
-        self._check_sender(caller, known)
+        self._admit_sender(conn, caller, known, create=create_sender)
         limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
         if not notice:
             self._count_send(conn, caller, now, limits_of[caller.agent].send_rate_per_minute)
@@ -235,6 +249,18 @@ class Mailbox:
             raise invalid("a reply stays in its parent's thread; omit thread_id")
         parent_thread: str = parent.thread_id
         return parent_thread
+
+    def _admit_sender(
+        self, conn: Connection, caller: Caller, known: dict[str, bool], *, create: bool
+    ) -> None:
+        """The caller may send; with `create`, a new name becomes an agent in `conn` (and in
+        `known`), and a disabled one is `gone`, as `ensure_agent` has it."""
+        if create and caller.agent not in known:
+            agent_rows.create_agent(conn, caller.agent, now=self.store.clock())
+            known[caller.agent] = True
+        elif create and not known[caller.agent]:
+            raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
+        self._check_sender(caller, known)
 
     def _check_sender(self, caller: Caller, known: dict[str, bool]) -> None:
         if caller.agent not in known:

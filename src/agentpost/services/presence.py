@@ -116,6 +116,19 @@ def check_status(status: str | None) -> Status | None:
         ) from None
 
 
+def check_identity(settings: Settings, name: str, *, session: bool = True) -> None:
+    """Whether `name` may be an identity here. `session`: an agent's own session, which may
+    never speak as the owner."""
+    check_name(name)
+    if name in (SYSTEM, POST_OFFICE):
+        raise forbidden(f"{name!r} is reserved for the post office")
+    if session and name == OWNER:
+        raise forbidden(f"{name!r} is the person at the command line, not an agent session")
+    roster = settings.agents
+    if roster is not None and name not in roster and name != OWNER:
+        raise forbidden(f"{name!r} is not on the roster (config `agents`)", roster=sorted(roster))
+
+
 class PresenceService:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
@@ -124,17 +137,7 @@ class PresenceService:
     # -- identities -------------------------------------------------------------------------
 
     def _check_identity(self, name: str, *, session: bool = True) -> None:
-        """`session`: an agent's own session, which may never speak as the owner."""
-        check_name(name)
-        if name in (SYSTEM, POST_OFFICE):
-            raise forbidden(f"{name!r} is reserved for the post office")
-        if session and name == OWNER:
-            raise forbidden(f"{name!r} is the person at the command line, not an agent session")
-        roster = self.settings.agents
-        if roster is not None and name not in roster and name != OWNER:
-            raise forbidden(
-                f"{name!r} is not on the roster (config `agents`)", roster=sorted(roster)
-            )
+        check_identity(self.settings, name, session=session)
 
     def ensure_agent_tx(self, conn: Connection, name: str, project: str | None = None) -> None:
         row = rows.get_agent(conn, name)
