@@ -7,17 +7,20 @@ lists every key; a test keeps the two equal.
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 
-from agentpost.domain.errors import AgentpostError
+from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.limits import Limits
 from agentpost.domain.names import check_name
 
@@ -40,6 +43,14 @@ def default_home() -> Path:
 
 def default_config_path() -> Path:
     return Path.home() / ".config" / "agentpost" / "config.toml"
+
+
+def config_path() -> Path:
+    """The TOML file read: `$AGENTPOST_CONFIG`, else the default."""
+    return Path(os.environ.get("AGENTPOST_CONFIG") or default_config_path()).expanduser()
+
+
+DATABASE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+asyncpg://", "postgres://")
 
 
 class Settings(BaseSettings):
@@ -127,6 +138,13 @@ class Settings(BaseSettings):
         except AgentpostError as exc:  # pydantic reports ValueErrors with the other fields'
             raise ValueError(exc.message) from None
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(DATABASE_SCHEMES):
+            raise ValueError("must be sqlite:///path or postgresql://user@host:port/db")
+        return url
+
     @property
     def limits(self) -> Limits:
         return Limits(
@@ -151,6 +169,43 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        path = Path(os.environ.get("AGENTPOST_CONFIG") or default_config_path()).expanduser()
-        toml = TomlConfigSettingsSource(settings_cls, toml_file=path)
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=config_path())
         return (init_settings, env_settings, toml)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """The settings, or a configuration mistake as `invalid_argument` naming the key (or the
+    file) and what is wrong with it: what a person needs to fix it, not pydantic's report."""
+    try:
+        return Settings(**overrides)
+    except tomllib.TOMLDecodeError as exc:
+        raise invalid(f"the config file {config_path()} is not TOML: {exc}") from None
+    except ValidationError as exc:
+        raise invalid(f"configuration: {'; '.join(_mistakes(exc))}") from None
+    except SettingsError as exc:  # a value pydantic-settings could not even decode
+        raise invalid(f"configuration: {exc}") from None
+
+
+SECRETS = frozenset({"admin_key", "key"})
+
+
+def _mistakes(exc: ValidationError) -> list[str]:
+    out = []
+    for error in exc.errors():
+        key = ".".join(str(part) for part in error["loc"]) or "?"
+        if error["type"] == "extra_forbidden":
+            out.append(f"{key} (in {config_path()}) is not a setting")
+            continue
+        what = error["msg"].removeprefix("Value error, ").replace("Input should", "should", 1)
+        if key not in SECRETS and error["type"] != "value_error":
+            what += f", not {error.get('input')!r:.60}"
+        if error["type"] == "list_type":
+            what += ' (a JSON list: ["a", "b"])'
+        out.append(f"{key} ({_source(key.split('.')[0])}): {what}")
+    return out
+
+
+def _source(key: str) -> str:
+    """Where a key's bad value came from: the environment wins over the file."""
+    variable = f"AGENTPOST_{key.upper()}"
+    return variable if any(v.upper() == variable for v in os.environ) else str(config_path())

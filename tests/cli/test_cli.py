@@ -406,6 +406,86 @@ def test_a_refusal_with_json_prints_the_error_as_json(isolated_home: Path) -> No
     assert database(isolated_home) == before
 
 
+# -- configuration mistakes -------------------------------------------------------------------
+
+CONFIG_MISTAKES = [
+    pytest.param(
+        {"AGENTPOST_MAX_BODY_BYTES": "abc"},
+        None,
+        "max_body_bytes (AGENTPOST_MAX_BODY_BYTES): should be a valid integer",
+        id="not-a-number",
+    ),
+    pytest.param(
+        {"AGENTPOST_MAX_BODY_BYTES": "0"},
+        None,
+        "max_body_bytes (AGENTPOST_MAX_BODY_BYTES): should be greater than or equal to 1",
+        id="out-of-range",
+    ),
+    pytest.param(
+        {"AGENTPOST_AGENTS": "alice"},
+        None,
+        "agents (AGENTPOST_AGENTS): should be a valid list, not 'alice' (a JSON list",
+        id="roster-not-json",
+    ),
+    pytest.param(
+        {"AGENTPOST_DATABASE_URL": "bogus://x"},
+        None,
+        "database_url (AGENTPOST_DATABASE_URL): must be sqlite:///path or postgresql://",
+        id="database-url",
+    ),
+    pytest.param(
+        {},
+        "max_body_bytez = 1\n",
+        "max_body_bytez (in {config}) is not a setting",
+        id="unknown-key",
+    ),
+    pytest.param({}, "agents = [\n", "the config file {config} is not TOML: ", id="broken-toml"),
+]
+
+
+@pytest.mark.parametrize(("env", "toml", "says"), CONFIG_MISTAKES)
+def test_a_configuration_mistake_is_an_invalid_argument_naming_the_key(
+    env: dict[str, str], toml: str | None, says: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    if toml is not None:
+        config.write_text(toml)
+    done = agentpost("inbox", AGENTPOST_CONFIG=str(config), **env)
+    assert done.stderr.startswith("error: invalid_argument: "), done.stderr
+    assert says.format(config=config) in done.stderr
+    assert done.stderr.count("\n") == 1, "one line, no traceback"
+    assert done.returncode == EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        pytest.param(["send", "bob", "hi", "--as", "alice"], id="send"),
+        pytest.param(["tail"], id="tail"),
+        pytest.param(["serve", "--port", "0"], id="serve"),
+        pytest.param(["mcp"], id="mcp"),
+        pytest.param(["mcp", "--url", "http://127.0.0.1:9"], id="mcp-remote"),
+        pytest.param(["demo", "--pause", "0"], id="demo"),
+    ],
+)
+def test_every_command_reports_a_configuration_mistake_in_one_line(args: list[str]) -> None:
+    done = agentpost(*args, AGENTPOST_MAX_UNACKED="0")
+    assert done.stderr == (
+        "error: invalid_argument: configuration: max_unacked (AGENTPOST_MAX_UNACKED): "
+        "should be greater than or equal to 1, not '0'\n"
+    )
+    assert done.returncode == EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
+
+
+def test_a_configuration_mistake_with_json_is_a_json_error() -> None:
+    done = agentpost("who", "--json", AGENTPOST_AGENTS="alice")
+    assert done.returncode == EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "invalid_argument"
+    assert error["message"].startswith("configuration: agents (AGENTPOST_AGENTS): ")
+
+
 # -- demo and tail ----------------------------------------------------------------------------
 
 

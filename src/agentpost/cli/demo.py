@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 
 from agentpost.cli.render import console, message_line, styled
-from agentpost.config import Settings
+from agentpost.config import load_settings
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import detect
@@ -20,7 +20,7 @@ from agentpost.services.local_identity import detect
 
 async def run_demo(pause: float) -> None:
     with tempfile.TemporaryDirectory(prefix="agentpost-demo-") as folder:
-        settings = Settings(home=Path(folder), database_url=None, agent=None, agents=None)
+        settings = load_settings(home=Path(folder), database_url=None, agent=None, agents=None)
         office = await PostOffice.open(settings)
         try:
             console.print(styled((f"scratch post office: {settings.resolved_database_url}", "dim")))

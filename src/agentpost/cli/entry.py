@@ -37,10 +37,10 @@ def serve_mcp(url: str | None = None, key: str | None = None) -> int:
     """
     import anyio
 
-    from agentpost.config import Settings
+    from agentpost.config import load_settings
 
     try:
-        settings = Settings()
+        settings = load_settings()
         if url is not None or key is not None:
             settings = settings.model_copy(
                 update={"url": url or settings.url, "key": key or settings.key}
@@ -57,7 +57,7 @@ def serve_mcp(url: str | None = None, key: str | None = None) -> int:
             from agentpost.mcp.stdio import serve_stdio
 
             anyio.run(serve_stdio, settings)
-    except AgentpostError as err:  # e.g. a name off the roster, a refused key
+    except AgentpostError as err:  # e.g. a name off the roster, a refused key, bad config
         print(f"error: {err.code.value}: {err.message}", file=sys.stderr)
         return EXIT_CODES[err.code]
     return 0

@@ -177,7 +177,7 @@ def check(environ: Mapping[str, str]) -> int:
         return 0
     import anyio
 
-    from agentpost.config import Settings
+    from agentpost.config import load_settings
     from agentpost.domain.reservations import held_against
     from agentpost.services.local_identity import detect
 
@@ -185,7 +185,7 @@ def check(environ: Mapping[str, str]) -> int:
         staged = staged_files()
         if not staged:
             return 0
-        settings = Settings()
+        settings = load_settings()
         context = detect(project_override=settings.project)
         agent, held = anyio.run(_read_post_office, settings, context.project)
     except Exception as exc:  # a bad config, an unreadable store, no git: never stop the commit

@@ -19,7 +19,7 @@ import typer
 from agentpost.cli.entry import EXIT_CODES, serve_mcp
 from agentpost.cli.guard import guard_app
 from agentpost.cli.install import install_app
-from agentpost.config import Settings
+from agentpost.config import Settings, load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Inbox
 from agentpost.domain.names import OWNER
@@ -70,8 +70,8 @@ class Speaker:
 def _run(
     speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender: bool = False
 ) -> T:
-    """Act as the speaker, on the local post office or a remote one; refusals become an exit
-    status.
+    """Act as the speaker, on the local post office or a remote one; refusals (a configuration
+    mistake among them) become an exit status.
 
     Locally, only a send brings a new identity into being, and it does so itself, in the
     transaction that stores the message (`creates_sender`: the caller is passed on unchecked):
@@ -81,7 +81,7 @@ def _run(
     from agentpost.cli.render import refusal
 
     async def main() -> T:
-        settings = Settings()
+        settings = load_settings()
         url = speaker.url or settings.url
         if url:
             return await _remote(url, speaker, settings, remote)
@@ -147,7 +147,7 @@ def serve(
     from agentpost.service import serve as run_service
 
     try:
-        run_service(Settings(), host=host, port=port, allow_remote=allow_remote)
+        run_service(load_settings(), host=host, port=port, allow_remote=allow_remote)
     except AgentpostError as err:
         raise refusal(err) from None
 
@@ -411,11 +411,11 @@ def tail(
     as_json: JsonOption = False,
 ) -> None:
     """Follow every new message of the post office, live, until Ctrl-C."""
-    from agentpost.cli.render import console, message_line
+    from agentpost.cli.render import console, message_line, refusal
     from agentpost.services import PostOffice
 
     async def main() -> None:
-        office = await PostOffice.open(Settings())
+        office = await PostOffice.open(load_settings())
         try:
             async for message in office.mailbox.follow(backlog=backlog):
                 if as_json:
@@ -428,6 +428,8 @@ def tail(
 
     try:
         anyio.run(main)
+    except AgentpostError as err:
+        raise refusal(err, as_json=as_json) from None
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
 
@@ -438,8 +440,12 @@ def demo(
 ) -> None:
     """Watch two local agents exchange, read and acknowledge messages (on a scratch database)."""
     from agentpost.cli.demo import run_demo
+    from agentpost.cli.render import refusal
 
-    anyio.run(run_demo, pause)
+    try:
+        anyio.run(run_demo, pause)
+    except AgentpostError as err:
+        raise refusal(err) from None
 
 
 @app.command()
