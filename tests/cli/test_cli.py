@@ -510,6 +510,13 @@ def test_demo_shows_two_agents_exchange_read_and_acknowledge() -> None:
     assert positions == sorted(positions), "the steps appear in the order they happen"
 
 
+@pytest.mark.parametrize("pause", ["-1", "nan"])
+def test_demo_refuses_a_pause_that_is_no_length_of_time(pause: str) -> None:
+    done = agentpost("demo", "--pause", pause)
+    assert done.stderr == "error: invalid_argument: --pause must be seconds, 0 or more\n"
+    assert done.returncode == EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
+
+
 @pytest.mark.anyio
 async def test_tail_json_prints_a_message_another_process_sends() -> None:
     await arrange_async("alice", "bob", mail=("alice", "bob", "before tail started"))

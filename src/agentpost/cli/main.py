@@ -9,6 +9,7 @@ refusal prints `error: <code>: <message>` and exits with the code's status (see 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -443,6 +444,8 @@ def demo(
     from agentpost.cli.render import refusal
 
     try:
+        if not (math.isfinite(pause) and pause >= 0):
+            raise AgentpostError(ErrorCode.INVALID_ARGUMENT, "--pause must be seconds, 0 or more")
         anyio.run(run_demo, pause)
     except AgentpostError as err:
         raise refusal(err) from None
