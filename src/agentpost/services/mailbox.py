@@ -15,8 +15,7 @@ import anyio
 
 from agentpost.config import Settings
 from agentpost.domain import limits as rules
-from agentpost.domain.accounts import AgentLimits
-from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid, not_found
 from agentpost.domain.models import (
     AckResult,
     Caller,
@@ -29,12 +28,12 @@ from agentpost.domain.models import (
     Trust,
 )
 from agentpost.domain.names import POST_OFFICE, SYSTEM
-from agentpost.services import accounts, drafts, outbox
+from agentpost.services import accounts, addressing, drafts, outbox
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
 from agentpost.services.presence import Heartbeat, check_identity, check_standing
 from agentpost.store import agents as agent_rows
-from agentpost.store import audit, blocks, clearing, idempotency, lockouts, mail, rates
+from agentpost.store import audit, blocks, clearing, idempotency, lockouts, mail
 from agentpost.store.database import Connection, Store
 
 
@@ -99,7 +98,9 @@ class Mailbox:
 
         def tx(conn: Connection) -> SendResult:
             known = agent_rows.existing_names(conn, [caller.agent])
-            self._admit_sender(conn, caller, known, create=create_sender)
+            addressing.admit_sender(
+                conn, caller, known, create=create_sender, now=self.store.clock()
+            )
             first = outbox.replay(conn, caller.agent, retry_key, fingerprint, self.store.clock())
             if first is not None:
                 return first
@@ -168,19 +169,21 @@ class Mailbox:
         now = self.store.clock()
         if message.channel is None:
             known = agent_rows.existing_names(conn, message.names)
-            recipients = self._direct_recipients(conn, message.names, known)
+            recipients = addressing.direct_recipients(
+                conn, message.names, known, self.settings.agents, now
+            )
             display = recipients
         else:
             everyone = members(conn, message.channel)
             recipients = [n for n in everyone if n not in (SYSTEM, POST_OFFICE)]
             display = [f"#{message.channel}"]
         limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
-        full = self._full_inboxes(conn, recipients, limits_of, now)
+        full = addressing.full_inboxes(conn, recipients, limits_of, self.limits.max_unacked, now)
         deliver = [n for n in recipients if n not in full]
-        addressing = drafts.Addressing(display, deliver, deliver, full, [])
+        addressed = drafts.Addressing(display, deliver, deliver, full, [])
         sender = Caller(SYSTEM, trust=Trust.VERIFIED)
         return drafts.store_message(
-            conn, self.settings, sender, message, now, addressing, message.thread
+            conn, self.settings, sender, message, now, addressed, message.thread
         )
 
     def _send_draft(
@@ -197,27 +200,35 @@ class Mailbox:
         now = self.store.clock()
         names, channel = message.names, message.channel
         known = agent_rows.existing_names(conn, [caller.agent, *names])
-        self._admit_sender(conn, caller, known, create=create_sender)
+        addressing.admit_sender(conn, caller, known, create=create_sender, now=now)
         limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
         if not notice:
-            self._count_send(conn, caller, now, limits_of[caller.agent].send_rate_per_minute)
+            addressing.count_send(
+                conn,
+                self.store.dialect,
+                caller,
+                now,
+                limits_of[caller.agent].send_rate_per_minute,
+            )
         thread_of = message.thread
         if message.reply_to is not None:
-            thread_of = self._parent_thread(conn, caller, message.reply_to, thread_of)
+            thread_of = addressing.parent_thread(conn, caller, message.reply_to, thread_of, now)
         if channel is None:
             if notice:
                 recipients = [n for n in names if known.get(n)]
                 display = names
             else:
-                recipients = self._direct_recipients(conn, names, known)
+                recipients = addressing.direct_recipients(
+                    conn, names, known, self.settings.agents, now
+                )
                 display = recipients
         else:
-            recipients = self._channel_recipients(conn, caller.agent, channel)
+            recipients = addressing.channel_recipients(conn, caller.agent, channel)
             display = [f"#{channel}"]
             limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
         dropped = sorted(blocks.blocking(conn, caller.agent, recipients))
         deliver = [n for n in recipients if n not in dropped]
-        full = self._full_inboxes(conn, deliver, limits_of, now)
+        full = addressing.full_inboxes(conn, deliver, limits_of, self.limits.max_unacked, now)
         if full and channel is None and not notice:
             raise AgentpostError(
                 ErrorCode.INBOX_FULL,
@@ -226,100 +237,14 @@ class Mailbox:
                 details={"full": full},
                 retry_after_s=60,
             )
-        addressing = drafts.Addressing(
+        addressed = drafts.Addressing(
             display,
             [n for n in recipients if n not in full],
             [n for n in deliver if n not in full],
             full,
             dropped,
         )
-        return drafts.store_message(
-            conn, self.settings, caller, message, now, addressing, thread_of
-        )
-
-    def _parent_thread(
-        self, conn: Connection, caller: Caller, reply_to: str, thread: str | None
-    ) -> str:
-        """A reply's thread: its parent's, which the caller must be able to see."""
-        channels = member_channels(conn, caller.agent)
-        parent = mail.visible_message(conn, caller.agent, channels, reply_to, self.store.clock())
-        if parent is None:
-            raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
-        if thread is not None and thread != parent.thread_id:
-            raise invalid("a reply stays in its parent's thread; omit thread_id")
-        parent_thread: str = parent.thread_id
-        return parent_thread
-
-    def _admit_sender(
-        self, conn: Connection, caller: Caller, known: dict[str, bool], *, create: bool
-    ) -> None:
-        """The caller may send; with `create`, a new name becomes an agent in `conn` (and in
-        `known`), and a disabled one is `gone`, as `ensure_agent` has it."""
-        if create and caller.agent not in known:
-            agent_rows.create_agent(conn, caller.agent, now=self.store.clock())
-            known[caller.agent] = True
-        elif create and not known[caller.agent]:
-            raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
-        self._check_sender(caller, known)
-
-    def _check_sender(self, caller: Caller, known: dict[str, bool]) -> None:
-        if caller.agent not in known:
-            raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
-        if not known[caller.agent]:
-            raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
-
-    def _count_send(self, conn: Connection, caller: Caller, now: float, limit: int) -> None:
-        count, reset_s = rates.hit(conn, self.store.dialect, f"send:{caller.agent}", now, 60)
-        if count > limit:
-            raise AgentpostError(
-                ErrorCode.RATE_LIMITED,
-                f"{caller.agent} may send {limit} messages a minute",
-                details={"limit": limit},
-                retry_after_s=max(1.0, round(reset_s, 1)),
-            )
-
-    def _full_inboxes(
-        self, conn: Connection, names: list[str], limits_of: dict[str, AgentLimits], now: float
-    ) -> list[str]:
-        """Those of `names` whose open mail reached their cap (their own, or the setting)."""
-        if not names:
-            return []
-        default = self.limits.max_unacked
-        caps = {n: limits_of[n].max_unacked if n in limits_of else default for n in names}
-        counts = mail.unacked_counts(conn, names, max(caps.values()), now)
-        return [n for n in names if counts.get(n, 0) >= caps[n]]
-
-    def _direct_recipients(
-        self, conn: Connection, names: list[str], known: dict[str, bool]
-    ) -> list[str]:
-        roster = self.settings.agents
-        for name in names:
-            if name not in known:
-                if roster is not None and name in roster:
-                    agent_rows.create_agent(conn, name, now=self.store.clock())
-                    continue
-                raise AgentpostError(
-                    ErrorCode.UNKNOWN_RECIPIENT,
-                    f"no agent named {name!r}; `who` with include_offline lists them",
-                    details={"recipient": name},
-                )
-            if not known[name]:
-                raise AgentpostError(ErrorCode.GONE, f"agent {name!r} is disabled")
-            if roster is not None and name not in roster:
-                raise AgentpostError(
-                    ErrorCode.UNKNOWN_RECIPIENT,
-                    f"{name!r} is not on the roster",
-                    details={"recipient": name},
-                )
-        return names
-
-    def _channel_recipients(self, conn: Connection, sender: str, channel: str) -> list[str]:
-        if channel not in member_channels(conn, sender):
-            everyone = members(conn, channel)
-            if not everyone:
-                raise not_found(f"no channel #{channel}", channel=f"#{channel}")
-            raise forbidden(f"join #{channel} before you post to it", channel=f"#{channel}")
-        return [n for n in members(conn, channel) if n != sender and n not in (SYSTEM, POST_OFFICE)]
+        return drafts.store_message(conn, self.settings, caller, message, now, addressed, thread_of)
 
     # -- read ----------------------------------------------------------------------------------
 

@@ -1,0 +1,116 @@
+"""Between a checked draft and its delivery: whether the sender may send, whom the message
+goes to, and whose inbox is full. Each check runs in the send's own transaction, so what it
+decides on is what the send stores against, and a refusal rolls it all back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentpost.domain.accounts import AgentLimits
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
+from agentpost.domain.models import Caller
+from agentpost.domain.names import POST_OFFICE, SYSTEM
+from agentpost.services.channels import member_channels, members
+from agentpost.store import agents as agent_rows
+from agentpost.store import mail, rates
+from agentpost.store.database import Connection
+
+SEND_WINDOW_S = 60
+
+
+def admit_sender(
+    conn: Connection, caller: Caller, known: dict[str, bool], *, create: bool, now: float
+) -> None:
+    """The caller may send; with `create`, a new name becomes an agent in `conn` (and in
+    `known`), and a disabled one is `gone`, as `ensure_agent` has it."""
+    if create and caller.agent not in known:
+        agent_rows.create_agent(conn, caller.agent, now=now)
+        known[caller.agent] = True
+    elif create and not known[caller.agent]:
+        raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
+    if caller.agent not in known:
+        raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
+    if not known[caller.agent]:
+        raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
+
+
+def count_send(conn: Connection, dialect: Any, caller: Caller, now: float, limit: int) -> None:
+    """One more send in the caller's window of a minute; refused past `limit`."""
+    count, reset_s = rates.hit(conn, dialect, f"send:{caller.agent}", now, SEND_WINDOW_S)
+    if count > limit:
+        raise AgentpostError(
+            ErrorCode.RATE_LIMITED,
+            f"{caller.agent} may send {limit} messages a minute",
+            details={"limit": limit},
+            retry_after_s=max(1.0, round(reset_s, 1)),
+        )
+
+
+def parent_thread(
+    conn: Connection, caller: Caller, reply_to: str, thread: str | None, now: float
+) -> str:
+    """A reply's thread: its parent's, which the caller must be able to see."""
+    channels = member_channels(conn, caller.agent)
+    parent = mail.visible_message(conn, caller.agent, channels, reply_to, now)
+    if parent is None:
+        raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
+    if thread is not None and thread != parent.thread_id:
+        raise invalid("a reply stays in its parent's thread; omit thread_id")
+    parent_thread: str = parent.thread_id
+    return parent_thread
+
+
+def full_inboxes(
+    conn: Connection,
+    names: list[str],
+    limits_of: dict[str, AgentLimits],
+    default_cap: int,
+    now: float,
+) -> list[str]:
+    """Those of `names` whose open mail reached their cap (their own, or the setting)."""
+    if not names:
+        return []
+    caps = {n: limits_of[n].max_unacked if n in limits_of else default_cap for n in names}
+    counts = mail.unacked_counts(conn, names, max(caps.values()), now)
+    return [n for n in names if counts.get(n, 0) >= caps[n]]
+
+
+def direct_recipients(
+    conn: Connection,
+    names: list[str],
+    known: dict[str, bool],
+    roster: list[str] | None,
+    now: float,
+) -> list[str]:
+    """Named recipients, each an enabled agent (on the roster, if there is one); a roster name
+    nobody has used yet becomes an agent here."""
+    for name in names:
+        if name not in known:
+            if roster is not None and name in roster:
+                agent_rows.create_agent(conn, name, now=now)
+                continue
+            raise AgentpostError(
+                ErrorCode.UNKNOWN_RECIPIENT,
+                f"no agent named {name!r}; `who` with include_offline lists them",
+                details={"recipient": name},
+            )
+        if not known[name]:
+            raise AgentpostError(ErrorCode.GONE, f"agent {name!r} is disabled")
+        if roster is not None and name not in roster:
+            raise AgentpostError(
+                ErrorCode.UNKNOWN_RECIPIENT,
+                f"{name!r} is not on the roster",
+                details={"recipient": name},
+            )
+    return names
+
+
+def channel_recipients(conn: Connection, sender: str, channel: str) -> list[str]:
+    """A channel's members but the sender and the post office's own names; only a member
+    posts."""
+    if channel not in member_channels(conn, sender):
+        everyone = members(conn, channel)
+        if not everyone:
+            raise not_found(f"no channel #{channel}", channel=f"#{channel}")
+        raise forbidden(f"join #{channel} before you post to it", channel=f"#{channel}")
+    return [n for n in members(conn, channel) if n != sender and n not in (SYSTEM, POST_OFFICE)]
