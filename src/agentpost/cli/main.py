@@ -318,14 +318,14 @@ def ack(
 
 @app.command()
 def thread(
-    thread_id: Annotated[str, typer.Argument(help="The thread id.")],
+    thread_id: Annotated[str, typer.Argument(help="The thread's id, or any of its messages'.")],
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
     as_: AsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
     key: KeyOption = None,
 ) -> None:
-    """A thread's messages, oldest first."""
+    """A thread's messages, oldest first (its newest LIMIT)."""
     from agentpost.cli.render import emit_json, show_messages
 
     found = _run(
