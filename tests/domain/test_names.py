@@ -66,7 +66,10 @@ def test_a_channel_outside_the_grammar_is_an_invalid_argument(channel: str) -> N
         ("shop-feature/Login_Form", "shop-feature-login_form"),
         ("--weird--", "weird"),
         ("a   b", "a-b"),
-        ("Ünïcode Straße", "n-code-stra-e"),
+        ("Ünïcode Straße", "unicode-strasse"),
+        ("Café Crème", "cafe-creme"),
+        ("日本語", "wgv71a119e"),  # punycode: no Latin spelling to take
+        ("中文", "fiq228c"),
         ("", "agent"),
         ("///", "agent"),
         ("v1.2", "v1.2"),
@@ -85,3 +88,10 @@ def test_slugify_cuts_to_the_longest_name_without_a_dangling_separator() -> None
 @given(st.text(max_size=200))
 def test_every_slug_is_a_valid_name(text: str) -> None:
     assert is_valid_name(slugify(text))
+
+
+def test_folders_in_a_script_with_no_latin_spelling_keep_apart() -> None:
+    names = ["日本語", "中文", "한국어", "русский", "ελληνικά", "עברית"]
+    slugs = [slugify(name) for name in names]
+    assert len(set(slugs)) == len(names)
+    assert "agent" not in slugs

@@ -74,6 +74,22 @@ def test_outside_git_the_folder_names_the_project(tmp_path: Path) -> None:
     assert context.derived_name == "notes-folder"
 
 
+def test_repositories_named_in_scripts_without_a_latin_spelling_are_projects_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Else every such repository was the project `agent`: one channel, one leader seat."""
+    for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
+        monkeypatch.setenv(name, os.devnull)
+    projects = []
+    for folder in ("日本語", "中文", "Ünïcode Folder"):
+        path = tmp_path / folder
+        path.mkdir()
+        git(path, "init", "-q", "-b", "main")
+        git(path, "commit", "-q", "--allow-empty", "-m", "start")
+        projects.append(detect(path).project)
+    assert projects == ["wgv71a119e", "fiq228c", "unicode-folder"]
+
+
 def test_a_project_override_wins_over_git(repo: Path) -> None:
     assert detect(repo, project_override="Billing API").project == "billing-api"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from agentpost.domain.errors import invalid
 
@@ -38,7 +39,20 @@ def check_channel(channel: str) -> str:
 
 
 def slugify(text: str, *, max_len: int = 64) -> str:
-    """A readable name from free text (a folder, a branch): lower case, runs of others to '-'."""
-    slug = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
+    """A readable name from free text (a folder, a branch): lower case, accents dropped
+    (`Ünïcode Straße` is `unicode-strasse`), runs of other characters to '-'.
+
+    Text in a script with no Latin spelling (`日本語`) is spelled in punycode instead, so two
+    such folders stay two projects rather than all becoming the same empty name."""
+    folded = text.casefold()
+    latin = _latin(folded)
+    if any(ch.isalnum() and not _latin(ch) for ch in folded):
+        latin = folded.encode("punycode").decode("ascii")
+    slug = re.sub(r"[^a-z0-9._-]+", "-", latin).strip("-._")
     slug = re.sub(r"-{2,}", "-", slug)[:max_len].rstrip("-._")
     return slug or "agent"
+
+
+def _latin(text: str) -> str:
+    """`text` in ASCII letters, as far as taking accents off gets it there."""
+    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
