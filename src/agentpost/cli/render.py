@@ -2,7 +2,8 @@
 
 Nearly every word shown comes from outside: bodies, names, objectives, branches, arguments echoed
 in errors. So both consoles read no markup and no emoji codes, and a string always prints as
-written; the command line's own colours are spans of `Text` (`styled`), never markup in a string.
+written, but for control characters, which are written out (`visible`); the command line's own
+colours are spans of `Text` (`styled`), never markup in a string.
 """
 
 from __future__ import annotations
@@ -23,8 +24,31 @@ from agentpost.domain.errors import AgentpostError
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Message, Presence, SentMessage
 
-console = Console(highlight=False, markup=False, emoji=False)
-errors = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
+_HIDDEN = {
+    code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
+}
+_HIDDEN |= {
+    code: f"\\u{code:04x}"
+    for code in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+}
+
+
+def visible(text: str) -> str:
+    """`text` with its control characters written out (`\\x1b`), line breaks and tabs kept:
+    a body must not move the cursor, clear the screen, retitle the terminal or reorder what
+    follows it (bidirectional overrides)."""
+    return text.translate(_HIDDEN)
+
+
+class _LiteralConsole(Console):
+    """Prints every string, in a table's cells too, as `visible` writes it."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(visible(text), **options)
+
+
+console = _LiteralConsole(highlight=False, markup=False, emoji=False)
+errors = _LiteralConsole(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 Part = str | tuple[str, str]
 """Literal text, or (literal text, a Rich style)."""
@@ -32,7 +56,9 @@ Part = str | tuple[str, str]
 
 def styled(*parts: Part) -> Text:
     """One line of output: every part shown literally, a style only where the code gives one."""
-    return Text.assemble(*parts)
+    return Text.assemble(
+        *(visible(part) if isinstance(part, str) else (visible(part[0]), part[1]) for part in parts)
+    )
 
 
 def emit_json(value: Any) -> None:

@@ -1,0 +1,49 @@
+"""What the command line prints of outside text: as written, but for control characters, which
+are written out, so another agent's words never drive the reader's terminal."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from agentpost.cli.render import visible
+from cli.test_cli import _at_work, agentpost, agentpost_json, arrange
+
+ESCAPES = [
+    ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),  # retitles the terminal
+    ("\x1b[2J", "\\x1b[2J"),  # clears the screen
+    ("\x9b31m", "\\x9b31m"),  # the one-byte CSI
+    ("over\rwritten", "over\\x0dwritten"),  # a carriage return overwrites the line
+    ("\u202edesrever", "\\u202edesrever"),  # a bidirectional override reorders the rest
+    ("\x00\x7f", "\\x00\\x7f"),
+]
+
+
+@pytest.mark.parametrize(("raw", "shown"), ESCAPES)
+def test_a_control_character_is_written_out(raw: str, shown: str) -> None:
+    assert visible(raw) == shown
+
+
+def test_line_breaks_tabs_and_the_rest_of_unicode_stay_as_they_are() -> None:
+    text = "two\nlines\tand tabs, café, 日本語, 😀"
+    assert visible(text) == text
+
+
+def test_a_body_that_would_drive_the_terminal_is_shown_written_out() -> None:
+    arrange("alice", "bob")
+    body = "hi \x1b]0;pwned\x07 \x1b[2J\rgone \u202eevil"
+    agentpost_json("send", "bob", body, "--subject", "\x1b[31mred", "--as", "alice")
+    shown = agentpost("inbox", "--as", "bob")
+    assert shown.returncode == 0, shown.stderr
+    for raw in ("\x1b]", "\x1b[2J", "\r", "\u202e"):
+        assert raw not in shown.stdout
+    assert "hi \\x1b]0;pwned\\x07 \\x1b[2J\\x0dgone \\u202eevil" in shown.stdout
+    assert "\\x1b[31mred" in shown.stdout
+
+
+def test_who_writes_out_control_characters_in_an_objective() -> None:
+    anyio.run(_at_work, "alice", "main", "fixing \x1b[2J the build")
+    shown = agentpost("who")
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b[2J" not in shown.stdout
+    assert "\\x1b[2J" in shown.stdout
