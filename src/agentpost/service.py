@@ -170,7 +170,11 @@ class Service:
                 started = True
                 await receive()  # lifespan.shutdown
         except Exception as exc:
-            log.exception("agentpost could not %s", "stop cleanly" if started else "start")
+            doing = "stop cleanly" if started else "start"
+            if isinstance(exc, AgentpostError):  # a refusal, said in its words: no traceback
+                log.error("agentpost could not %s: %s", doing, exc)
+            else:
+                log.exception("agentpost could not %s", doing)
             failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
             await send({"type": failed, "message": str(exc)})
             return

@@ -395,6 +395,15 @@ def test_a_send_as_a_disabled_agent_is_gone_and_changes_nothing(isolated_home: P
     assert database(isolated_home) == before
 
 
+def test_a_home_that_cannot_be_made_is_unavailable_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    done = agentpost("inbox", AGENTPOST_HOME=str(tmp_path / "a-file" / "home"))
+    assert done.stderr.startswith("error: unavailable: cannot keep the post office at "), (
+        done.stderr
+    )
+    assert done.returncode == EXIT_CODES[ErrorCode.UNAVAILABLE]
+
+
 def test_a_refusal_with_json_prints_the_error_as_json(isolated_home: Path) -> None:
     arrange("alice")
     before = database(isolated_home)

@@ -11,6 +11,7 @@ import anyio
 import pytest
 from sqlalchemy import Connection, text
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import rates, sqlite
 from agentpost.store.database import Store
 from store.test_sqlite_runner import stored_keys
@@ -88,3 +89,12 @@ async def test_text_is_stored_verbatim_whatever_it_contains(lite: Store) -> None
     await lite.write(tx)
     assert await stored_keys(lite) == {odd}
     assert await lite.read(lambda c: c.execute(text("SELECT count(*) FROM agents")).scalar()) == 0
+
+
+async def test_a_home_that_cannot_be_made_is_unavailable_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(AgentpostError) as caught:
+        await Store.open(f"sqlite:///{blocker / 'home' / 'agentpost.db'}")
+    assert caught.value.code is ErrorCode.UNAVAILABLE
+    assert str(blocker / "home" / "agentpost.db") in caught.value.message

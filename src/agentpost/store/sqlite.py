@@ -24,6 +24,7 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.sql import ColumnElement, Insert
 from sqlalchemy.sql.schema import Table
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store.fulltext import search as search  # the dialect's matching
 
 BUSY_TIMEOUT_MS = 30_000
@@ -34,12 +35,20 @@ def database_path(url: str) -> Path:
 
 
 def prepare_file(path: Path) -> None:
-    """Create the folder (0700) and the file (0600) before SQLite does, so both stay private."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not path.exists():
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-        os.close(fd)
-    os.chmod(path, 0o600)
+    """Create the folder (0700) and the file (0600) before SQLite does, so both stay private.
+    A place that cannot hold them is `unavailable`, naming it, not a traceback."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.exists():
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
+        os.chmod(path, 0o600)
+    except OSError as exc:
+        raise AgentpostError(
+            ErrorCode.UNAVAILABLE,
+            f"cannot keep the post office at {path}: {exc.strerror or exc}",
+            details={"path": str(path)},
+        ) from None
 
 
 def journal_mode(path: Path) -> str:
