@@ -282,3 +282,25 @@ async def test_a_session_that_takes_another_name_keeps_its_seat_and_term(
     assert (seat.leader, seat.term) == ("alice", 1)
     assert (await office.leadership.claim(renamed)).term == 1  # still its own, not a new term
     assert (await office.leadership.release(renamed)).leader is None
+
+
+async def test_a_session_that_ends_while_its_claim_looks_at_its_branch_takes_no_seat(
+    office: PostOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The branch is looked at outside the claim's transaction (git may be slow): a session
+    that ended meanwhile must not be seated, nor announced."""
+    alice = await session_caller(office, "alice")
+    watcher = await session_caller(office, "watcher", branch="feature-x")
+    looked = office.leadership._eligible
+
+    async def ending_meanwhile(*args: object) -> bool:
+        assert alice.session_id is not None
+        await office.presence.end_session(alice.session_id)
+        return await looked(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(office.leadership, "_eligible", ending_meanwhile)
+    with pytest.raises(AgentpostError) as refused:
+        await office.leadership.claim(alice)
+    assert refused.value.code is ErrorCode.UNAUTHENTICATED
+    assert (await office.leadership.leader(watcher)).leader is None
+    assert await announcements(office, watcher) == []

@@ -104,6 +104,10 @@ class Leadership:
         eligible = await self._eligible(session.branch, session.worktree, session.host)
 
         def tx(conn: Connection) -> Leader:
+            # Asked again here: the session may have ended while its branch was looked at.
+            now_seen = agent_rows.get_session(conn, caller.session_id or "")
+            if now_seen is None or now_seen.ended_at is not None:
+                raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this session has ended")
             name = self._project(conn, caller, project)
             if name != session.project and not caller.admin:
                 raise forbidden(
