@@ -19,6 +19,7 @@ import anyio.to_thread
 import pytest
 from sqlalchemy import Connection, select
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import sqlite_runner
 from agentpost.store.database import Store
 from agentpost.store.schema import rate_windows
@@ -276,3 +277,24 @@ async def test_a_steady_stream_of_writes_keeps_the_wal_small(
     finally:
         other.close()
     assert in_the_wal < writes / 2
+
+
+async def test_a_write_let_in_just_before_close_is_refused_not_left_waiting(
+    tmp_path: Path,
+) -> None:
+    """`close` runs on a thread of its own: a write that passed its look at `_closing` a moment
+    before lands in the queue behind the writer's last job, and must still be answered."""
+    path = tmp_path / "agentpost.db"
+    await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema
+    loop = asyncio.get_running_loop()
+    runner = SqliteRunner(path, on_commit=lambda _: None, commit_loop=loop)
+    late: asyncio.Future[Any] = loop.create_future()
+    job = sqlite_runner._Job(insert_key("late"), loop, late)
+    runner._jobs.put(None)  # as close does: the writer thread takes its marker and ends
+    writer = next(t for t in runner._threads if t.name == "agentpost-writer")
+    await anyio.to_thread.run_sync(writer.join, 10)
+    runner._jobs.put(job)  # the write that passed its look a moment before: behind the marker
+    await anyio.to_thread.run_sync(runner.close)
+    with anyio.fail_after(5), pytest.raises(AgentpostError) as refused:
+        await late
+    assert refused.value.code is ErrorCode.UNAVAILABLE

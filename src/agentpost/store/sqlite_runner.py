@@ -557,6 +557,22 @@ class SqliteRunner:
         raw(conn, "RELEASE job")
         return (job, result, None)
 
+    def _refuse_left_behind(self) -> None:
+        """Refuse what was queued behind a thread's last job: a job let in by a look at
+        `_closing` just before `close` set it (close runs on a thread of its own) would
+        otherwise wait for an answer that never comes."""
+        left: list[Outcome] = []
+        for queued in (self._jobs, self._reads):
+            while True:
+                try:
+                    job = queued.get_nowait()
+                except queue.Empty:
+                    break
+                if isinstance(job, _Job):
+                    left.append((job, None, _closed()))
+        if left:
+            _settle(left)
+
     def close(self) -> None:
         self._closing = True
         self._checkpoint_due.set()
@@ -565,6 +581,7 @@ class SqliteRunner:
             self._reads.put(None)
         for thread in self._threads:
             thread.join(timeout=10)
+        self._refuse_left_behind()
         if self._glance_conn is not None:
             self._glance_conn.close()
         self._write_engine.dispose()
