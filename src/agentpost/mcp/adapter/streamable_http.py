@@ -5,6 +5,7 @@ connections (whose each one is, and how many one principal holds open).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -95,8 +96,7 @@ class ConnectionGate:
         if scope["type"] == "http":
             principal = self._principal_of(scope.get("state") or {})
             if principal is not None:
-                token = AccessToken(token="", client_id=principal, scopes=[])
-                scope["user"] = AuthenticatedUser(token)
+                scope["user"] = _user(principal)
                 held = self._open_connections(principal) if _opens_connection(scope) else 0
                 if held >= self._per_principal:
                     await _too_many_connections(principal, self._per_principal)(
@@ -107,6 +107,12 @@ class ConnectionGate:
 
 
 _RETRY_CONNECTION_S: Final = 60
+
+
+@functools.lru_cache(maxsize=1024)
+def _user(principal: str) -> AuthenticatedUser:
+    """The SDK's view of a principal, made once: every request over HTTP asks."""
+    return AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
 
 
 def _opens_connection(scope: Scope) -> bool:
