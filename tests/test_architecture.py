@@ -72,6 +72,7 @@ DOMAIN_STDLIB: frozenset[str] = frozenset(
         "re",  # the name grammar
         "secrets",  # random parts of ids, frame nonces
         "time",  # ids sort by creation time
+        "unicodedata",  # slugs take accents off letters
     }
 )
 
