@@ -328,6 +328,25 @@ async def test_one_agent_holds_at_most_max_mcp_connections_open(tmp_path: Path) 
         await legacy_handshake(alice)
 
 
+async def test_connections_opened_all_at_once_stay_within_the_bound(tmp_path: Path) -> None:
+    """A connection counts once the SDK took its `initialize`: twenty sent together must not
+    all slip in before any of them is counted."""
+    env = {"AGENTPOST_MAX_MCP_CONNECTIONS": "2"}
+    async with running_service(tmp_path, env) as service:
+        alice = service.client(
+            await service.create_agent("alice"), Accept="application/json, text/event-stream"
+        )
+        statuses: list[int] = []
+
+        async def open_one() -> None:
+            statuses.append((await alice.post("/mcp", json=legacy_initialize())).status_code)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(open_one)
+        assert sorted(statuses) == [200, 200] + [429] * 18
+
+
 async def test_a_refused_register_mints_no_session(service: Service, revision: str) -> None:
     key = await service.create_agent("alice")
     async with connect(service, key, revision) as alice:

@@ -91,19 +91,34 @@ class ConnectionGate:
         self._principal_of = principal_of
         self._open_connections = open_connections
         self._per_principal = per_principal
+        self._opening: dict[str, int] = {}
+        """Opening requests in flight, per principal: a connection is counted as open only
+        once the SDK has taken its `initialize`, so many sent at once must count here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            principal = self._principal_of(scope.get("state") or {})
-            if principal is not None:
-                scope["user"] = _user(principal)
-                held = self._open_connections(principal) if _opens_connection(scope) else 0
-                if held >= self._per_principal:
-                    await _too_many_connections(principal, self._per_principal)(
-                        scope, receive, send
-                    )
-                    return
-        await self._app(scope, receive, send)
+        principal = (
+            self._principal_of(scope.get("state") or {}) if scope["type"] == "http" else None
+        )
+        if principal is None:
+            await self._app(scope, receive, send)
+            return
+        scope["user"] = _user(principal)
+        if not _opens_connection(scope):
+            await self._app(scope, receive, send)
+            return
+        opening = self._opening.get(principal, 0)
+        if self._open_connections(principal) + opening >= self._per_principal:
+            await _too_many_connections(principal, self._per_principal)(scope, receive, send)
+            return
+        self._opening[principal] = opening + 1
+        try:
+            await self._app(scope, receive, send)
+        finally:
+            left = self._opening[principal] - 1
+            if left:
+                self._opening[principal] = left
+            else:
+                del self._opening[principal]
 
 
 _RETRY_CONNECTION_S: Final = 60
