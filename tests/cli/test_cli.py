@@ -310,6 +310,13 @@ REFUSALS = [
     pytest.param(
         ["send", "bob", "caf\udce9", "--as", "alice"], {}, "invalid_argument", id="not-utf8"
     ),
+    pytest.param(["ack", "m_\udcff", "--as", "bob"], {}, "invalid_argument", id="id-not-utf8"),
+    pytest.param(
+        ["send", "bob", "hi", "--reply-to", "m\udcff", "--as", "alice"],
+        {},
+        "invalid_argument",
+        id="reply-to-not-utf8",
+    ),
     pytest.param(
         ["send", "bob", "hi", "--data", '"\\ud800"', "--as", "alice"],
         {},

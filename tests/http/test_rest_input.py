@@ -92,6 +92,23 @@ async def test_half_a_surrogate_pair_in_any_body_is_refused_and_changes_nothing(
     assert (await alice.get("/v1/me")).json()["capabilities"] == []
 
 
+async def test_the_encoded_bytes_of_half_a_pair_are_refused_as_no_utf8(service: Service) -> None:
+    """`json.loads` decodes bytes with `surrogatepass`: ED A0 80 would become "\ud800"."""
+    alice = await service.agent("alice")
+    await service.create_agent("bob")
+    assert (await alice.get("/v1/inbox")).status_code == 200  # alice's session, made at first
+    before = table_counts(service.home)
+    half = b"m_\xed\xa0\x80"
+    headers = {"Content-Type": "application/json"}
+    for path, body in (
+        ("/v1/inbox/ack", b'{"ids": ["' + half + b'"]}'),
+        ("/v1/messages", b'{"to": "bob", "body": "x", "reply_to": "' + half + b'"}'),
+        ("/v1/webhooks", b'{"url": "http://127.0.0.1:9/", "events": ["' + half + b'"]}'),
+    ):
+        refused_as_invalid(await alice.post(path, content=body, headers=headers))
+    assert table_counts(service.home) == before
+
+
 async def test_an_escaped_backslash_before_u_d800_is_ordinary_text(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")
@@ -133,3 +150,41 @@ def test_every_rest_route_refuses_bodies_that_are_not_unicode() -> None:
     routes = [r for r in app.routes if hasattr(r, "endpoint") and hasattr(r, "body_field")]
     assert routes
     assert all(isinstance(route, UnicodeJsonRoute) for route in routes)
+
+
+async def test_mcp_in_2026_07_28_refuses_arguments_holding_half_a_pair(service: Service) -> None:
+    """That revision's transport parses with `json.loads`, which lets half pairs through; every
+    tool then answers `invalid_argument`, changing nothing."""
+    alice = service.client(await service.create_agent("alice"))
+    assert (await alice.get("/v1/inbox")).status_code == 200  # alice's session, made at first
+    before = table_counts(service.home)
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+    }
+    for name, arguments in (
+        ("ack", {"ids": [HALF_PAIR]}),
+        ("send", {"to": "alice", "body": "x", "reply_to": HALF_PAIR}),
+        ("join", {"channel": "#" + HALF_PAIR}),
+    ):
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments, "_meta": meta},
+        }
+        routing = {"Mcp-Method": "tools/call", "Mcp-Name": name}
+        answer = await alice.post(
+            "/mcp", content=json.dumps(call).encode(), headers=headers | routing
+        )
+        assert answer.status_code == 200, answer.text
+        result = answer.json()["result"]
+        assert result["isError"] is True
+        assert result["content"][0]["text"].startswith("invalid_argument: "), (name, result)
+    assert table_counts(service.home) == before

@@ -283,3 +283,21 @@ async def test_postgresql_never_tells_an_accounts_version(pg_session_database: s
         assert store.accounts_version() is None
     finally:
         await store.aclose()
+
+
+async def test_text_no_database_can_hold_is_an_invalid_argument_not_a_driver_error(
+    store: Store,
+) -> None:
+    """Half of a surrogate pair (what undecodable bytes on a command line become) reaching a
+    statement, in a read, a glance or a write: refused, and nothing written."""
+    half = "m_\udcff"
+    by_name = select(agents_table.c.name).where(agents_table.c.name == half)
+    for call in (
+        store.read(lambda conn: conn.execute(by_name).first()),
+        store.glance(lambda conn: conn.execute(by_name).first()),
+        store.write(lambda conn: agents.create_agent(conn, half, now=1.0)),
+    ):
+        with pytest.raises(AgentpostError) as refused:
+            await call
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert await agent_names(store) == []

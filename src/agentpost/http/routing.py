@@ -3,8 +3,9 @@
 JSON can spell half of a surrogate pair (`"\\ud800"`); Python decodes it into a string that no
 database, encoder or answer can hold, so a single such field once made a send, a profile or a
 registration fail half-way with a 500. Such a body is refused here, once for every route and
-before any field reaches a service, as `invalid_argument`. (The MCP SDK's parser refuses it on
-its own; the domain's text rules stand behind both.)
+before any field reaches a service, as `invalid_argument`, and so is a body that is no UTF-8.
+(The MCP adapter refuses it in any tool's arguments; the domain's text rules and the store,
+which refuses any text it cannot bind, stand behind both.)
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 _HALF_PAIR_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-"""Where a surrogate can come from: raw bytes are decoded strictly as UTF-8 by `json.loads`."""
+"""Where a surrogate can come from once the bytes are decoded strictly: an escape."""
 
 NOT_UNICODE = "the body holds an unpaired surrogate (such as \\ud800): text must be Unicode"
+NOT_UTF8 = "the body is not UTF-8"
 
 
 def _is_unicode(value: Any) -> bool:
@@ -36,7 +38,13 @@ class UnicodeJsonRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
-            value = json.loads(body)
+            try:
+                # Strict: `json.loads` takes bytes with `surrogatepass`, so the bytes of an
+                # encoded half pair (ED A0 80) would decode into one.
+                text = body.decode("utf-8")
+            except UnicodeDecodeError:
+                raise HTTPException(400, NOT_UTF8) from None
+            value = json.loads(text)
             if _HALF_PAIR_ESCAPE.search(body) and not _is_unicode(value):
                 raise HTTPException(400, NOT_UNICODE)
             self._json = value

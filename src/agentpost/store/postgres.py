@@ -52,6 +52,7 @@ _UNSTORABLE_TEXT = frozenset({"22021", "22P05"})
 @contextmanager
 def unavailable_when_unreachable() -> Iterator[None]:
     """A server that is down, restarting or dropped the connection: `unavailable`, try again.
+    Text the database cannot hold: `invalid_argument`.
 
     Errors of our own SQL (constraint violations, bad queries) stay what they are: bugs.
     """
@@ -66,7 +67,20 @@ def unavailable_when_unreachable() -> Iterator[None]:
             raise AgentpostError(
                 ErrorCode.INVALID_ARGUMENT, "text may not contain NUL characters"
             ) from exc
+        if _caused_by_encoding(exc):  # asyncpg could not encode a parameter as UTF-8
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT, "text must be Unicode: it holds an unpaired surrogate"
+            ) from exc
         raise
+
+
+def _caused_by_encoding(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, UnicodeEncodeError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _collecting(conn: Connection, fn: Callable[[Connection], T]) -> tuple[T, wakeups.Reach]:

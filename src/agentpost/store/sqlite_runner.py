@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.store import wakeups
 from agentpost.store.sqlite import BUSY_TIMEOUT_MS, make_engine, raw, transaction
 
@@ -114,11 +114,14 @@ def _settle(
 
 
 def _released(exc: BaseException) -> BaseException:
-    """`exc` without the local variables of the frames it went through, for its caller: a
-    cursor a failed job left half-read would otherwise live on with it, and keep its
-    connection's read snapshot open (a writer's `PRAGMA data_version` would then stand still,
-    and the next write there fail as busy)."""
+    """`exc` as its caller gets it: without the local variables of the frames it went through
+    (a cursor a failed job left half-read would otherwise live on with it, and keep its
+    connection's read snapshot open: a writer's `PRAGMA data_version` would then stand still,
+    and the next write there fail as busy); and text sqlite3 could not bind, which only half
+    of a surrogate pair makes, as the refusal it is."""
     traceback.clear_frames(exc.__traceback__)
+    if isinstance(exc, UnicodeEncodeError):
+        return invalid("text must be Unicode: it holds an unpaired surrogate")
     return exc
 
 
@@ -383,8 +386,7 @@ class SqliteRunner:
         except OperationalError:
             return await self.read(fn)
         except Exception as exc:
-            _released(exc)
-            raise
+            raise _released(exc) from None
 
     def _reader(self) -> None:
         with self._read_engine.connect() as conn:
