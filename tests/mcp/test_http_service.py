@@ -23,6 +23,7 @@ import pytest
 from mcp.client.client import Client
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
@@ -440,3 +441,25 @@ async def test_an_open_subscription_keeps_its_agent_online_without_requests(
             async with alice.client.listen(resource_subscriptions=[INBOX_URI]):
                 await anyio.sleep(3)
                 assert "alice" in await online()
+
+
+async def test_an_open_subscription_ends_once_its_key_is_revoked(tmp_path: Path) -> None:
+    """Within a heartbeat of the revocation, saying why, and before it tells of more mail."""
+    fast = {"AGENTPOST_HEARTBEAT_S": "0.3"}
+    async with running_service(tmp_path, fast) as service:
+        bob = await service.agent("bob")
+        created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
+        told: list[Any] = []
+        async with connect(service, created["key"]["key"], MODERN) as alice:
+            await alice.call("whoami")
+            with anyio.fail_after(10):
+                async with alice.client.listen(resource_subscriptions=[INBOX_URI]) as events:
+                    await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+                    await anyio.sleep(1)  # past a heartbeat: the stream has ended by now
+                    await bob.post("/v1/messages", json={"to": "alice", "body": "later"})
+                    with pytest.raises(SubscriptionLost) as lost:
+                        told.append(await anext(events))
+        assert told == []
+        why = lost.value.__cause__ or lost.value.__context__
+        assert isinstance(why, MCPError)
+        assert str(why).startswith("unauthenticated: ")

@@ -372,19 +372,27 @@ class PresenceService:
     @asynccontextmanager
     async def held_open(self, caller: Caller) -> AsyncIterator[None]:
         """While inside, the caller's session heartbeats as if it made requests: an open
-        stream (an MCP subscription) keeps its agent online with no request of its own."""
+        stream (an MCP subscription) keeps its agent online with no request of its own. Once
+        its key no longer stands, the next beat ends what is inside with `unauthenticated`."""
         if caller.session_id is None:
             yield
             return
         beat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
+        refused: AgentpostError | None = None
 
         async def keep() -> None:
+            nonlocal refused
             while True:
                 await anyio.sleep(beat.timeout(None) or self.settings.heartbeat_s)
                 try:
-                    await beat.beat()
-                except AgentpostError as err:  # a busy store: the next round tries again
-                    log.warning("a held-open stream's heartbeat failed: %s", err)
+                    if await beat.beat():
+                        await check_standing(self.store, caller)
+                except AgentpostError as err:
+                    if err.code is ErrorCode.UNAUTHENTICATED:  # its key was revoked: it ends
+                        refused = err
+                        group.cancel_scope.cancel()
+                        return
+                    log.warning("a held-open stream's heartbeat failed: %s", err)  # busy
 
         async with anyio.create_task_group() as group:
             group.start_soon(keep)
@@ -392,6 +400,8 @@ class PresenceService:
                 yield
             finally:
                 group.cancel_scope.cancel()
+        if refused is not None:
+            raise refused
 
     async def heartbeat_of(self, caller: Caller, session_id: str) -> None:
         """Keep one of the caller's live sessions online (over HTTP, by handle)."""

@@ -223,8 +223,13 @@ class _AudienceListen:
         self, ctx: _Ctx, params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         handler = self._handler(self._audience())
-        async with self._while_listening():  # the stream stays open inside
-            return await handler(ctx, params)
+        try:
+            async with self._while_listening():  # the stream stays open inside
+                return await handler(ctx, params)
+        except AgentpostError as err:  # its key was revoked, say: the stream ends, saying why
+            raise MCPError(
+                _rpc_code(err), f"{err.code.value}: {err.message}", err.to_dict()
+            ) from err
 
     async def publish(self, uri: str, audience: str | None) -> None:
         targets = self._buses.values() if audience is None else [self._buses.get(audience)]
