@@ -92,7 +92,12 @@ def commit(repo: Path, *files: str, **env: str) -> subprocess.CompletedProcess[s
 
 
 def reserve(
-    agent: str, paths: list[str], *, worktree: str = "/elsewhere/shop", exclusive: bool = True
+    agent: str,
+    paths: list[str],
+    *,
+    worktree: str = "/elsewhere/shop",
+    exclusive: bool = True,
+    reason: str = "rewriting it",
 ) -> None:
     """`agent` reserves `paths` of project shop from a live local session (of `OUTSIDER_PID`)."""
 
@@ -105,7 +110,7 @@ def reserve(
             session = await office.presence.open_local_session(context, name=agent)
             caller = Caller(agent, session.id)
             result = await office.reservations.reserve(
-                caller, paths, exclusive=exclusive, reason="rewriting it"
+                caller, paths, exclusive=exclusive, reason=reason
             )
             assert result.conflicts == []
         finally:
@@ -132,6 +137,17 @@ def test_a_commit_touching_a_file_another_agent_holds_exclusively_is_refused(rep
     assert "AGENTPOST_GUARD=off" in done.stderr
     assert "docs/guide.md" not in done.stderr
     assert git(repo, "rev-list", "--count", "HEAD").strip() == "1"
+
+
+def test_a_holders_reason_reaches_the_committers_terminal_written_out(repo: Path) -> None:
+    """The reason is another agent's text: it must not drive the terminal it is shown on."""
+    installed(repo)
+    reserve("bob", ["src/**"], reason="mine \x9b2J\u202e\x7f")
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 1
+    for raw in ("\x9b", "\u202e", "\x7f"):
+        assert raw not in done.stderr
+    assert "mine \\x9b2J\\u202e\\x7f" in done.stderr
 
 
 def test_a_commit_of_files_nobody_else_holds_goes_through(repo: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from agentpost.cli.render import visible
+from agentpost.cli.literal import visible
 from cli.test_cli import _at_work, agentpost, agentpost_json, arrange
 
 ESCAPES = [
@@ -15,6 +15,7 @@ ESCAPES = [
     ("\x9b31m", "\\x9b31m"),  # the one-byte CSI
     ("over\rwritten", "over\\x0dwritten"),  # a carriage return overwrites the line
     ("\u202edesrever", "\\u202edesrever"),  # a bidirectional override reorders the rest
+    ("\u061c", "\\u061c"),  # the Arabic letter mark, a bidirectional control too
     ("\x00\x7f", "\\x00\\x7f"),
 ]
 

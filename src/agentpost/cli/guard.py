@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from agentpost.cli.entry import EXIT_CODES
+from agentpost.cli.literal import visible
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
 if TYPE_CHECKING:  # the check loads what it needs when it runs: install stays quick
@@ -206,8 +207,8 @@ def check(environ: Mapping[str, str]) -> int:
     ]
     for path, r in refused:
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r.expires_at))
-        why = f" ({json.dumps(r.reason, ensure_ascii=False)})" if r.reason else ""
-        lines.append(f"  {path}: held by {r.agent} as {r.path!r} until {until}{why}")
+        why = f" ({visible(json.dumps(r.reason, ensure_ascii=False))})" if r.reason else ""
+        lines.append(f"  {visible(path)}: held by {r.agent} as {r.path!r} until {until}{why}")
     holders = sorted({r.agent for _, r in refused})
     lines.append(
         f"Ask {', '.join(holders)} (agentpost send {holders[0]} ...), wait for the reservation "

@@ -20,24 +20,10 @@ from rich.table import Table
 from rich.text import Text
 
 from agentpost.cli.entry import EXIT_CODES
+from agentpost.cli.literal import visible
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Message, Presence, SentMessage
-
-_HIDDEN = {
-    code: f"\\x{code:02x}" for code in (*range(0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0))
-}
-_HIDDEN |= {
-    code: f"\\u{code:04x}"
-    for code in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-}
-
-
-def visible(text: str) -> str:
-    """`text` with its control characters written out (`\\x1b`), line breaks and tabs kept:
-    a body must not move the cursor, clear the screen, retitle the terminal or reorder what
-    follows it (bidirectional overrides)."""
-    return text.translate(_HIDDEN)
 
 
 class _LiteralConsole(Console):
