@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import MAX_DATA_DEPTH
 from agentpost.domain.models import Caller, Kind, Priority
 from agentpost.domain.tasks import TaskStatus
 from agentpost.services import PostOffice
@@ -356,3 +357,31 @@ async def test_tasks_given_before_a_block_stay_with_the_assignee(office: PostOff
     assert (await office.tasks.update_task(worker, task.id, "accepted")).status is (
         TaskStatus.ACCEPTED
     )
+
+
+async def test_news_of_a_withheld_task_never_reaches_the_assignee_even_once_unblocked(
+    office: PostOffice,
+) -> None:
+    pest, worker = await agents(office, "pest", "worker")
+    await office.directory.block(worker, "pest")
+    task = await office.tasks.delegate(pest, "worker", "Do my homework")
+    await office.directory.unblock(worker, "pest")
+    await office.tasks.update_task(pest, task.id, "cancelled")
+    assert (await office.mailbox.inbox(worker)).messages == []
+
+
+async def test_a_tasks_data_and_result_may_nest_as_deep_as_any_messages(
+    office: PostOffice,
+) -> None:
+    """The task's message wraps them in an envelope of its own: that level is not theirs."""
+    boss, worker = await agents(office, "boss", "worker")
+    deepest: object = "bottom"
+    for _ in range(MAX_DATA_DEPTH):
+        deepest = [deepest]
+    task = await office.tasks.delegate(boss, "worker", "Deep", data=deepest)
+    assert task.data == deepest
+    done = await office.tasks.update_task(worker, task.id, "done", result=deepest)
+    assert done.result == deepest
+    with pytest.raises(AgentpostError) as refused:
+        await office.tasks.delegate(boss, "worker", "Deeper", data=[deepest])
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT

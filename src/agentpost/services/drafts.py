@@ -92,6 +92,7 @@ def draft(
     ttl_s: float | None = None,
     must_read: bool = False,
     kind: Kind = Kind.MESSAGE,
+    data_depth: int = rules.MAX_DATA_DEPTH,
 ) -> Draft:
     """The arguments checked, before any transaction: bad input changes nothing."""
     limits = settings.limits
@@ -99,7 +100,7 @@ def draft(
         raise invalid("body must be non-empty text")
     rules.check_body(body, limits)
     subject = rules.check_subject(subject or "", limits)
-    data_json = rules.encode_data(data, limits)
+    data_json = rules.encode_data(data, limits, depth=data_depth)
     level = check_priority(priority)
     asked_ttl = rules.check_ttl(ttl_s)
     names, channel = targets(to)

@@ -126,6 +126,7 @@ class Mailbox:
         must_read: bool = False,
         kind: Kind = Kind.MESSAGE,
         notice: bool = False,
+        envelope: bool = False,
     ) -> SendResult:
         """`send` inside the caller's write transaction, for a use case whose own record and
         its message are stored together or not at all (a task and the message delivering it):
@@ -133,7 +134,9 @@ class Mailbox:
 
         A `notice` reports a change the caller's transaction makes anyway (a task's new status),
         so it must not be what fails it: it counts against no send rate and passes over direct
-        recipients who are disabled or whose inbox is full; blocks still drop it silently."""
+        recipients who are disabled or whose inbox is full; blocks still drop it silently.
+        An `envelope` is `data` of the caller's own around a value it checked already (a
+        task's data or result): it may nest one level more."""
         message = drafts.draft(
             self.settings,
             to,
@@ -146,6 +149,7 @@ class Mailbox:
             ttl_s=ttl_s,
             must_read=must_read,
             kind=kind,
+            data_depth=rules.MAX_DATA_DEPTH + 1 if envelope else rules.MAX_DATA_DEPTH,
         )
         return self._send_draft(conn, caller, message, notice=notice)
 

@@ -100,6 +100,7 @@ class Tasks:
                 priority=level.value,
                 must_read=True,  # work handed out never expires unread
                 kind=Kind.TASK,
+                envelope=True,  # `data` was checked above
             )
             task_rows.insert_task(
                 conn,
@@ -256,6 +257,8 @@ class Tasks:
         other = row.creator if caller.agent == row.assignee else row.assignee
         if other == caller.agent:
             return  # a task one gave oneself: nobody else to tell
+        if row.withheld and other == row.assignee:
+            return  # withheld from the assignee, as is all news of it (unblocked or not)
         said = f"{caller.agent} moved task {row.id} from {current.value} to {wanted.value}"
         self.mailbox.send_in(
             conn,
@@ -273,4 +276,5 @@ class Tasks:
             thread_id=row.message_id,
             kind=Kind.TASK,
             notice=True,  # the move stands even when the other side cannot take mail now
+            envelope=True,  # `result` was checked by update_task
         )
