@@ -564,7 +564,9 @@ class SqliteRunner:
         `_closing` just before `close` set it (close runs on a thread of its own) would
         otherwise wait for an answer that never comes."""
         left: list[Outcome] = []
-        for queued in (self._jobs, self._reads):
+        for queued, takers in ((self._jobs, "agentpost-writer"), (self._reads, "agentpost-reader")):
+            if any(t.is_alive() and t.name.startswith(takers) for t in self._threads):
+                continue  # still at a last job past the join's timeout: it takes its marker yet
             while True:
                 try:
                     job = queued.get_nowait()
