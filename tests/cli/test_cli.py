@@ -174,6 +174,8 @@ def test_a_reply_joins_its_parents_thread() -> None:
         ("bob", "on it"),
     ]
     assert thread["messages"][1]["reply_to"] == first["id"]
+    by_reply = agentpost_json("thread", reply["id"], "--as", "alice")  # names the same thread
+    assert by_reply == thread
 
 
 def test_search_finds_the_words_of_messages_you_may_see() -> None:

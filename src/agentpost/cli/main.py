@@ -334,7 +334,8 @@ def thread(
         lambda client: client.thread(thread_id, limit=limit),
     )
     if as_json:
-        emit_json({"thread_id": thread_id, "messages": [m.to_dict() for m in found]})
+        named = found[0].thread_id if found else thread_id  # a message's id names its thread
+        emit_json({"thread_id": named, "messages": [m.to_dict() for m in found]})
     else:
         show_messages(found)
 

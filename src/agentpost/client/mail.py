@@ -98,7 +98,8 @@ def get_message(message_id: str) -> Request[Message]:
 
 
 def thread(thread_id: str, *, limit: int = 50) -> Request[list[Message]]:
-    """Every message of a thread that you may see, oldest first."""
+    """A thread's messages that you may see, oldest first (the newest `limit` of them); named
+    by its thread id or by the id of any of its messages."""
     return Request(_messages, path_args={"thread_id": thread_id}, params={"limit": limit})
 
 
