@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 
@@ -38,18 +39,30 @@ def check_channel(channel: str) -> str:
     return check_name(bare, "channel")
 
 
+_LATIN_BY_HAND = str.maketrans(
+    {"ø": "o", "æ": "ae", "œ": "oe", "ł": "l", "đ": "d", "ð": "d", "þ": "th", "ı": "i"}
+    | {"ħ": "h", "ŧ": "t", "ŋ": "n", "ĸ": "k", "ŀ": "l", "ſ": "s"}
+)
+"""Latin letters that taking accents off does not reach (they have no decomposition)."""
+
+
 def slugify(text: str, *, max_len: int = 64) -> str:
     """A readable name from free text (a folder, a branch): lower case, accents dropped
     (`Ünïcode Straße` is `unicode-strasse`), runs of other characters to '-'.
 
     Text in a script with no Latin spelling (`日本語`) is spelled in punycode instead, so two
-    such folders stay two projects rather than all becoming the same empty name."""
-    folded = text.casefold()
+    such folders stay two projects rather than all becoming the same empty name; and a name
+    cut to `max_len` ends in a few characters of its text's hash, so two long names that begin
+    alike stay two names."""
+    folded = text.casefold().translate(_LATIN_BY_HAND)
     latin = _latin(folded)
     if any(ch.isalnum() and not _latin(ch) for ch in folded):
-        latin = folded.encode("punycode").decode("ascii")
+        latin = "".join(_latin(ch) or ch for ch in folded).encode("punycode").decode("ascii")
     slug = re.sub(r"[^a-z0-9._-]+", "-", latin).strip("-._")
-    slug = re.sub(r"-{2,}", "-", slug)[:max_len].rstrip("-._")
+    slug = re.sub(r"-{2,}", "-", slug)
+    if len(slug) > max_len:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:6]
+        slug = f"{slug[: max_len - 7].rstrip('-._')}-{digest}"
     return slug or "agent"
 
 
