@@ -444,6 +444,8 @@ async def test_another_agent_cannot_see_delete_or_read_the_log_of_your_webhook(
         "http://[::169.254.169.254]/",  # IPv4-compatible
         "http://[::ffff:0:a9fe:a9fe]/",  # IPv4-translated
         "http://[64:ff9b::a9fe:a9fe]/",  # NAT64
+        "http://[64:ff9b:1:a9fe:a9:fe00::]/",  # NAT64 for local use, a /48 prefix
+        "http://[64:ff9b:1::a9fe:a9fe]/",  # the same, a /96 prefix
         "http://[2002:a9fe:a9fe::]/",  # 6to4
         "http://[2001:0:4136:e378:8000:63bf:5601:5601]/",  # Teredo, client 169.254.169.254
         "http://[fe80::1%25eth0]/",  # link-local with a zone
@@ -484,6 +486,8 @@ async def test_a_url_that_is_no_http_url_is_refused(office: PostOffice, url: Any
         "http://10.1.2.3/",
         "http://192.168.1.20/in",
         "https://hooks.example.com/in",
+        "http://[64:ff9b:1::1.2.3.4]/",  # a public address through a local NAT64
+        "http://[2001:db8::1]/",
     ],
 )
 async def test_loopback_private_and_public_urls_are_allowed(office: PostOffice, url: str) -> None:

@@ -85,32 +85,59 @@ _EMBEDDING_IPV4 = tuple(
         "::ffff:0:0/96",  # IPv4-mapped
         "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
         "64:ff9b::/96",  # NAT64, well-known prefix
-        "64:ff9b:1::/48",  # NAT64, local use
     )
 )
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+"""NAT64 for local use: a prefix of 48 bits or longer, so the IPv4 address sits where that
+length puts it (RFC 6052)."""
 
 
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one reaches it by, where a gateway may route it there: the
-    last 32 bits of the embedding prefixes, a 6to4 address's, a Teredo client's."""
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 one may reach through a gateway: the last 32 bits of the
+    embedding prefixes, each place a local NAT64 prefix may put them, a 6to4 address's, a
+    Teredo client's."""
     if ip.sixtofour is not None:
-        return ip.sixtofour
+        return [ip.sixtofour]
     if ip.teredo is not None:
-        return ip.teredo[1]
+        return [ip.teredo[1]]
+    value = int(ip)
+
+    def bits(first: int, end: int) -> int:  # bits [first, end) counted from the top
+        return (value >> (128 - end)) & ((1 << (end - first)) - 1)
+
+    if ip in _NAT64_LOCAL:  # after the prefix, the 8 bits at 64-71 are always zero
+        return [
+            ipaddress.IPv4Address(address)
+            for address in (
+                bits(48, 64) << 16 | bits(72, 88),  # a /48 prefix
+                bits(56, 64) << 24 | bits(72, 96),  # a /56 prefix
+                bits(72, 104),  # a /64 prefix
+                bits(96, 128),  # a /96 prefix
+            )
+        ]
     if any(ip in network for network in _EMBEDDING_IPV4):
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
+        return [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
+    return []
 
 
 def refused_address(address: str) -> str | None:
     """Why an IP address may not receive webhooks, or None when it may: checked as written,
-    and as the IPv4 address it embeds, in whichever IPv6 spelling."""
+    and as each IPv4 address it may embed, in whichever IPv6 spelling."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(ip)
-        if embedded is not None:
-            return _refused_ip(ip) or _refused_ip(embedded)
-    return _refused_ip(ip)
+    reason = _refused_ip(ip)
+    if reason is not None or not isinstance(ip, ipaddress.IPv6Address):
+        return reason
+    embedded = _embedded_ipv4(ip)
+    if len(embedded) == 1:
+        return _refused_ip(embedded[0])
+    # A local NAT64 address read every way its prefix may lay it out: most readings are no
+    # address anyone meant, so only the ones a gateway would carry to a forbidden place count.
+    for candidate in embedded:
+        if candidate in METADATA_ADDRESSES:
+            return "a cloud metadata address"
+        if candidate.is_link_local:
+            return "a link-local address"
+    return None
 
 
 def _refused_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
