@@ -217,3 +217,20 @@ async def test_an_agent_sees_its_own_usage_and_limits(office: PostOffice) -> Non
     await office.mailbox.send(alice, "bob", "one")
     await office.mailbox.send(bob, "alice", "two")
     assert await office.directory.usage(alice) == Usage("alice", 1, 1, 1, 1, 1, 10, 1000)
+
+
+async def test_a_capability_stored_with_half_a_surrogate_pair_is_left_out_not_fatal(
+    office: PostOffice,
+) -> None:
+    """Earlier versions stored `\\ud800` escaped: the directory then failed for everyone."""
+    from sqlalchemy import text
+
+    alice = await office.presence.ensure_agent("alice")
+    await office.store.write(
+        lambda conn: conn.execute(
+            text("UPDATE agents SET capabilities = :caps WHERE name = 'alice'"),
+            {"caps": '["python", "\\ud800"]'},
+        )
+    )
+    (found,) = [a for a in await office.directory.search(alice) if a.name == "alice"]
+    assert found.capabilities == ["python"]

@@ -1361,3 +1361,22 @@ async def test_without_clear_on_ack_acknowledged_mail_keeps_its_content(
     sent = await office.mailbox.send(alice, "bob", "keep me")
     await office.mailbox.ack(bob, [sent.id])
     assert (await office.mailbox.get(bob, sent.id)).body == "keep me"
+
+
+async def test_data_stored_nested_past_the_limit_before_it_was_refused_reads_as_a_note(
+    office: PostOffice,
+) -> None:
+    """Earlier versions stored such data; every reader of it failed. Now they read a note."""
+    from sqlalchemy import text
+
+    alice, bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, "bob", "from an older version", data={"ok": 1})
+    deep = "[" * 900 + "]" * 900
+    await office.store.write(
+        lambda conn: conn.execute(
+            text("UPDATE messages SET data = :deep WHERE id = :id"), {"deep": deep, "id": sent.id}
+        )
+    )
+    (message,) = (await office.mailbox.inbox(bob)).messages
+    assert message.data == {"agentpost": "data nested deeper than 64 levels, not shown"}
+    assert (await office.mailbox.get(alice, sent.id)).data == message.data

@@ -57,13 +57,23 @@ def check_project(project: str | None) -> str | None:
 # -- agents -------------------------------------------------------------------------------------
 
 
+def _unicode(text: str) -> bool:
+    """Whether `text` is Unicode text: a tag stored before profiles refused half a surrogate
+    pair is left out of every answer rather than fail it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def agent_info(row: Row[Any], now: float) -> AgentInfo:
     """An `account_rows` row as the directory and the owner see it."""
     return AgentInfo(
         name=row.name,
         description=row.description,
         project=row.project,
-        capabilities=json.loads(row.capabilities),
+        capabilities=[c for c in json.loads(row.capabilities) if _unicode(c)],
         trust=Trust(row.trust),
         created_at=row.created_at,
         disabled=row.disabled_at is not None,

@@ -30,7 +30,9 @@ from sqlalchemy import (
     update,
 )
 
+from agentpost.domain.errors import AgentpostError
 from agentpost.domain.events import EventType
+from agentpost.domain.limits import MAX_DATA_DEPTH, check_depth
 from agentpost.domain.models import (
     DeliveryState,
     Kind,
@@ -73,7 +75,7 @@ def message_from_row(row: Any, state: str | None = None) -> Message:
         kind=_KINDS[row.kind],
         subject=row.subject,
         body=row.body,
-        data=None if row.data is None else json.loads(row.data),
+        data=None if row.data is None else _data(row.data),
         thread_id=row.thread_id,
         reply_to=row.reply_to,
         priority=_PRIORITIES[row.priority],
@@ -84,6 +86,22 @@ def message_from_row(row: Any, state: str | None = None) -> Message:
         state=_STATES[state] if state else None,
         seq=row.seq,
     )
+
+
+_TOO_DEEP_NOTE = {"agentpost": f"data nested deeper than {MAX_DATA_DEPTH} levels, not shown"}
+
+
+def _data(stored: str) -> Any:
+    """A message's data as stored, but for data stored before sends refused nesting past the
+    limit, which no face could answer with: a note in its place, so its readers still read."""
+    if len(stored) <= 2 * MAX_DATA_DEPTH:  # fewer characters cannot nest that deep
+        return json.loads(stored)
+    try:
+        data = json.loads(stored)
+        check_depth(data, MAX_DATA_DEPTH, "data")
+    except (AgentpostError, RecursionError):
+        return _TOO_DEEP_NOTE
+    return data
 
 
 _MESSAGE_COLUMNS = [c.key for c in messages.c if c.key != "seq"]
