@@ -66,6 +66,7 @@ DOMAIN_STDLIB: frozenset[str] = frozenset(
         "dataclasses",
         "enum",
         "functools",  # the frames cache what names and subjects render to
+        "hashlib",  # a slug cut short ends in its text's hash
         "typing",
         "json",  # message data is JSON; its size is a domain rule
         "math",  # a timeout or TTL must be a finite number
