@@ -30,16 +30,29 @@ def test_line_breaks_tabs_and_the_rest_of_unicode_stay_as_they_are() -> None:
     assert visible(text) == text
 
 
-def test_a_body_that_would_drive_the_terminal_is_shown_written_out() -> None:
+def shown_to_bob(body: str, subject: str) -> str:
+    """What `agentpost inbox` prints for bob of alice's message."""
     arrange("alice", "bob")
-    body = "hi \x1b]0;pwned\x07 \x1b[2J\rgone \u202eevil"
-    agentpost_json("send", "bob", body, "--subject", "\x1b[31mred", "--as", "alice")
+    agentpost_json("send", "bob", body, "--subject", subject, "--as", "alice")
     shown = agentpost("inbox", "--as", "bob")
     assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
+def test_text_that_looks_like_markup_is_shown_as_written() -> None:
+    body = "[bold]not bold[/bold] [/x] :smile: ends in a backslash \\"
+    shown = shown_to_bob(body, "[red]s[/red]")
+    assert f"\n  {body}\n" in shown
+    assert "\\\\" not in shown, "one backslash, not an escaped one"
+    assert "[red]s[/red]" in shown
+
+
+def test_a_body_that_would_drive_the_terminal_is_shown_written_out() -> None:
+    shown = shown_to_bob("hi \x1b]0;pwned\x07 \x1b[2J\rgone \u202eevil", "\x1b[31mred")
     for raw in ("\x1b]", "\x1b[2J", "\r", "\u202e"):
-        assert raw not in shown.stdout
-    assert "hi \\x1b]0;pwned\\x07 \\x1b[2J\\x0dgone \\u202eevil" in shown.stdout
-    assert "\\x1b[31mred" in shown.stdout
+        assert raw not in shown
+    assert "hi \\x1b]0;pwned\\x07 \\x1b[2J\\x0dgone \\u202eevil" in shown
+    assert "\\x1b[31mred" in shown
 
 
 def test_who_writes_out_control_characters_in_an_objective() -> None:
