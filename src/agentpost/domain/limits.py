@@ -51,7 +51,33 @@ def utf8_size(text: str, what: str) -> int:
     try:
         return len(text.encode("utf-8"))
     except UnicodeEncodeError:
-        raise invalid(f"{what} must be Unicode text: it holds an unpaired surrogate") from None
+        raise not_unicode(what) from None
+
+
+def not_unicode(what: str) -> AgentpostError:
+    """The refusal of text holding half of a surrogate pair, wherever it is found."""
+    return invalid(f"{what} must be Unicode text: it holds an unpaired surrogate")
+
+
+def holds_half_pair(value: Any) -> bool:
+    """Whether a string anywhere in `value` (a JSON value: its keys too) holds half of a
+    surrogate pair, which no database, encoder or answer can hold. Iterative, so no nesting
+    meets Python's recursion limit."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return False
 
 
 def check_subject(subject: str, limits: Limits) -> str:

@@ -19,19 +19,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
+from agentpost.domain.limits import holds_half_pair, not_unicode
+
 _HALF_PAIR_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 """Where a surrogate can come from once the bytes are decoded strictly: an escape."""
 
-NOT_UNICODE = "the body holds an unpaired surrogate (such as \\ud800): text must be Unicode"
 NOT_UTF8 = "the body is not UTF-8"
-
-
-def _is_unicode(value: Any) -> bool:
-    try:
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class UnicodeJsonRequest(Request):
@@ -45,8 +38,8 @@ class UnicodeJsonRequest(Request):
             except UnicodeDecodeError:
                 raise HTTPException(400, NOT_UTF8) from None
             value = json.loads(text)
-            if _HALF_PAIR_ESCAPE.search(body) and not _is_unicode(value):
-                raise HTTPException(400, NOT_UNICODE)
+            if _HALF_PAIR_ESCAPE.search(body) and holds_half_pair(value):
+                raise HTTPException(400, not_unicode("the body").message)
             self._json = value
         return self._json
 

@@ -15,6 +15,7 @@ from agentpost.config import Settings
 from agentpost.domain.accounts import AgentInfo, AgentLimits, IssuedKey, KeyInfo, Usage, new_secret
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import key_id as new_key_id
+from agentpost.domain.limits import holds_half_pair
 from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.store import agents as agent_rows
@@ -57,23 +58,14 @@ def check_project(project: str | None) -> str | None:
 # -- agents -------------------------------------------------------------------------------------
 
 
-def _unicode(text: str) -> bool:
-    """Whether `text` is Unicode text: a tag stored before profiles refused half a surrogate
-    pair is left out of every answer rather than fail it."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def agent_info(row: Row[Any], now: float) -> AgentInfo:
     """An `account_rows` row as the directory and the owner see it."""
     return AgentInfo(
         name=row.name,
         description=row.description,
         project=row.project,
-        capabilities=[c for c in json.loads(row.capabilities) if _unicode(c)],
+        # A tag stored before profiles refused half a surrogate pair is left out, not fatal.
+        capabilities=[c for c in json.loads(row.capabilities) if not holds_half_pair(c)],
         trust=Trust(row.trust),
         created_at=row.created_at,
         disabled=row.disabled_at is not None,

@@ -18,6 +18,7 @@ from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import not_unicode
 from agentpost.store import schema, wakeups
 
 T = TypeVar("T")
@@ -68,9 +69,7 @@ def unavailable_when_unreachable() -> Iterator[None]:
                 ErrorCode.INVALID_ARGUMENT, "text may not contain NUL characters"
             ) from exc
         if _caused_by_encoding(exc):  # asyncpg could not encode a parameter as UTF-8
-            raise AgentpostError(
-                ErrorCode.INVALID_ARGUMENT, "text must be Unicode: it holds an unpaired surrogate"
-            ) from exc
+            raise not_unicode("a value") from exc
         raise
 
 

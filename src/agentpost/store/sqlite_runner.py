@@ -31,7 +31,8 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import not_unicode
 from agentpost.store import wakeups
 from agentpost.store.sqlite import BUSY_TIMEOUT_MS, make_engine, raw, transaction
 
@@ -121,7 +122,7 @@ def _released(exc: BaseException) -> BaseException:
     of a surrogate pair makes, as the refusal it is."""
     traceback.clear_frames(exc.__traceback__)
     if isinstance(exc, UnicodeEncodeError):
-        return invalid("text must be Unicode: it holds an unpaired surrogate")
+        return not_unicode("a value")
     return exc
 
 

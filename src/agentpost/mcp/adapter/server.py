@@ -25,7 +25,8 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.applications import Starlette
 
-from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import holds_half_pair, not_unicode
 from agentpost.mcp.adapter.streamable_http import (
     ConnectionGate,
     PrincipalOf,
@@ -95,30 +96,6 @@ def _invalid_arguments(exc: ValidationError) -> AgentpostError:
         message,
         details={"fields": [{"field": field, "problem": msg} for field, msg in problems]},
     )
-
-
-_NOT_UNICODE = "the arguments hold an unpaired surrogate (such as \\ud800): text must be Unicode"
-
-
-def _holds_half_pair(value: Any) -> bool:
-    """Whether a string anywhere in `value` holds half of a surrogate pair, which no store or
-    answer can hold. The 2026-07-28 transport parses requests with `json.loads`, which lets
-    both the escape and the encoded bytes through (the other transports refuse them)."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, str):
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    return True
-        elif isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-    return False
 
 
 def _rpc_code(err: AgentpostError) -> int:
@@ -485,8 +462,10 @@ class MailboxServer:
         if tool is None or not self._is_offered(params.name):
             # A tool this connection is not offered is as unknown to it as one that is not.
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
-        if _holds_half_pair(params.arguments):
-            return _error_result(invalid(_NOT_UNICODE))
+        # The 2026-07-28 transport parses requests with `json.loads`, which lets both the
+        # escape and the encoded bytes of a half pair through (the other transports refuse).
+        if holds_half_pair(params.arguments):
+            return _error_result(not_unicode("the arguments"))
         try:
             arguments = tool.fn_metadata.validate_arguments(params.arguments or {})
         except ValidationError as exc:
