@@ -334,7 +334,7 @@ def thread(
         lambda client: client.thread(thread_id, limit=limit),
     )
     if as_json:
-        named = found[0].thread_id if found else thread_id  # a message's id names its thread
+        named = found[0].thread_id  # a message's id names its thread
         emit_json({"thread_id": named, "messages": [m.to_dict() for m in found]})
     else:
         show_messages(found)

@@ -95,7 +95,7 @@ async def thread(thread_id: str, office: Office, me: Me, limit: Limit = 50) -> d
     """A thread's messages that you may see, oldest first (the newest `limit` of them); named
     by its thread id or by the id of any of its messages."""
     found = await office.mailbox.thread(me, thread_id, limit)
-    return _page(found, thread_id=found[0].thread_id if found else thread_id)
+    return _page(found, thread_id=found[0].thread_id)
 
 
 @router.get("/sent", operation_id="sent")

@@ -159,7 +159,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         """A thread's messages that you may see, oldest first (the newest `limit` of them);
         name it by its thread id or by the id of any of its messages."""
         found = await desk.thread(thread_id, limit)
-        thread = found[0].thread_id if found else thread_id
+        thread = found[0].thread_id
         summary = f"Thread {thread}: {_count(len(found), 'message')}"
         return await reply({"thread_id": thread, "messages": messages_json(found)}, summary, found)
 

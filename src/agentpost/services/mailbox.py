@@ -343,8 +343,9 @@ class Mailbox:
         return await self.store.write(tx)
 
     async def thread(self, caller: Caller, thread_id: str, limit: int = 50) -> list[Message]:
-        """A thread's newest `limit` messages the caller may see, oldest first. It may be named
-        by any of its messages' ids too: a reply's id is what a reader has in hand."""
+        """A thread's newest `limit` messages the caller may see, oldest first, never none (that
+        is `not_found`). It may be named by any of its messages' ids too: a reply's id is what
+        a reader has in hand, and each message says its thread's own id."""
         thread = drafts.check_thread_id(thread_id) or ""
         rules.check_limit(limit)
 
