@@ -70,8 +70,8 @@ class Events:
         # Watched before the first look: an event committed after any look wakes the next wait.
         with self.store.watch(caller.agent) as news:
             while True:
-                if heartbeat is not None and await heartbeat.beat():
-                    await check_standing(self.store, caller)
+                if heartbeat is not None:
+                    await heartbeat.beat()
                 page = partial(
                     event_rows.events_after, agent=caller.agent, after=cursor, limit=FOLLOW_PAGE
                 )

@@ -302,8 +302,7 @@ class Mailbox:
         # Watched before the first look: mail that lands after any look wakes the next wait.
         with self.store.watch(caller.agent) as news:
             while True:
-                if await heartbeat.beat():
-                    await check_standing(self.store, caller)
+                await heartbeat.beat()
                 # A broadcast wakes every member, and every commit of another process wakes
                 # every waiter: the look must be cheap.
                 waiting = await self.store.glance(

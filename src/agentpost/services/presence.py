@@ -55,15 +55,18 @@ _beats: WeakKeyDictionary[Store, _Beats] = WeakKeyDictionary()
 
 
 class Heartbeat:
-    """An open `wait` or event stream counts as a heartbeat of the caller's session.
+    """An open `wait`, event stream or subscription counts as a heartbeat of the caller's
+    session, for as long as the key it was opened with stands.
 
     The waiter asks `timeout()` how long it may sleep, and calls `beat()` when it wakes: every
     `every_s` the session's heartbeat moves to now (in a batch with the other waiters'), so a
-    long-poll of five minutes keeps its agent online without a request of its own.
+    long-poll of five minutes keeps its agent online without a request of its own; and the key
+    is looked at, so a revoked one ends what it holds open within `every_s`.
     """
 
     def __init__(self, store: Store, caller: Caller, every_s: float) -> None:
         self._store = store
+        self._caller = caller
         self._session_id = caller.session_id
         self._every_s = every_s
         self._due = anyio.current_time() + every_s
@@ -74,21 +77,21 @@ class Heartbeat:
         until_due = max(0.0, self._due - anyio.current_time())
         return until_due if remaining is None else min(remaining, until_due)
 
-    async def beat(self) -> bool:
-        """Move the session's heartbeat when it is due; whether it was."""
+    async def beat(self) -> None:
+        """When due: `unauthenticated` once the key no longer stands, else the heartbeat."""
         session_id = self._session_id
         if session_id is None or anyio.current_time() < self._due:
-            return False
+            return
         now = anyio.current_time()
         self._due = now + self._every_s
+        await check_standing(self._store, self._caller)
         beats = _beats.setdefault(self._store, _Beats())
         beats.pending.add(session_id)
         if now < beats.next_write:
-            return True  # written with the next batch, well within offline_after_s
+            return  # written with the next batch, well within offline_after_s
         due, beats.pending = sorted(beats.pending), set()
         beats.next_write = now + self._every_s
         await self._store.write(lambda conn: rows.beat_sessions(conn, due, self._store.clock()))
-        return True
 
 
 async def check_standing(store: Store, caller: Caller) -> None:
@@ -385,8 +388,7 @@ class PresenceService:
             while True:
                 await anyio.sleep(beat.timeout(None) or self.settings.heartbeat_s)
                 try:
-                    if await beat.beat():
-                        await check_standing(self.store, caller)
+                    await beat.beat()
                 except AgentpostError as err:
                     if err.code is ErrorCode.UNAUTHENTICATED:  # its key was revoked: it ends
                         refused = err

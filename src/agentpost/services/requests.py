@@ -102,8 +102,7 @@ class Requests:
         # The response is mail to the asker: its delivery wakes this watch, made before looking.
         with self.store.watch(caller.agent) as news:
             while True:
-                if await heartbeat.beat():
-                    await check_standing(self.store, caller)
+                await heartbeat.beat()
                 found = await self.store.glance(lambda c: request_rows.response_row(c, request_id))
                 if found is not None:
                     await check_standing(self.store, caller)
