@@ -17,7 +17,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 _Ctx = ServerRequestContext[dict[str, Any], Any]
 
@@ -92,8 +92,9 @@ class ConnectionGate:
         self._open_connections = open_connections
         self._per_principal = per_principal
         self._opening: dict[str, int] = {}
-        """Opening requests in flight, per principal: a connection is counted as open only
-        once the SDK has taken its `initialize`, so many sent at once must count here."""
+        """Opening requests in flight, per principal, until their answer is sent: a connection
+        is counted as open only once the SDK has taken its `initialize`, so many sent at once
+        must count here."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         principal = (
@@ -111,14 +112,31 @@ class ConnectionGate:
             await _too_many_connections(principal, self._per_principal)(scope, receive, send)
             return
         self._opening[principal] = opening + 1
+        counted = True
+
+        def opened() -> None:
+            nonlocal counted
+            if counted:
+                counted = False
+                left = self._opening[principal] - 1
+                if left:
+                    self._opening[principal] = left
+                else:
+                    del self._opening[principal]
+
+        async def answer(message: Message) -> None:
+            # By the answer's last byte the SDK has taken the `initialize` (the connection is
+            # open, and counted there) or refused it. The handler's task may come back only
+            # after the client has read it and sent more: counted here still, a connection
+            # would count twice meanwhile.
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                opened()
+            await send(message)
+
         try:
-            await self._app(scope, receive, send)
+            await self._app(scope, receive, answer)
         finally:
-            left = self._opening[principal] - 1
-            if left:
-                self._opening[principal] = left
-            else:
-                del self._opening[principal]
+            opened()
 
 
 _RETRY_CONNECTION_S: Final = 60
