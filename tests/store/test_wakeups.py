@@ -289,20 +289,25 @@ async def test_a_foreign_commit_taken_in_with_a_local_one_still_wakes_everyone(
         raw.close()
 
 
-async def test_a_stream_of_own_commits_asks_the_writer_to_look_only_once_it_stops(
+async def test_a_stream_of_own_commits_looks_for_other_commits_only_once_it_stops(
     lite: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each write looks for other processes' commits itself; a look asked of the writer thread
-    between two of them would only make the next write queue behind it. Once the stream stops,
-    a look covers the last commit's reading of the file, once that is LOOK_AFTER_S old."""
+    """Each write looks for other processes' commits itself; a look between two of them would
+    only be work done twice. Once the stream stops, a look covers the last commit's reading of
+    the file, once that is LOOK_AFTER_S old."""
     asked: list[float] = []
-    look = SqliteRunner.look_for_foreign
+    look_there, look_here = SqliteRunner.look_for_foreign, SqliteRunner.look_here
 
-    def counted(runner: SqliteRunner) -> None:
+    def counted_there(runner: SqliteRunner) -> None:
         asked.append(time.monotonic())
-        look(runner)
+        look_there(runner)
 
-    monkeypatch.setattr(SqliteRunner, "look_for_foreign", counted)
+    def counted_here(runner: SqliteRunner) -> bool | None:
+        asked.append(time.monotonic())
+        return look_here(runner)
+
+    monkeypatch.setattr(SqliteRunner, "look_for_foreign", counted_there)
+    monkeypatch.setattr(SqliteRunner, "look_here", counted_here)
     monkeypatch.setattr(database, "LOOK_AFTER_S", 0.2)
     await put(lite, "alice", ["bob"])
     await anyio.sleep(0.5)  # whatever the opening and the first write asked for is done

@@ -41,7 +41,7 @@ T = TypeVar("T")
 PG_POLL_S = 1.0
 LOOK_AFTER_S = 0.005
 """After this process's commit, how long the writer's next transaction may take to come and look
-for another process's commit taken in with it, before the writer is asked to look anyway."""
+for another process's commit taken in with it, before a look is taken anyway."""
 INDEX_AFTER_S = 1.0
 """How soon after this process's commits of news the full-text index takes in their mail."""
 Clock = Callable[[], float]
@@ -264,8 +264,10 @@ class Store:
     def _look_unless_looked(self) -> None:
         """One timer for a stream of commits: each commit's transaction looked for the
         readings before it, so only the latest reading may still want a look, once it is
-        LOOK_AFTER_S old. (Looking sooner would hand the writer thread a look between two
-        writes, and the next write would queue behind it instead of running on the loop.)"""
+        LOOK_AFTER_S old (sooner, it would only be done twice). The look is one PRAGMA on the
+        writer's connection, right here when that is free: handed to the writer thread, it
+        would cost a hand-off, and a write asked for meanwhile would queue behind it instead
+        of running on the loop."""
         self._look_timer = None
         runner = self._sqlite
         if runner is None or self._loop is None or runner.looks_begun > self._looks_before:
@@ -273,7 +275,7 @@ class Store:
         left = self._changed_at + LOOK_AFTER_S - self._loop.time()
         if left > 0:
             self._look_timer = self._loop.call_later(left, self._look_unless_looked)
-        else:
+        elif runner.look_here() is None:  # the writer's connection is busy: the writer looks
             runner.look_for_foreign()
 
     def _writer_busy(self, busy: bool) -> None:
