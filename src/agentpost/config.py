@@ -50,7 +50,9 @@ def config_path() -> Path:
     return Path(os.environ.get("AGENTPOST_CONFIG") or default_config_path()).expanduser()
 
 
-DATABASE_SCHEMES = ("sqlite:///", "postgresql://", "postgresql+asyncpg://", "postgres://")
+POSTGRES_SCHEMES = ("postgresql+asyncpg://", "postgresql://", "postgres://")
+"""The spellings of a PostgreSQL URL the store takes (it reaches each through asyncpg)."""
+DATABASE_SCHEMES = ("sqlite:///", *POSTGRES_SCHEMES)
 
 
 class Settings(BaseSettings):

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
 
+from agentpost.config import POSTGRES_SCHEMES
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import not_unicode
 from agentpost.store import schema, wakeups
@@ -27,7 +28,7 @@ _WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "ag
 
 
 def async_url(url: str) -> str:
-    for prefix in ("postgresql+asyncpg://", "postgresql://", "postgres://"):
+    for prefix in POSTGRES_SCHEMES:
         if url.startswith(prefix):
             return "postgresql+asyncpg://" + url.removeprefix(prefix)
     raise ValueError(f"not a PostgreSQL URL: {url}")

@@ -152,10 +152,12 @@ def _opens_connection(scope: Scope) -> bool:
     """A 2025-era opening request: a POST with no session id, in no modern revision."""
     if scope["method"] != "POST":
         return False
-    headers = dict(scope["headers"])
-    if b"mcp-session-id" in headers:
-        return False
-    version = headers.get(b"mcp-protocol-version")
+    version = None
+    for name, value in scope["headers"]:  # ASGI header names come lower-cased
+        if name == b"mcp-session-id":
+            return False
+        if name == b"mcp-protocol-version":
+            version = value
     return version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS
 
 
