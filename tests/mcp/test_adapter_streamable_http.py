@@ -4,6 +4,8 @@ decides by chance (the end to end cases are in test_http_service.py)."""
 
 from __future__ import annotations
 
+import itertools
+
 import anyio
 import pytest
 from starlette.types import Message, Receive, Scope, Send
@@ -23,23 +25,56 @@ def opening(principal: str) -> Scope:
     return {"type": "http", "method": "POST", "headers": [], "state": {"who": principal}}
 
 
+def closing(principal: str, connection: str) -> Scope:
+    """`DELETE /mcp` of a connection, by `principal`."""
+    headers = [(b"mcp-session-id", connection.encode())]
+    return {"type": "http", "method": "DELETE", "headers": headers, "state": {"who": principal}}
+
+
 async def nothing_sent() -> Message:
     return {"type": "http.disconnect"}
 
 
 class SlowToReturn:
-    """Stands in for the SDK: takes each `initialize` (the connection is open from then on),
-    answers it, and has its task come back only once `release` is set."""
+    """Stands in for the SDK: opens a connection for each `initialize` and closes one on each
+    `DELETE`, answers at once, and has the handler's task come back (tearing a closed
+    connection down) only once `release` is set. Its table of open connections is the gate's."""
 
     def __init__(self) -> None:
-        self.open: list[str] = []
+        self.open: dict[str, str] = {}
+        """Connection id: its principal."""
         self.release = anyio.Event()
+        self._ids = (f"c{n}" for n in itertools.count())
+
+    def count(self, principal: str) -> int:
+        return sum(1 for who in self.open.values() if who == principal)
+
+    def closed(self, connection: str) -> None:
+        self.open.pop(connection, None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.open.append(scope["state"]["who"])
-        await send({"type": "http.response.start", "status": 200, "headers": []})
+        if scope["method"] == "DELETE":
+            connection = dict(scope["headers"])[b"mcp-session-id"].decode()
+            await self._answer(send, connection)
+            await self.release.wait()
+            self.closed(connection)  # the teardown, late
+        else:
+            connection = next(self._ids)
+            self.open[connection] = scope["state"]["who"]
+            await self._answer(send, connection)
+            await self.release.wait()
+
+    @staticmethod
+    async def _answer(send: Send, connection: str) -> None:
+        headers = [(b"mcp-session-id", connection.encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b"{}", "more_body": False})
-        await self.release.wait()
+
+
+def gate_over(app: SlowToReturn, most: int) -> ConnectionGate:
+    return ConnectionGate(
+        app, principal_of=lambda state: state.get("who"), connections=app, per_principal=most
+    )
 
 
 def recorder() -> tuple[list[Message], Send]:
@@ -56,12 +91,7 @@ async def test_an_answered_opening_counts_once_though_its_handler_comes_back_lat
     """Its client may read the answer and open the next connection before the handler's task
     resumes: the first connection is open by then, and must not count as opening too."""
     app = SlowToReturn()
-    gate = ConnectionGate(
-        app,
-        principal_of=lambda state: state.get("who"),
-        open_connections=app.open.count,
-        per_principal=2,
-    )
+    gate = gate_over(app, most=2)
     first, second, third = recorder(), recorder(), recorder()
     async with anyio.create_task_group() as tg:
         tg.start_soon(gate, opening("alice"), nothing_sent, first[1])
@@ -74,7 +104,45 @@ async def test_an_answered_opening_counts_once_though_its_handler_comes_back_lat
         app.release.set()
     assert second[0][0]["status"] == 200
     assert third[0][0]["status"] == 429  # two open: the bound
-    assert app.open == ["alice", "alice"]
+    assert app.count("alice") == 2
+
+
+async def test_a_closed_connection_counts_no_more_once_its_close_is_answered() -> None:
+    """The SDK tears a closed connection down after answering the `DELETE`: its client may
+    open the next one before that, and must not be refused for the one it closed."""
+    app = SlowToReturn()
+    app.release.set()
+    gate = gate_over(app, most=1)
+    await gate(opening("alice"), nothing_sent, recorder()[1])
+    app.release = anyio.Event()  # from now on, handlers come back late
+    closed, reopened = recorder(), recorder()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(gate, closing("alice", "c0"), nothing_sent, closed[1])
+        await anyio.wait_all_tasks_blocked()  # answered; the teardown waits for `release`
+        assert closed[0][0]["status"] == 200
+        tg.start_soon(gate, opening("alice"), nothing_sent, reopened[1])
+        await anyio.wait_all_tasks_blocked()
+        app.release.set()
+    assert reopened[0][0]["status"] == 200
+    assert app.open == {"c1": "alice"}
+
+
+async def test_a_close_the_sdk_refuses_closes_nothing() -> None:
+    """Another principal's `DELETE` of a connection: the SDK answers 404, and the connection
+    still counts for its owner."""
+
+    async def not_yours(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    app = SlowToReturn()
+    app.release.set()
+    await gate_over(app, most=1)(opening("alice"), nothing_sent, recorder()[1])
+    refusing = ConnectionGate(
+        not_yours, principal_of=lambda state: state.get("who"), connections=app, per_principal=1
+    )
+    await refusing(closing("bob", "c0"), nothing_sent, recorder()[1])
+    assert app.open == {"c0": "alice"}
 
 
 async def test_an_opening_still_in_flight_counts_against_the_bound() -> None:
@@ -87,7 +155,7 @@ async def test_an_opening_still_in_flight_counts_against_the_bound() -> None:
     gate = ConnectionGate(
         unanswered,
         principal_of=lambda state: state.get("who"),
-        open_connections=lambda principal: 0,
+        connections=SlowToReturn(),  # holds nothing open
         per_principal=1,
     )
     held_answer, refused, bobs = recorder(), recorder(), recorder()

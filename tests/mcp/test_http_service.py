@@ -329,6 +329,20 @@ async def test_one_agent_holds_at_most_max_mcp_connections_open(tmp_path: Path) 
         await legacy_handshake(alice)
 
 
+async def test_an_agent_at_its_bound_closes_and_reopens_without_a_refusal(tmp_path: Path) -> None:
+    """The SDK tears a closed connection down after answering the close; the next `initialize`,
+    sent at once, must not find it still counted (it did, now and then, under load)."""
+    async with running_service(tmp_path, {"AGENTPOST_MAX_MCP_CONNECTIONS": "1"}) as service:
+        alice = service.client(
+            await service.create_agent("alice"), Accept="application/json, text/event-stream"
+        )
+        connection = await legacy_handshake(alice)
+        for _ in range(50):
+            closed = await alice.delete("/mcp", headers={"Mcp-Session-Id": connection})
+            assert closed.status_code == 200
+            connection = await legacy_handshake(alice)
+
+
 async def test_connections_opened_all_at_once_stay_within_the_bound(tmp_path: Path) -> None:
     """A connection counts once the SDK took its `initialize`: twenty sent together must not
     all slip in before any of them is counted."""

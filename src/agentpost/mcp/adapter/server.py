@@ -164,6 +164,12 @@ class _LegacyPeers:
     def count(self, audience: str) -> int:
         return sum(1 for a in self._audience.values() if a == audience)
 
+    def closed(self, connection: str) -> None:
+        """The SDK closed the connection of that `Mcp-Session-Id`; its teardown forgets it
+        again later, which is then a no-op."""
+        for closed in [c for c in self._uris if c.session_id == connection]:
+            self._forget(closed)
+
     def all(self, audience: str | None = None) -> list[Connection]:
         return [c for c in self._uris if audience is None or self._audience.get(c) == audience]
 
@@ -416,7 +422,7 @@ class MailboxServer:
             app.add_middleware(
                 ConnectionGate,
                 principal_of=principal_of,
-                open_connections=self._peers.count,
+                connections=self._peers,
                 per_principal=connections_per_principal,
             )
         return app

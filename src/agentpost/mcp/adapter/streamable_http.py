@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import mcp.types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -67,6 +67,19 @@ PrincipalOf = Callable[[Mapping[str, Any]], str | None]
 (the ASGI scope's state); None where nobody was authenticated."""
 
 
+class OpenConnections(Protocol):
+    """The 2025-era connections open now, by principal, as the SDK holds them."""
+
+    def count(self, principal: str) -> int:
+        """How many `principal` holds open."""
+        ...
+
+    def closed(self, connection: str) -> None:
+        """The SDK has just closed `connection` (its `Mcp-Session-Id`): count it no more,
+        though the SDK tears it down only later."""
+        ...
+
+
 class ConnectionGate:
     """In front of the SDK's session manager, for 2025-era connections (which have a transport
     session, `Mcp-Session-Id`).
@@ -83,13 +96,12 @@ class ConnectionGate:
         app: ASGIApp,
         *,
         principal_of: PrincipalOf,
-        open_connections: Callable[[str], int],
+        connections: OpenConnections,
         per_principal: int,
     ) -> None:
-        """`open_connections(principal)`: how many 2025-era connections it holds open now."""
         self._app = app
         self._principal_of = principal_of
-        self._open_connections = open_connections
+        self._connections = connections
         self._per_principal = per_principal
         self._opening: dict[str, int] = {}
         """Opening requests in flight, per principal, until their answer is sent: a connection
@@ -104,11 +116,29 @@ class ConnectionGate:
             await self._app(scope, receive, send)
             return
         scope["user"] = _user(principal)
-        if not _opens_connection(scope):
+        connection, version = _mcp_headers(scope)
+        if scope["method"] == "DELETE" and connection is not None:
+            await self._app(scope, receive, self._closing(connection, send))
+            return
+        if not _opens_connection(scope["method"], connection, version):
             await self._app(scope, receive, send)
             return
+        await self._open(principal, scope, receive, send)
+
+    def _closing(self, connection: str, send: Send) -> Send:
+        """The SDK answers a `DELETE` with 2xx once it has closed the connection, and tears it
+        down after: counted until then, it would refuse the client's next `initialize`."""
+
+        async def answer(message: Message) -> None:
+            if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
+                self._connections.closed(connection)
+            await send(message)
+
+        return answer
+
+    async def _open(self, principal: str, scope: Scope, receive: Receive, send: Send) -> None:
         opening = self._opening.get(principal, 0)
-        if self._open_connections(principal) + opening >= self._per_principal:
+        if self._connections.count(principal) + opening >= self._per_principal:
             await _too_many_connections(principal, self._per_principal)(scope, receive, send)
             return
         self._opening[principal] = opening + 1
@@ -148,17 +178,22 @@ def _user(principal: str) -> AuthenticatedUser:
     return AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
 
 
-def _opens_connection(scope: Scope) -> bool:
-    """A 2025-era opening request: a POST with no session id, in no modern revision."""
-    if scope["method"] != "POST":
-        return False
-    version = None
+def _mcp_headers(scope: Scope) -> tuple[str | None, str | None]:
+    """The request's connection (`Mcp-Session-Id`) and protocol revision, where it names them."""
+    connection = version = None
     for name, value in scope["headers"]:  # ASGI header names come lower-cased
         if name == b"mcp-session-id":
-            return False
-        if name == b"mcp-protocol-version":
-            version = value
-    return version is None or version.decode("latin-1") in HANDSHAKE_PROTOCOL_VERSIONS
+            connection = value.decode("latin-1")
+        elif name == b"mcp-protocol-version":
+            version = value.decode("latin-1")
+    return connection, version
+
+
+def _opens_connection(method: str, connection: str | None, version: str | None) -> bool:
+    """A 2025-era opening request: a POST with no session id, in no modern revision."""
+    if method != "POST" or connection is not None:
+        return False
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
 def _too_many_connections(principal: str, most: int) -> JSONResponse:
