@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -29,7 +29,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.http.app import build_rest_app
 from agentpost.http.errors import error_response
-from agentpost.http.guard import Guard, caller_of, connection_of
+from agentpost.http.guard import Guard, caller_of
 from agentpost.mcp.http import build_http_server, parse_groups, push_news
 from agentpost.services import PostOffice
 
@@ -125,34 +125,16 @@ class Service:
             except AgentpostError as err:
                 await error_response(err)(scope, receive, send)
                 return
-            await self._serve_mcp(scope, receive, send)
+            await self._mcp(scope, receive, send)
         else:
             await self._rest(scope, receive, send)
 
-    async def _serve_mcp(self, scope: Scope, receive: Receive, send: Send) -> None:
-        assert self._mcp is not None
-        if scope["method"] != "DELETE":
-            await self._mcp(scope, receive, send)
-            return
-
-        async def closing_first(message: MutableMapping[str, Any]) -> None:
-            # The SDK answers 2xx once it has closed the connection, and a refusal (4xx)
-            # changes nothing. The session ends before the client hears the answer.
-            if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
-                await self._connection_closed(scope)
-            await send(message)
-
-        await self._mcp(scope, receive, closing_first)
-
-    async def _connection_closed(self, scope: Scope) -> None:
+    async def _connection_closed(self, state: Mapping[str, Any], connection: str) -> None:
         """A 2025-era client ended its MCP connection (`DELETE /mcp`): the session `register`
         bound to it ends too, so it shows offline at once rather than after
         `offline_after_s`. (A connection that just drops goes offline that way.)"""
         assert self.office is not None
-        connection = connection_of(scope)
-        if connection is None:
-            return
-        caller = caller_of(scope["state"])  # the guard let this DELETE in with a key
+        caller = caller_of(dict(state))  # the guard let this DELETE in with a key
         session = self.office.keys.release_connection(connection, caller)
         if session is None:
             return
@@ -198,6 +180,7 @@ class Service:
                 max_request_bytes=self.settings.max_request_bytes,
                 principal_of=lambda state: caller_of(dict(state)).agent,
                 connections_per_principal=self.settings.max_mcp_connections,
+                on_connection_closed=self._connection_closed,
             )
             self._mcp = mcp_app
             async with mcp_app.router.lifespan_context(mcp_app), anyio.create_task_group() as tg:

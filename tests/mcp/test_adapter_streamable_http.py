@@ -5,12 +5,14 @@ decides by chance (the end to end cases are in test_http_service.py)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
+from typing import Any
 
 import anyio
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from agentpost.mcp.adapter.streamable_http import ConnectionGate
+from agentpost.mcp.adapter.streamable_http import ConnectionClosed, ConnectionGate
 
 pytestmark = pytest.mark.anyio
 
@@ -71,9 +73,15 @@ class SlowToReturn:
         await send({"type": "http.response.body", "body": b"{}", "more_body": False})
 
 
-def gate_over(app: SlowToReturn, most: int) -> ConnectionGate:
+def gate_over(
+    app: SlowToReturn, most: int, on_closed: ConnectionClosed | None = None
+) -> ConnectionGate:
     return ConnectionGate(
-        app, principal_of=lambda state: state.get("who"), connections=app, per_principal=most
+        app,
+        principal_of=lambda state: state.get("who"),
+        connections=app,
+        per_principal=most,
+        on_closed=on_closed,
     )
 
 
@@ -109,17 +117,24 @@ async def test_an_answered_opening_counts_once_though_its_handler_comes_back_lat
 
 async def test_a_closed_connection_counts_no_more_once_its_close_is_answered() -> None:
     """The SDK tears a closed connection down after answering the `DELETE`: its client may
-    open the next one before that, and must not be refused for the one it closed."""
+    open the next one before that, and must not be refused for the one it closed. Whoever
+    asked to hear of closes hears of it before the client does."""
     app = SlowToReturn()
     app.release.set()
-    gate = gate_over(app, most=1)
+    told: list[tuple[object, str, int]] = []
+    closed, reopened = recorder(), recorder()
+
+    async def on_closed(state: Mapping[str, Any], connection: str) -> None:
+        told.append((state.get("who"), connection, len(closed[0])))
+
+    gate = gate_over(app, most=1, on_closed=on_closed)
     await gate(opening("alice"), nothing_sent, recorder()[1])
     app.release = anyio.Event()  # from now on, handlers come back late
-    closed, reopened = recorder(), recorder()
     async with anyio.create_task_group() as tg:
         tg.start_soon(gate, closing("alice", "c0"), nothing_sent, closed[1])
         await anyio.wait_all_tasks_blocked()  # answered; the teardown waits for `release`
         assert closed[0][0]["status"] == 200
+        assert told == [("alice", "c0", 0)]  # told before the answer went out
         tg.start_soon(gate, opening("alice"), nothing_sent, reopened[1])
         await anyio.wait_all_tasks_blocked()
         app.release.set()
@@ -128,8 +143,8 @@ async def test_a_closed_connection_counts_no_more_once_its_close_is_answered() -
 
 
 async def test_a_close_the_sdk_refuses_closes_nothing() -> None:
-    """Another principal's `DELETE` of a connection: the SDK answers 404, and the connection
-    still counts for its owner."""
+    """Another principal's `DELETE` of a connection: the SDK answers 404, the connection still
+    counts for its owner, and nobody is told it closed."""
 
     async def not_yours(scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 404, "headers": []})
@@ -138,11 +153,21 @@ async def test_a_close_the_sdk_refuses_closes_nothing() -> None:
     app = SlowToReturn()
     app.release.set()
     await gate_over(app, most=1)(opening("alice"), nothing_sent, recorder()[1])
+    told: list[str] = []
+
+    async def on_closed(state: Mapping[str, Any], connection: str) -> None:
+        told.append(connection)
+
     refusing = ConnectionGate(
-        not_yours, principal_of=lambda state: state.get("who"), connections=app, per_principal=1
+        not_yours,
+        principal_of=lambda state: state.get("who"),
+        connections=app,
+        per_principal=1,
+        on_closed=on_closed,
     )
     await refusing(closing("bob", "c0"), nothing_sent, recorder()[1])
     assert app.open == {"c0": "alice"}
+    assert told == []
 
 
 async def test_an_opening_still_in_flight_counts_against_the_bound() -> None:

@@ -130,11 +130,6 @@ class Guard:
         await self.app(scope, counted_receive, guarded_send)
 
 
-def connection_of(scope: Scope) -> str | None:
-    """The MCP connection a request to /mcp arrived on (2025-era clients only)."""
-    return _connection(scope["path"], _headers(scope))
-
-
 def _connection(path: str, headers: dict[str, str]) -> str | None:
     return headers.get(CONNECTION_HEADER) if _is_mcp(path) else None
 

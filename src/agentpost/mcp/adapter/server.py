@@ -28,6 +28,7 @@ from starlette.applications import Starlette
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import holds_half_pair, not_unicode
 from agentpost.mcp.adapter.streamable_http import (
+    ConnectionClosed,
     ConnectionGate,
     PrincipalOf,
     http_request_of,
@@ -389,6 +390,7 @@ class MailboxServer:
         max_request_bytes: int | None = None,
         principal_of: PrincipalOf | None = None,
         connections_per_principal: int = 32,
+        on_connection_closed: ConnectionClosed | None = None,
     ) -> Starlette:
         """A Starlette app serving Streamable HTTP at `path`.
 
@@ -396,7 +398,8 @@ class MailboxServer:
         session manager). Host and Origin headers are checked (DNS-rebinding protection):
         loopback names always pass, others only when listed. With `principal_of`, each
         2025-era connection belongs to the principal that opened it, who may hold at most
-        `connections_per_principal` open at once (see `ConnectionGate`).
+        `connections_per_principal` open at once, and `on_connection_closed` hears when it
+        closes one (see `ConnectionGate`).
         """
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -424,6 +427,7 @@ class MailboxServer:
                 principal_of=principal_of,
                 connections=self._peers,
                 per_principal=connections_per_principal,
+                on_closed=on_connection_closed,
             )
         return app
 

@@ -6,7 +6,7 @@ connections (whose each one is, and how many one principal holds open).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -67,6 +67,12 @@ PrincipalOf = Callable[[Mapping[str, Any]], str | None]
 (the ASGI scope's state); None where nobody was authenticated."""
 
 
+ConnectionClosed = Callable[[Mapping[str, Any], str], Awaitable[None]]
+"""Told, before its client hears the answer, that a principal closed a 2025-era connection
+(`DELETE /mcp`, taken by the SDK): the request's ASGI state (as `PrincipalOf` reads it) and the
+connection's `Mcp-Session-Id`."""
+
+
 class OpenConnections(Protocol):
     """The 2025-era connections open now, by principal, as the SDK holds them."""
 
@@ -98,11 +104,13 @@ class ConnectionGate:
         principal_of: PrincipalOf,
         connections: OpenConnections,
         per_principal: int,
+        on_closed: ConnectionClosed | None = None,
     ) -> None:
         self._app = app
         self._principal_of = principal_of
         self._connections = connections
         self._per_principal = per_principal
+        self._on_closed = on_closed
         self._opening: dict[str, int] = {}
         """Opening requests in flight, per principal, until their answer is sent: a connection
         is counted as open only once the SDK has taken its `initialize`, so many sent at once
@@ -118,20 +126,23 @@ class ConnectionGate:
         scope["user"] = _user(principal)
         connection, version = _mcp_headers(scope)
         if scope["method"] == "DELETE" and connection is not None:
-            await self._app(scope, receive, self._closing(connection, send))
+            await self._app(scope, receive, self._closing(scope, connection, send))
             return
         if not _opens_connection(scope["method"], connection, version):
             await self._app(scope, receive, send)
             return
         await self._open(principal, scope, receive, send)
 
-    def _closing(self, connection: str, send: Send) -> Send:
-        """The SDK answers a `DELETE` with 2xx once it has closed the connection, and tears it
-        down after: counted until then, it would refuse the client's next `initialize`."""
+    def _closing(self, scope: Scope, connection: str, send: Send) -> Send:
+        """The SDK answers a `DELETE` with 2xx once it has closed the connection (a refusal
+        changes nothing), and tears it down after: counted until then, it would refuse the
+        client's next `initialize`. `on_closed` hears of it before the client does."""
 
         async def answer(message: Message) -> None:
             if message["type"] == "http.response.start" and 200 <= message["status"] < 300:
                 self._connections.closed(connection)
+                if self._on_closed is not None:
+                    await self._on_closed(scope.get("state") or {}, connection)
             await send(message)
 
         return answer
