@@ -104,6 +104,15 @@ def scratch_home(name: str) -> Iterator[Path]:
         yield Path(tmp)
 
 
+def log_file(home: Path, name: str) -> Path:
+    """Where a benchmark's process writes its log: a folder of its own inside `home`. The
+    change signal watches the folder that holds the database, and a file written there wakes
+    every process on it; a real deployment logs elsewhere, and so do the benchmarks."""
+    folder = home / "logs"
+    folder.mkdir(exist_ok=True)
+    return folder / name
+
+
 def agentpost_env(home: Path, **extra: str) -> dict[str, str]:
     """The AGENTPOST_* variables of a benchmark: its home, no config file, raised limits."""
     env = {
@@ -194,7 +203,7 @@ def structured(result: types.CallToolResult) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def server_log(home: Path, name: str) -> Iterator[TextIO]:
-    path = home / f"{name}.stderr.log"
+    path = log_file(home, f"{name}.stderr.log")
     with path.open("w") as f:
         yield cast(TextIO, f)
 

@@ -27,6 +27,7 @@ from bench.common import (
     agentpost_server,
     connect,
     log,
+    log_file,
     rate,
     scratch_home,
     settings_for,
@@ -41,7 +42,7 @@ SENDS = 500
 async def _worker(home: Path, index: int, sends: int) -> None:
     agent, to = f"load-{index}", f"load-{(index + 1) % PROCESSES}"
     errors: list[str] = []
-    with (home / f"{agent}.stderr.log").open("w") as errlog:
+    with log_file(home, f"{agent}.stderr.log").open("w") as errlog:
         async with connect(agentpost_server(home, agent), MODERN, errlog=errlog) as client:
             await client.call_tool("whoami", {})
             print("ready", flush=True)
@@ -92,7 +93,7 @@ async def run() -> Report:
             assert w.stdout is not None
             line = await asyncio.wait_for(w.stdout.readline(), 120)
             if line.strip() != b"ready":
-                logs = tail(home / "load-0.stderr.log")
+                logs = tail(log_file(home, "load-0.stderr.log"))
                 raise RuntimeError(f"a worker did not start: {line!r}\n{logs}")
         log(NAME, f"{PROCESSES} x {SENDS} sends at once ({MODERN})")
         t0 = time.perf_counter()

@@ -43,6 +43,7 @@ from bench.common import (
     Report,
     expect,
     log,
+    log_file,
     median,
     ms,
     process_cpu_s,
@@ -103,7 +104,7 @@ async def mcp_client(url: str, key: str | None, revision: str) -> AsyncIterator[
 @contextlib.asynccontextmanager
 async def echo_http(home: Path) -> AsyncIterator[tuple[str, int]]:
     """bench/echo_server.py --http on a free loopback port: its /mcp URL and its pid."""
-    log_path = home / "echo-http.log"
+    log_path = log_file(home, "echo-http.log")
     with log_path.open("wb") as out:
         process = await anyio.open_process(
             [sys.executable, str(BENCH_DIR / "echo_server.py"), "--http"],

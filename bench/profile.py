@@ -41,6 +41,7 @@ from bench.common import (
     agentpost_command,
     agentpost_server,
     connect,
+    log_file,
     scratch_home,
     settings_for,
     structured,
@@ -171,7 +172,7 @@ async def profile_calls(tool: str, calls: int, revision: str, limit: int, out: P
         args: dict[str, Any] = {"to": "bench-inbox", "body": BODY}
         if tool == "inbox":
             args = {"limit": limit, "peek": True}
-        with (home / "server.log").open("w") as errlog:
+        with log_file(home, "server.log").open("w") as errlog:
             async with connect(agentpost_server(home, agent), revision, errlog=errlog) as client:
                 structured(await client.call_tool("whoami", {}))
                 if tool == "inbox":
@@ -259,7 +260,7 @@ async def profile_start(runs: int, revision: str) -> None:
                     phased,
                 ),
             ):
-                log = home / "server.log"
+                log = log_file(home, "server.log")
                 with log.open("w") as errlog:
                     t0 = time.perf_counter()
                     async with connect(params, revision, errlog=errlog) as client:

@@ -24,7 +24,7 @@ import anyio.abc
 import httpx
 from mcp.client.stdio import get_default_environment
 
-from bench.common import REPO, agentpost_env, process_cpu_s, tail
+from bench.common import REPO, agentpost_env, log_file, process_cpu_s, tail
 
 START_TIMEOUT_S = 60
 STOP_TIMEOUT_S = 15
@@ -146,7 +146,7 @@ def serve_env(home: Path, **extra: str) -> dict[str, str]:
 @contextlib.asynccontextmanager
 async def running(home: Path, name: str = "serve", **extra: str) -> AsyncIterator[Serve]:
     """`agentpost serve --port 0` on `home`, until the block ends (then SIGTERM, then SIGKILL)."""
-    log = home / f"{name}.log"
+    log = log_file(home, f"{name}.log")
     with log.open("wb") as out:
         process = await anyio.open_process(
             serve_command("--port", "0"),
