@@ -164,6 +164,35 @@ async def test_a_bad_profile_change_is_refused(
     await refused_without_change(office, code, office.directory.update_profile(alice, **changes))
 
 
+async def test_a_profile_change_may_say_what_the_session_is_doing(office: PostOffice) -> None:
+    (alice,) = await keyed_agents(office, "alice")
+    changed = await office.directory.update_profile(
+        alice, project="shop", status="blocked", objective="waiting for review"
+    )
+    assert changed.project == "shop"
+    (found,) = [p for p in await office.presence.who() if p.name == "alice"]
+    assert (found.status.value, found.objective) == ("blocked", "waiting for review")
+
+
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"status": "done", "objective": "new", "description": "d" * 2001}, ErrorCode.TOO_LARGE),
+        (
+            {"status": "done", "objective": "new", "project": "Shop Front"},
+            ErrorCode.INVALID_ARGUMENT,
+        ),
+        ({"status": "busy", "description": "fine", "project": "shop"}, ErrorCode.INVALID_ARGUMENT),
+        ({"objective": "o" * 2001, "capabilities": ["python"]}, ErrorCode.TOO_LARGE),
+    ],
+)
+async def test_a_profile_change_is_refused_whole_session_part_included(
+    office: PostOffice, changes: dict[str, Any], code: ErrorCode
+) -> None:
+    (alice,) = await keyed_agents(office, "alice")
+    await refused_without_change(office, code, office.directory.update_profile(alice, **changes))
+
+
 # -- blocks ------------------------------------------------------------------------------------
 
 

@@ -291,6 +291,22 @@ async def test_an_ended_session_is_offline_at_once(office: PostOffice) -> None:
     assert (await office.presence.session(caller.session_id or "")).ended_at is not None
 
 
+async def test_an_ended_session_never_speaks_for_an_agent_still_online(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """The ended session is the freshest, yet the live one says where the agent is at work."""
+    live = await session_caller(office, "lead", project="shop", branch="main")
+    await office.presence.update_profile(live, objective="ship v2")
+    clock.advance(5)
+    done = await session_caller(office, "lead", project="blog", branch="old-post")
+    await office.presence.update_profile(done, objective="finished", status="done")
+    await office.presence.end_session(done.session_id or "")
+    found = await presence_of(office, "lead")
+    assert (found.online, found.sessions) == (True, 1)
+    assert (found.project, found.branch, found.objective) == ("shop", "main", "ship v2")
+    assert found.status is not Status.DONE
+
+
 # -- profile -----------------------------------------------------------------------------------
 
 

@@ -49,9 +49,13 @@ async def me_(office: Office, me: Me) -> dict[str, Any]:
 @router.patch("/me", operation_id="update_me")
 async def update_me(body: ProfileBody, office: Office, me: Me) -> dict[str, Any]:
     """Change your description, project or capabilities, and your session's status/objective."""
-    await office.presence.update_profile(me, status=body.status, objective=body.objective)
     info = await office.directory.update_profile(
-        me, description=body.description, project=body.project, capabilities=body.capabilities
+        me,
+        description=body.description,
+        project=body.project,
+        capabilities=body.capabilities,
+        status=body.status,
+        objective=body.objective,
     )
     out = info.to_dict()
     out["session_id"] = me.session_id

@@ -87,9 +87,18 @@ class Directory:
         description: str | None = None,
         project: str | None = None,
         capabilities: list[str] | None = None,
+        status: str | None = None,
+        objective: str | None = None,
     ) -> AgentInfo:
-        """Change what the directory says of the caller; None leaves a field as it is, and an
-        empty project clears it (the agent then leaves its project's channel)."""
+        """Change what the directory says of the caller, and what its session says (`status`,
+        `objective`); None leaves a field as it is, and an empty project clears it (the agent
+        then leaves its project's channel). All of it is checked first and written together:
+        a refusal changes nothing."""
+        session_change = (
+            None
+            if status is None and objective is None
+            else self._presence.profile_change(caller, objective=objective, status=status)
+        )
         values: dict[str, Any] = {}
         if description is not None:
             values["description"] = check_description(description)
@@ -99,6 +108,8 @@ class Directory:
             values["capabilities"] = json.dumps(check_capabilities(capabilities))
 
         def tx(conn: Connection) -> AgentInfo:
+            if session_change is not None:
+                session_change(conn)
             agent_rows.update_agent(conn, caller.agent, **values)
             return accounts.account(conn, self.settings, self.store.clock(), caller.agent)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from weakref import WeakKeyDictionary
@@ -338,6 +338,21 @@ class PresenceService:
         objective: str | None = None,
         status: str | None = None,
     ) -> None:
+        await self.store.write(
+            self.profile_change(caller, description=description, objective=objective, status=status)
+        )
+
+    def profile_change(
+        self,
+        caller: Caller,
+        *,
+        description: str | None = None,
+        objective: str | None = None,
+        status: str | None = None,
+    ) -> Callable[[Connection], None]:
+        """The write `update_profile` makes, every value checked now: a caller that changes
+        more in the same transaction (`Directory.update_profile`) checks all of it before
+        anything is written, so a refusal changes nothing."""
         _check_text(description, "description")
         _check_text(objective, "objective")
         checked = check_status(status)
@@ -353,7 +368,7 @@ class PresenceService:
             if caller.session_id is not None:
                 rows.update_session(conn, caller.session_id, **values)
 
-        await self.store.write(tx)
+        return tx
 
     async def heartbeat(self, session_id: str) -> None:
         await self.store.write(

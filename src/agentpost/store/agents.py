@@ -166,11 +166,17 @@ def end_sessions(conn: Connection, session_ids: Sequence[str], now: float) -> No
 
 
 def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
-    """Each enabled agent with its freshest session (if any), newest first."""
+    """Each enabled agent with its freshest session (if any): a session not ended before any
+    ended one, which says what the agent was doing, not what it is doing."""
     # One session per agent even when heartbeats tie: rank them, newest first.
     freshest = func.row_number().over(
         partition_by=sessions.c.agent,
-        order_by=(sessions.c.heartbeat_at.desc(), sessions.c.started_at.desc(), sessions.c.id),
+        order_by=(
+            sessions.c.ended_at.is_not(None),
+            sessions.c.heartbeat_at.desc(),
+            sessions.c.started_at.desc(),
+            sessions.c.id,
+        ),
     )
     latest = select(sessions.c.id, sessions.c.agent, freshest.label("rank")).subquery()
     query = (

@@ -1,0 +1,65 @@
+"""One's own profile and who is at work, over REST: `PATCH /v1/me`, sessions, presence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from service_process import Service
+
+pytestmark = pytest.mark.anyio
+
+
+def profile(answer: Any) -> dict[str, Any]:
+    """What `GET /v1/me` says, but the time since the last request, which moves on."""
+    return {k: v for k, v in answer.json().items() if k != "last_seen_s"}
+
+
+async def presence_of(client: Any, name: str) -> list[dict[str, Any]]:
+    found = (await client.get("/v1/presence")).json()["agents"]
+    return [p for p in found if p["name"] == name]
+
+
+async def test_a_refused_profile_change_changes_nothing_of_the_session_either(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    assert (await alice.patch("/v1/me", json={"objective": "ship v2"})).status_code == 200
+    before = await presence_of(alice, "alice")
+    me = profile(await alice.get("/v1/me"))
+    for change, status, code in (
+        ({"status": "blocked", "objective": "other", "description": "d" * 3000}, 413, "too_large"),
+        ({"status": "done", "objective": "other", "project": "Not A Project!"}, 400, None),
+    ):
+        answer = await alice.patch("/v1/me", json=change)
+        assert answer.status_code == status, answer.text
+        assert answer.json()["error"]["code"] == (code or "invalid_argument")
+    assert (
+        [(p["status"], p["objective"]) for p in await presence_of(alice, "alice")]
+        == [(p["status"], p["objective"]) for p in before]
+        == [("active", "ship v2")]
+    )
+    assert profile(await alice.get("/v1/me")) == me
+
+
+async def test_an_ended_session_does_not_say_what_an_agent_online_is_doing(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    at_work = {"project": "alpha", "branch": "main", "objective": "live work"}
+    live = (await alice.post("/v1/sessions", json=at_work)).json()["session_id"]
+    on_live = {"Agentpost-Session": live}
+    finished = {"project": "beta", "branch": "old-feature", "objective": "finished thing"}
+    ended = (await alice.post("/v1/sessions", json=finished)).json()["session_id"]
+    await alice.patch("/v1/me", json={"status": "done"}, headers={"Agentpost-Session": ended})
+    assert (await alice.delete(f"/v1/sessions/{ended}", headers=on_live)).status_code == 200
+
+    bob = await service.agent("bob")
+    (found,) = await presence_of(bob, "alice")
+    assert found["online"] is True
+    assert (found["project"], found["branch"], found["objective"]) in (
+        ("alpha", "main", "live work"),
+        (None, None, ""),  # the key's own session, touched by the requests above
+    )
+    assert found["status"] != "done"
