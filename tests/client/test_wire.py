@@ -16,7 +16,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.events import Event
 
 
-def answering(status: int, body: bytes, **headers: str) -> Client:
+def answering(status: int, body: bytes, **headers: str | bytes) -> Client:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, content=body, headers=headers)
 
@@ -49,6 +49,15 @@ def test_retry_after_may_be_a_date() -> None:
     err = refused(answering(429, error_body("locked_out"), **{"Retry-After": when}))
     assert err.retry_after_s is not None
     assert 100 < err.retry_after_s <= 120
+
+
+@pytest.mark.parametrize("value", [b"soon", b"\xb2", b"Fri, 32 Foo 2026"])
+def test_a_retry_after_that_is_neither_seconds_nor_a_date_is_left_out(value: bytes) -> None:
+    """A proxy may say anything there: the refusal is still the service's, without a wait."""
+    err = refused(
+        answering(429, error_body("rate_limited", retry_after_s=3), **{"Retry-After": value})
+    )
+    assert (err.code, err.retry_after_s) == (ErrorCode.RATE_LIMITED, 3)
 
 
 def test_a_code_this_client_does_not_know_is_read_from_the_status() -> None:
@@ -90,6 +99,13 @@ def test_the_event_reader_follows_the_format() -> None:
     assert reader.feed("") == Event(12, "message.created", "m_1", 1.0, {})
     assert (reader.cursor, reader.retry_s) == (12, 2.5)
     assert reader.feed("") is None  # a blank line with nothing pending dispatches nothing
+
+
+def test_an_id_or_retry_that_is_no_ascii_number_is_ignored() -> None:
+    reader = EventReader()
+    for line in ["retry: 2500", "id: 12", "", "retry: ²", "id: 1²", ""]:
+        assert reader.feed(line) is None
+    assert (reader.cursor, reader.retry_s) == (12, 2.5)
 
 
 def test_an_event_that_is_not_agentposts_is_unavailable() -> None:

@@ -164,3 +164,21 @@ def test_a_refusal_reads_code_first_and_serialises_its_details() -> None:
         "message": error.message,
         "details": {"limit": 8, "size": 9},
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "decimal"),
+    [
+        ("0", True),
+        ("1234", True),
+        ("", False),
+        ("²", False),
+        ("1¹", False),
+        ("٣", False),
+        ("-1", False),
+        (" 1", False),
+    ],
+)
+def test_a_decimal_is_ascii_digits_only(text: str, decimal: bool) -> None:
+    """`int` refuses the other digits `str.isdigit` takes, which a Latin-1 header may hold."""
+    assert rules.is_decimal(text) is decimal

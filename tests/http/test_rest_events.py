@@ -80,3 +80,14 @@ async def test_a_stream_without_a_cursor_says_where_it_starts(service: Service) 
     await alice.post("/v1/messages", json={"to": "bob", "body": "after"})
     (resumed,) = await read_events(bob, 1, **{"Last-Event-ID": str(before[0][0])})
     assert resumed[0] > before[0][0]
+
+
+@pytest.mark.parametrize("cursor", [b"abc", b"-1", b"\xb2", b"1\xb9"])
+async def test_a_last_event_id_that_is_no_ascii_number_is_an_invalid_argument(
+    service: Service, cursor: bytes
+) -> None:
+    """Latin-1 digits ("²", "¹") included: `int` refuses them, so they must not reach it."""
+    bob = await service.agent("bob")
+    answer = await bob.get("/v1/events", headers={"Last-Event-ID": cursor})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "invalid_argument"

@@ -8,6 +8,7 @@ handles one exception type, whether the post office is local or remote.
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import json
 import time
@@ -22,6 +23,7 @@ from agentpost.client.operation import Request
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.events import Event
+from agentpost.domain.limits import is_decimal
 
 T = TypeVar("T")
 
@@ -98,13 +100,21 @@ def unreachable(url: str, exc: httpx.TransportError) -> AgentpostError:
 def _retry_after(headers: Mapping[str, str], body: Mapping[str, Any]) -> float | None:
     value = headers.get("retry-after")
     if value is not None:
-        if value.strip().isdigit():
+        if is_decimal(value.strip()):
             return float(value.strip())
-        when = email.utils.parsedate_to_datetime(value) if value.strip() else None
+        when = _http_date(value)
         if when is not None:
             return max(0.0, when.timestamp() - time.time())
     found = body.get("retry_after_s")
     return float(found) if isinstance(found, int | float) else None
+
+
+def _http_date(value: str) -> datetime.datetime | None:
+    """An HTTP date, or None for anything else (a proxy may send what it likes)."""
+    try:
+        return email.utils.parsedate_to_datetime(value) if value.strip() else None
+    except (TypeError, ValueError):
+        return None
 
 
 def refusal(status: int, headers: Mapping[str, str], content: bytes) -> AgentpostError:
@@ -183,9 +193,9 @@ class EventReader:
         value = value.removeprefix(" ")
         if name == "data":
             self._data.append(value)
-        elif name == "id" and value.isdigit():
+        elif name == "id" and is_decimal(value):
             self._id = int(value)
-        elif name == "retry" and value.isdigit():
+        elif name == "retry" and is_decimal(value):
             self.retry_s = int(value) / 1000
         elif name == "event":
             self._name = value  # the type, which an agentpost event's data carries too

@@ -136,6 +136,13 @@ MAX_SEQ = 2**63 - 1
 """The largest position in a log (a signed 64-bit integer, as both databases store it)."""
 
 
+def is_decimal(text: str) -> bool:
+    """Whether `text` is a non-negative integer written in ASCII digits, as HTTP writes them.
+    `str.isdigit` alone also takes "²" and other digits `int` refuses, which a header decoded
+    as Latin-1 may hold."""
+    return text.isascii() and text.isdigit()
+
+
 def check_seq(value: int, what: str) -> int:
     """A cursor or page anchor: a position in a log, 0 or more."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEQ:

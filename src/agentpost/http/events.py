@@ -16,7 +16,7 @@ from fastapi import Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from agentpost.domain.errors import AgentpostError, invalid
-from agentpost.domain.limits import MAX_LIMIT, MAX_SEQ, check_seq
+from agentpost.domain.limits import MAX_LIMIT, MAX_SEQ, check_seq, is_decimal
 from agentpost.http.deps import Me, Office
 from agentpost.http.routing import api_router
 from agentpost.http.schemas import WebhookBody
@@ -28,7 +28,7 @@ KEEPALIVE_S = 15
 
 def _cursor(last_event_id: str | None, after: int | None) -> int | None:
     if last_event_id is not None and last_event_id.strip():
-        if not last_event_id.strip().isdigit():
+        if not is_decimal(last_event_id.strip()):
             raise invalid("Last-Event-ID must be an event id from this stream")
         return check_seq(int(last_event_id), "Last-Event-ID")
     return after

@@ -15,6 +15,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import is_decimal
 from agentpost.domain.models import Caller
 from agentpost.http.errors import error_response
 
@@ -89,7 +90,7 @@ class Guard:
         """Whether the body's length is announced (and within the limit: else `too_large`);
         a chunked body is not, whatever Content-Length says beside it."""
         length = headers.get("content-length")
-        if length is None or not length.isdigit():
+        if length is None or not is_decimal(length):
             return False
         if int(length) > self.max_body_bytes:
             raise self._too_large()
