@@ -108,11 +108,16 @@ class Service:
             await self._guard(scope, receive, send)
 
     async def _authenticate(
-        self, secret: str | None, ip: str | None, session: str | None, connection: str | None
+        self,
+        secret: str | None,
+        ip: str | None,
+        session: str | None,
+        connection: str | None,
+        own_session: bool,
     ) -> Caller:
         assert self.office is not None
         return await self.office.keys.authenticate(
-            secret, ip=ip, session=session, connection=connection
+            secret, ip=ip, session=session, connection=connection, own_session=own_session
         )
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -63,3 +63,16 @@ async def test_an_ended_session_does_not_say_what_an_agent_online_is_doing(
         (None, None, ""),  # the key's own session, touched by the requests above
     )
     assert found["status"] != "done"
+
+
+async def test_a_minted_session_is_the_agents_only_one_and_ends_offline(service: Service) -> None:
+    """Minting names no session yet: it does not open the key's own beside the minted one."""
+    alice = await service.agent("alice")
+    minted = (await alice.post("/v1/sessions", json={"project": "alpha"})).json()["session_id"]
+    on_it = {"Agentpost-Session": minted}
+    assert (await alice.get("/v1/inbox", headers=on_it)).status_code == 200
+    bob = await service.agent("bob")
+    [present] = await presence_of(bob, "alice")
+    assert (present["online"], present["sessions"]) == (True, 1)
+    assert (await alice.delete(f"/v1/sessions/{minted}", headers=on_it)).status_code == 200
+    assert await presence_of(bob, "alice") == []

@@ -31,8 +31,12 @@ who is calling."""
 OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 OPEN_POSTS = frozenset({"/v1/register"})
 
-Authenticate = Callable[[str | None, str | None, str | None, str | None], Awaitable[Caller]]
-"""(bearer secret, client address, named session, connection) → the caller."""
+MINTS_SESSION = ("POST", "/v1/sessions")
+"""The request that mints a session: it does not speak for the key's own session as well."""
+
+Authenticate = Callable[[str | None, str | None, str | None, str | None, bool], Awaitable[Caller]]
+"""(bearer secret, client address, named session, connection, whether a request that names no
+session speaks for the key's own) → the caller."""
 
 
 def bearer(headers: dict[str, str]) -> str | None:
@@ -76,6 +80,7 @@ class Guard:
                     client[0] if client else None,
                     headers.get(SESSION_HEADER),
                     _connection(scope["path"], headers),
+                    (scope["method"], scope["path"]) != MINTS_SESSION,
                 )
                 scope.setdefault("state", {})[CALLER] = caller
         except AgentpostError as err:

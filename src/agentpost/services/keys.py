@@ -133,12 +133,17 @@ class Keys:
         ip: str | None,
         session: str | None = None,
         connection: str | None = None,
+        own_session: bool = True,
     ) -> Caller:
         """The caller a bearer secret stands for, with its session (the key's own unless a
         live session of the agent is named, or the connection was bound to one). A
         locked-out address is refused before anything else. A request without any key is
         refused but not counted: that is a client asking what to do (MCP clients probe so),
-        not a guess."""
+        not a guess.
+
+        Without `own_session` a request that names no session speaks for none: the request
+        that mints a session would otherwise open the key's own too, and leave it online
+        after the minted one ends."""
         address = _address(ip)
         hashed = accounts.digest(secret) if is_well_formed_secret(secret) else None
         lock_s = self.settings.lockout_s
@@ -203,7 +208,10 @@ class Keys:
             and self._bound.get(connection) == bound  # not rebound while we looked
         ):
             del self._bound[connection]  # its session ended: back to the key's own
-        session_id, due_at = await self._session(key, seen.session, session, address)
+        session_id: str | None = None
+        due_at: float | None = None  # nothing is remembered of a caller that spoke for none
+        if own_session or session is not None:
+            session_id, due_at = await self._session(key, seen.session, session, address)
         caller = Caller(
             agent=key.agent,
             session_id=session_id,
