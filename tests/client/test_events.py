@@ -1,12 +1,14 @@
 """`events()`: the server-sent event stream as an iterator of domain events that resumes after
-the last event it yielded, across a dropped connection and a restarted service."""
+the last event it yielded, across a dropped connection and a restarted service. Against the real
+service, and (last) against httpx's mock transport where a drop must come at an exact moment."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import aclosing, asynccontextmanager
 
 import anyio
+import httpx
 import pytest
 from anyio.abc import ObjectReceiveStream
 
@@ -133,3 +135,63 @@ async def test_the_blocking_client_follows_events_too(office: Office) -> None:
     with anyio.fail_after(WAKE_S):
         event = await anyio.to_thread.run_sync(first_event)
     assert (event.type, event.message_id) == ("message.created", sent.id)
+
+
+# -- through httpx's mock transport: a drop at a chosen moment -----------------------------------
+
+OPENING = b"retry: 1\nid: 41\n\n"
+"""What the service sends first on a stream opened without a cursor: where "now" is."""
+LATER = b'id: 42\ndata: {"seq": 42, "type": "message.created", "message_id": "m_2", "at": 1}\n\n'
+
+
+class _Dropping(httpx.AsyncByteStream, httpx.SyncByteStream):
+    """The opening, then the connection drops."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield OPENING
+        raise httpx.ReadError("dropped")
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield OPENING
+        raise httpx.ReadError("dropped")
+
+
+def streams(cursors: list[str | None]) -> Callable[[httpx.Request], httpx.Response]:
+    """The first stream drops after its opening; the next tells of the event after the opening,
+    if asked to resume there. Each stream's Last-Event-ID is kept in `cursors`."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        cursors.append(request.headers.get("last-event-id"))
+        if len(cursors) == 1:
+            return httpx.Response(200, stream=_Dropping())
+        if cursors[-1] == "41":
+            return httpx.Response(200, content=LATER)
+        # Resumed from anywhere else, it ends here rather than try again forever.
+        return httpx.Response(401, json={"error": {"code": "unauthenticated", "message": "?"}})
+
+    return handler
+
+
+async def test_a_stream_dropped_before_its_first_event_resumes_from_its_opening() -> None:
+    """Opened without a cursor, it starts "now": mail that came while it was away is told."""
+    cursors: list[str | None] = []
+    transport = httpx.MockTransport(streams(cursors))
+    async with (
+        AsyncClient("http://agentpost.test", "ap_x", transport=transport) as bob,
+        aclosing(bob.events()) as events,
+    ):
+        with anyio.fail_after(WAKE_S):
+            event = await anext(events)
+    assert (cursors[:2], event.message_id) == ([None, "41"], "m_2")
+
+
+def test_the_blocking_client_resumes_from_the_opening_too() -> None:
+    cursors: list[str | None] = []
+    transport = httpx.MockTransport(streams(cursors))
+    with Client("http://agentpost.test", "ap_x", transport=transport) as bob:
+        events = bob.events()
+        try:
+            event = next(events)
+        finally:
+            events.close()
+    assert (cursors[:2], event.message_id) == ([None, "41"], "m_2")
