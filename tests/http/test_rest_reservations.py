@@ -27,6 +27,19 @@ async def office(service: Service) -> AsyncIterator[Office]:
         await opened.aclose()
 
 
+async def test_the_client_takes_one_path_or_id_whole_not_letter_by_letter(office: Office) -> None:
+    alice = await office.agent("alice", project="shop")
+    [granted] = (await alice.reserve("src/app.py")).granted
+    assert granted.path == "src/app.py"
+    [renewed] = (await alice.renew_reservations(granted.id)).reservations
+    assert renewed.id == granted.id
+    released = await alice.release_reservations(paths="src/app.py")
+    assert [r.path for r in released.reservations] == ["src/app.py"]
+    bob = await office.agent("bob")
+    sent = await alice.send("bob", "one id")
+    assert (await bob.ack(sent.id)).acked == [sent.id]
+
+
 async def test_reserve_list_renew_and_release_over_rest(office: Office) -> None:
     alice = await office.agent("alice", project="shop")
     bob = await office.agent("bob", project="shop")

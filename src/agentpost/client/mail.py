@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentpost.client.operation import Operation, Request, fields, nothing
+from agentpost.client.operation import Operation, Request, fields, listed, nothing
 from agentpost.domain.accounts import AgentInfo, Usage
 from agentpost.domain.desk import PriorityName, StatusName
 from agentpost.domain.events import Webhook, WebhookDelivery
@@ -87,9 +87,9 @@ def wait(timeout_s: float = 60, *, thread_id: str | None = None) -> Request[Inbo
     return Request(Inbox.from_dict, params=params, wait_s=max(0.0, float(timeout_s)))
 
 
-def ack(ids: Sequence[str]) -> Request[AckResult]:
+def ack(ids: str | Sequence[str]) -> Request[AckResult]:
     """Acknowledge messages you handled; ids that are not yours come back in `not_found`."""
-    return Request(AckResult.from_dict, json={"ids": list(ids)})
+    return Request(AckResult.from_dict, json={"ids": listed(ids)})
 
 
 def get_message(message_id: str) -> Request[Message]:
@@ -240,11 +240,11 @@ def channel_history(
 # -- webhooks -----------------------------------------------------------------------------------
 
 
-def create_webhook(url: str, events: Sequence[str]) -> Request[tuple[Webhook, str]]:
+def create_webhook(url: str, events: str | Sequence[str]) -> Request[tuple[Webhook, str]]:
     """Register a URL for your events; the webhook and its signing secret (shown only here)."""
     return Request(
         lambda a: (Webhook.from_dict(a), str(a["secret"])),
-        json={"url": url, "events": list(events)},
+        json={"url": url, "events": listed(events)},
     )
 
 

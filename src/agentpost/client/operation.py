@@ -12,7 +12,7 @@ so a test can hold every operation against the service's OpenAPI.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import quote
@@ -45,6 +45,12 @@ class Request(Generic[T]):
 def fields(**values: Any) -> dict[str, Any]:
     """A JSON body of the fields that are set (None: the server's default, or "unchanged")."""
     return {k: v for k, v in values.items() if v is not None}
+
+
+def listed(values: str | Sequence[str]) -> list[str]:
+    """One value or several, as a list: a string is a sequence of strings too, and `list`
+    would send each of its characters."""
+    return [values] if isinstance(values, str) else list(values)
 
 
 def nothing(_: Any) -> None:

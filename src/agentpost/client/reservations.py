@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentpost.client.operation import Operation, Request, fields
+from agentpost.client.operation import Operation, Request, fields, listed
 from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
 
 
 def reserve(
-    paths: Sequence[str],
+    paths: str | Sequence[str],
     *,
     exclusive: bool = True,
     ttl_s: float = 3600,
@@ -20,26 +20,26 @@ def reserve(
     """Claim paths or git-style globs of your project, relative to its root, for `ttl_s`. Each
     path is granted unless it overlaps another agent's reservation where either is exclusive;
     those come back in `conflicts` with their holder and expiry."""
-    json = fields(paths=list(paths), exclusive=exclusive, ttl_s=ttl_s, reason=reason)
+    json = fields(paths=listed(paths), exclusive=exclusive, ttl_s=ttl_s, reason=reason)
     return Request(ReserveResult.from_dict, json=json)
 
 
 def renew_reservations(
-    ids: Sequence[str] | None = None, *, ttl_s: float = 3600
+    ids: str | Sequence[str] | None = None, *, ttl_s: float = 3600
 ) -> Request[ReservationsChanged]:
     """Extend your live reservations to `ttl_s` from now: those of `ids`, else every one of
     yours in your project."""
-    json = fields(ids=None if ids is None else list(ids), ttl_s=ttl_s)
+    json = fields(ids=None if ids is None else listed(ids), ttl_s=ttl_s)
     return Request(ReservationsChanged.from_dict, json=json)
 
 
 def release_reservations(
-    *, paths: Sequence[str] | None = None, ids: Sequence[str] | None = None
+    *, paths: str | Sequence[str] | None = None, ids: str | Sequence[str] | None = None
 ) -> Request[ReservationsChanged]:
     """Give up your reservations by path (as reserved) or id; with neither, all of yours in your
     project. Another agent's are never released: they come back in `not_found`."""
     json = fields(
-        paths=None if paths is None else list(paths), ids=None if ids is None else list(ids)
+        paths=None if paths is None else listed(paths), ids=None if ids is None else listed(ids)
     )
     return Request(ReservationsChanged.from_dict, json=json)
 
