@@ -56,6 +56,33 @@ async def test_mail_goes_from_send_to_inbox_to_ack_with_receipts(office: Office)
     assert (await bob.get_message(sent.id)).state is DeliveryState.ACKED
 
 
+@pytest.mark.parametrize("thread_id", ["feature/login", "..", ".", "50% done", "#42?"])
+async def test_any_thread_id_a_send_takes_reads_back_through_the_client(
+    office: Office, thread_id: str
+) -> None:
+    """Path segments hold the id whole: a '/' is no step down, nor '..' a step up."""
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    sent = await alice.send("bob", "in a thread of its own name", thread_id=thread_id)
+    assert [m.id for m in await bob.thread(thread_id)] == [sent.id]
+
+
+async def test_what_no_url_can_hold_is_refused_before_it_is_sent(office: Office) -> None:
+    alice = await office.agent("alice")
+    for call in (alice.thread(""), alice.get_message(""), alice.directory("x" * 70_000)):
+        with pytest.raises(AgentpostError) as refused:
+            await call
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+async def test_a_channel_name_reaches_the_service_as_given(office: Office) -> None:
+    alice = await office.agent("alice")
+    assert (await alice.join_channel("#design")).name == "design"
+    for name in ("##design", ".."):
+        with pytest.raises(AgentpostError) as refused:
+            await alice.join_channel(name)
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT, name
+
+
 async def test_peek_reads_without_marking_and_unread_counts_the_rest(office: Office) -> None:
     alice, bob = await office.agent("alice"), await office.agent("bob")
     first = await alice.send("bob", "one")

@@ -218,12 +218,12 @@ def channels() -> Request[list[ChannelInfo]]:
 
 def join_channel(channel: str) -> Request[ChannelInfo]:
     """Join a channel (created if new): you get its broadcasts and may read its history."""
-    return Request(ChannelInfo.from_dict, path_args={"channel": channel.removeprefix("#")})
+    return Request(ChannelInfo.from_dict, path_args={"channel": channel})
 
 
 def leave_channel(channel: str) -> Request[str]:
     """Leave a channel you joined; the channel left, as `#name`."""
-    return Request(lambda a: str(a["left"]), path_args={"channel": channel.removeprefix("#")})
+    return Request(lambda a: str(a["left"]), path_args={"channel": channel})
 
 
 def channel_history(
@@ -232,7 +232,7 @@ def channel_history(
     """A channel's newest `limit` messages (before a message id), oldest first."""
     return Request(
         _messages,
-        path_args={"channel": channel.removeprefix("#")},
+        path_args={"channel": channel},
         params={"limit": limit, "before": before},
     )
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import quote
 
+from agentpost.domain.errors import invalid
+
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -35,11 +37,21 @@ class Request(Generic[T]):
     client's own timeout."""
 
     def url(self, path: str) -> str:
-        return path.format(**{k: quote(v, safe="") for k, v in self.path_args.items()})
+        return path.format(**{k: _segment(k, v) for k, v in self.path_args.items()})
 
     def query(self) -> dict[str, Any]:
         """The query parameters that are set: None means "the server's default"."""
         return {k: v for k, v in self.params.items() if v is not None}
+
+
+def _segment(name: str, value: str) -> str:
+    """One path segment that the service reads back as `value`: '/' and the like quoted, and
+    the dots of a '.' or '..', which httpx would resolve away as a step up the path. An empty
+    one names nothing, and would reach another route: refused here."""
+    if not value:
+        raise invalid(f"{name} must not be empty", **{name: value})
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if value.strip(".") == "" else quoted
 
 
 def fields(**values: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from agentpost.client.wire import (
     retry_stream,
     timeout,
     unreachable,
+    unsendable,
 )
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.events import Event
@@ -88,6 +89,8 @@ class Client(
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc) from None
+        except httpx.InvalidURL as exc:
+            raise unsendable(exc) from None
         return read_answer(response, request)
 
     def events(

@@ -97,6 +97,11 @@ def unreachable(url: str, exc: httpx.TransportError) -> AgentpostError:
     )
 
 
+def unsendable(exc: httpx.InvalidURL) -> AgentpostError:
+    """A request httpx cannot even put on the wire: a value too long for a URL, say."""
+    return AgentpostError(ErrorCode.INVALID_ARGUMENT, f"cannot send this request: {exc}")
+
+
 def _retry_after(headers: Mapping[str, str], body: Mapping[str, Any]) -> float | None:
     value = headers.get("retry-after")
     if value is not None:

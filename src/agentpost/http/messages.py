@@ -90,7 +90,7 @@ async def get_message(message_id: str, office: Office, me: Me) -> dict[str, Any]
     return (await office.mailbox.get(me, message_id)).to_dict()
 
 
-@router.get("/threads/{thread_id}", operation_id="thread")
+@router.get("/threads/{thread_id:path}", operation_id="thread")
 async def thread(thread_id: str, office: Office, me: Me, limit: Limit = 50) -> dict[str, Any]:
     """A thread's messages that you may see, oldest first (the newest `limit` of them); named
     by its thread id or by the id of any of its messages."""
