@@ -385,3 +385,26 @@ async def test_a_tasks_data_and_result_may_nest_as_deep_as_any_messages(
     with pytest.raises(AgentpostError) as refused:
         await office.tasks.delegate(boss, "worker", "Deeper", data=[deepest])
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+async def test_a_tasks_note_data_and_result_may_each_be_as_large_as_a_messages(
+    office: PostOffice,
+) -> None:
+    """Their envelope is the post office's words around them: its bytes are not theirs."""
+    limits = office.settings.limits
+    boss, worker = await agents(office, "boss", "worker")
+    largest = "d" * (limits.max_data_bytes - 2)  # as JSON, with its quotes: exactly the limit
+    note = "n" * limits.max_body_bytes
+    task = await office.tasks.delegate(boss, "worker", "Large", data=largest)
+    done = await office.tasks.update_task(worker, task.id, "done", note=note, result=largest)
+    assert (done.data, done.result, done.history[-1].note) == (largest, largest, note)
+    [told] = (await office.mailbox.inbox(boss)).messages
+    assert (told.data["note"], told.data["result"]) == (note, largest)
+    assert told.body.endswith(note)
+    for too_large in (
+        office.tasks.delegate(boss, "worker", "Larger", data=largest + "d"),
+        office.tasks.update_task(worker, task.id, "done", note=note + "n"),
+    ):
+        with pytest.raises(AgentpostError) as refused:
+            await too_large
+        assert refused.value.code is ErrorCode.TOO_LARGE

@@ -89,27 +89,30 @@ def check_subject(subject: str, limits: Limits) -> str:
     return subject
 
 
-def check_body(body: str, limits: Limits) -> str:
+def check_body(body: str, limits: Limits, *, envelope: bool = False) -> str:
+    """An `envelope`'s body is the post office's words around text checked already against
+    its own limit (a task's note): its size is theirs plus the envelope's."""
     if "\x00" in body:
         raise invalid("body may not contain NUL characters")
     size = utf8_size(body, "body")
-    if size > limits.max_body_bytes:
+    if size > limits.max_body_bytes and not envelope:
         raise too_large("body", size, limits.max_body_bytes, "bytes")
     return body
 
 
-def encode_data(data: Any, limits: Limits, *, depth: int = MAX_DATA_DEPTH) -> str | None:
-    """The JSON text stored for `data`, or None when there is none. `depth` is more than the
-    limit only for an envelope of the post office's own around a value checked already."""
+def encode_data(data: Any, limits: Limits, *, envelope: bool = False) -> str | None:
+    """The JSON text stored for `data`, or None when there is none. An `envelope` is the post
+    office's own around values checked already, each against its own limit: it may nest one
+    level deeper, and its size is theirs plus the envelope's."""
     if data is None:
         return None
-    check_depth(data, depth, "data")
+    check_depth(data, MAX_DATA_DEPTH + 1 if envelope else MAX_DATA_DEPTH, "data")
     try:
         text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise invalid(f"data must be JSON: {exc}") from None
     size = utf8_size(text, "data")
-    if size > limits.max_data_bytes:
+    if size > limits.max_data_bytes and not envelope:
         raise too_large("data", size, limits.max_data_bytes, "bytes")
     return text
 

@@ -92,15 +92,16 @@ def draft(
     ttl_s: float | None = None,
     must_read: bool = False,
     kind: Kind = Kind.MESSAGE,
-    data_depth: int = rules.MAX_DATA_DEPTH,
+    envelope: bool = False,
 ) -> Draft:
-    """The arguments checked, before any transaction: bad input changes nothing."""
+    """The arguments checked, before any transaction: bad input changes nothing. An
+    `envelope`'s body and data wrap values its caller checked (see `rules.encode_data`)."""
     limits = settings.limits
     if not isinstance(body, str) or not body.strip():
         raise invalid("body must be non-empty text")
-    rules.check_body(body, limits)
+    rules.check_body(body, limits, envelope=envelope)
     subject = rules.check_subject(subject or "", limits)
-    data_json = rules.encode_data(data, limits, depth=data_depth)
+    data_json = rules.encode_data(data, limits, envelope=envelope)
     level = check_priority(priority)
     asked_ttl = rules.check_ttl(ttl_s)
     names, channel = targets(to)

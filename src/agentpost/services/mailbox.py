@@ -135,8 +135,9 @@ class Mailbox:
         A `notice` reports a change the caller's transaction makes anyway (a task's new status),
         so it must not be what fails it: it counts against no send rate and passes over direct
         recipients who are disabled or whose inbox is full; blocks still drop it silently.
-        An `envelope` is `data` of the caller's own around a value it checked already (a
-        task's data or result): it may nest one level more."""
+        An `envelope` is a body and `data` of the caller's own around values it checked
+        already, each against its own limit (a task's note, data or result): it may nest one
+        level more, and be as large as they are plus the envelope."""
         message = drafts.draft(
             self.settings,
             to,
@@ -149,7 +150,7 @@ class Mailbox:
             ttl_s=ttl_s,
             must_read=must_read,
             kind=kind,
-            data_depth=rules.MAX_DATA_DEPTH + 1 if envelope else rules.MAX_DATA_DEPTH,
+            envelope=envelope,
         )
         return self._send_draft(conn, caller, message, notice=notice)
 
