@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 from sqlalchemy import Connection, select
@@ -62,6 +63,17 @@ async def writer_thread_held(
             release.set()
 
 
+async def handed_over(store: Store, count: int) -> None:
+    """Until `count` writes wait in the writer thread's queue. Their tasks block at once; the
+    loop hands the turn's writes over in a callback after them, which `wait_all_tasks_blocked`
+    may not wait for."""
+    runner = store._sqlite
+    assert runner is not None
+    with anyio.fail_after(10):
+        while runner._jobs.qsize() < count:
+            await anyio.lowlevel.checkpoint()
+
+
 async def test_concurrent_writes_are_committed_together_and_a_failure_undoes_only_itself(
     lite: Store,
 ) -> None:
@@ -81,7 +93,7 @@ async def test_concurrent_writes_are_committed_together_and_a_failure_undoes_onl
         # the writer is busy: the rest queue up
         for i in range(20):
             tg.start_soon(write, i, failing if i == 7 else insert_key(f"k{i}"))
-        await anyio.wait_all_tasks_blocked()
+        await handed_over(lite, 20)
 
     assert isinstance(results[7], ValueError)
     assert await stored_keys(lite) == {f"k{i}" for i in range(20) if i != 7}
