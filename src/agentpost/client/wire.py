@@ -115,9 +115,10 @@ def _retry_after(headers: Mapping[str, str], body: Mapping[str, Any]) -> float |
 
 
 def _http_date(value: str) -> datetime.datetime | None:
-    """An HTTP date, or None for anything else (a proxy may send what it likes)."""
+    """An HTTP date, or None for anything else, blank included (a proxy may send what it
+    likes)."""
     try:
-        return email.utils.parsedate_to_datetime(value) if value.strip() else None
+        return email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
 
