@@ -3,8 +3,9 @@
 This is the composition root, the one module above the faces: it opens the post office when the
 server starts, mounts `/mcp` (the MCP face) beside `/v1` (the HTTP face) behind one guard that
 authenticates every request, and runs what the service does in the background: push to MCP
-connections, webhook deliveries, and the hourly sweep. On a SQLite file the store also watches
-the file's change signal, so local stdio agents on the same file share this post office.
+connections, webhook deliveries, and the sweeper (mail expires on time, old mail is purged).
+On a SQLite file the store also watches the file's change signal, so local stdio agents on the
+same file share this post office.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-SWEEP_EVERY_S = 3600
 MAX_HEAD_BYTES = 64 * 1024
 """The most a request line and its headers may take: a key and a few headers need a few
 hundred bytes; uvicorn's httptools parser takes any amount, before any key is checked."""
@@ -191,7 +191,7 @@ class Service:
             async with mcp_app.router.lifespan_context(mcp_app), anyio.create_task_group() as tg:
                 tg.start_soon(push_news, office, server)
                 tg.start_soon(office.webhooks.run_dispatcher)
-                tg.start_soon(_sweep_periodically, office)
+                tg.start_soon(office.sweeper.run)
                 try:
                     yield
                 finally:
@@ -204,15 +204,6 @@ class Service:
 def _query_value(scope: Scope, name: str) -> str | None:
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
     return values[-1] if values else None
-
-
-async def _sweep_periodically(office: PostOffice) -> None:
-    while True:
-        try:
-            await office.mailbox.sweep()
-        except AgentpostError as err:
-            log.warning("sweep failed, will retry: %s", err)
-        await anyio.sleep(SWEEP_EVERY_S)
 
 
 def check_bind(host: str, allow_remote: bool) -> None:

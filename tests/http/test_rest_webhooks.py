@@ -3,6 +3,7 @@ a real receiver on 127.0.0.1 that checks each signature, retried after a failure
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -53,6 +54,30 @@ async def test_new_mail_is_delivered_signed_and_retried_after_a_failure(service:
         await anyio.sleep(0.05)
     assert log[0]["state"] == "delivered"
     assert log[0]["attempts"] == 2
+
+
+async def test_unread_mail_tells_the_senders_webhook_when_its_ttl_falls_due(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    await service.agent("bob")  # who never reads
+    receiver = Receiver()
+    async with listening(receiver):
+        created = await alice.post(
+            "/v1/webhooks", json={"url": receiver.url, "events": ["message.expired"]}
+        )
+        receiver.secret = created.json()["secret"]
+        sent_at = time.time()
+        sent = await alice.post(
+            "/v1/messages", json={"to": "bob", "body": "lunch in 10?", "ttl_s": 1}
+        )
+        with anyio.fail_after(20):  # not at the next hourly sweep
+            (expired,) = await receiver.received(1)
+    assert time.time() >= sent_at + 1
+    assert expired.signed
+    assert expired.headers["x-agentpost-event"] == "message.expired"
+    assert expired.payload["message_id"] == sent.json()["id"]
+    assert expired.payload["data"] == {"to": "bob"}
 
 
 async def test_a_metadata_address_is_refused_and_nothing_is_stored(service: Service) -> None:

@@ -155,6 +155,27 @@ async def test_read_mail_does_not_expire(store: Store, clock: FakeClock) -> None
     assert await states(store, "bob") == {"seen": "read"}
 
 
+async def test_the_next_expiry_is_the_earliest_unread_mail_still_to_fall_due(
+    store: Store, clock: FakeClock
+) -> None:
+    async def next_expiry() -> float | None:
+        return await store.read(lambda c: mail.next_expiry(c, clock()))
+
+    assert await next_expiry() is None
+    await put(store, "alice", ["bob"], "forever")
+    assert await next_expiry() is None  # no TTL, no expiry
+    _, seen = await put(store, "alice", ["bob"], "seen", ttl=5)
+    await store.write(lambda c: mail.mark_read(c, "bob", [seen], clock()))
+    assert await next_expiry() is None  # read mail never expires
+    await put(store, "alice", ["bob", "carol"], "later", ttl=30)
+    await put(store, "alice", ["carol"], "sooner", ttl=20)
+    assert await next_expiry() == clock.now + 20
+    clock.advance(20)
+    assert await next_expiry() == clock.now + 10  # what is due now is the sweep's, not next
+    clock.advance(10)
+    assert await next_expiry() is None
+
+
 async def test_receipts_show_each_recipients_state_and_due_mail_as_expired(
     store: Store, clock: FakeClock
 ) -> None:

@@ -2,7 +2,8 @@
 
 The process registers its session, heartbeats in the background, pushes "your inbox changed"
 to a subscribed client and each new message to Claude Code's channel (`agentpost.mcp.channel`)
-the moment another process delivers mail, sweeps expired and old mail hourly, and ends its
+the moment another process delivers mail, expires mail as its TTL falls due and purges old
+mail hourly (`agentpost.services.sweeper`), and ends its
 session as soon as the client closes stdin or the process is told to stop (SIGTERM).
 The server itself, shared with a remote post office's session, is `agentpost.mcp.session`.
 """
@@ -24,16 +25,6 @@ from agentpost.services import PostOffice
 from agentpost.services.local_identity import detect
 
 log = logging.getLogger(__name__)
-
-SWEEP_EVERY_S = 3600
-
-
-async def _sweep_periodically(office: PostOffice) -> None:
-    """TTL tombstones and retention: every local server helps, so no daemon is needed."""
-    while True:
-        with survive("sweep"):
-            await office.mailbox.sweep()
-        await anyio.sleep(SWEEP_EVERY_S)
 
 
 async def _push_arrivals(
@@ -111,7 +102,7 @@ async def serve_stdio(settings: Settings) -> None:
                 ),
                 lambda: _push_arrivals(office, server, callers, start),
                 lambda: _push_to_channel(office, server, callers, start),
-                lambda: _sweep_periodically(office),
+                office.sweeper.run,
                 *([lambda: _stand_for_leader(office, callers)] if settings.auto_lead else []),
             ],
         )

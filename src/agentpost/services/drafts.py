@@ -74,6 +74,12 @@ class Draft:
     request: dict[str, Any]
 
     @property
+    def lifetime(self) -> float | None:
+        """How long it may wait unread before it expires: must_read mail never does, so it
+        carries no expiry to mislead a reader."""
+        return None if self.request["must_read"] or not self.ttl else self.ttl
+
+    @property
     def reply_to(self) -> str | None:
         reply_to: str | None = self.request["reply_to"]
         return reply_to
@@ -150,8 +156,8 @@ def store_message(
     """Insert the message, deliver it, and write the send's audit row."""
     request = message.request
     mid = new_message_id(now)
-    # must_read mail never expires unread, so it carries no expiry to mislead a reader.
-    expires_at = now + message.ttl if message.ttl and not request["must_read"] else None
+    lifetime = message.lifetime
+    expires_at = None if lifetime is None else now + lifetime
     seq = mail.insert_message(
         conn,
         id=mid,

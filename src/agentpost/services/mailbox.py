@@ -42,6 +42,8 @@ class Mailbox:
         self.store = store
         self.settings = settings
         self.limits = settings.limits
+        self.on_expiry: Callable[[float], None] = _nobody
+        """Told (store clock) when mail sent here will expire unread: the sweeper's alarm."""
 
     # -- send --------------------------------------------------------------------------------
 
@@ -89,11 +91,13 @@ class Mailbox:
         # account (whoever authenticated stays who they were).
         lengthy = message.channel is not None
         if retry_key is None:
-            return await self.store.write(
+            sent = await self.store.write(
                 lambda conn: self._send_draft(conn, caller, message, create_sender=create_sender),
                 lengthy=lengthy,
                 touches_accounts=False,
             )
+            self._will_expire(message)
+            return sent
         fingerprint = outbox.request_hash(message.request)
 
         def tx(conn: Connection) -> SendResult:
@@ -108,7 +112,13 @@ class Mailbox:
             outbox.remember(conn, self.store, caller.agent, retry_key, fingerprint, result)
             return result
 
-        return await self.store.write(tx, lengthy=lengthy, touches_accounts=False)
+        sent = await self.store.write(tx, lengthy=lengthy, touches_accounts=False)
+        self._will_expire(message)
+        return sent
+
+    def _will_expire(self, message: drafts.Draft) -> None:
+        if message.lifetime is not None:
+            self.on_expiry(self.store.clock() + message.lifetime)
 
     def send_in(
         self,
@@ -436,6 +446,15 @@ class Mailbox:
                 await self.store.write(self._forget_old_records, lengthy=True)
                 return total
 
+    async def expire_due(self) -> int:
+        """Turn everyone's unread mail past its TTL into tombstones now (their senders' events
+        and webhooks go out with it); how many deliveries expired."""
+        return await self.store.write(lambda conn: mail.expire_due(conn, self.store.clock()))
+
+    async def next_expiry(self) -> float | None:
+        """When the earliest unread mail falls due (store clock), or None."""
+        return await self.store.glance(lambda conn: mail.next_expiry(conn, self.store.clock()))
+
     def _forget_old_records(self, conn: Connection) -> None:
         """What matters only for a while: idempotency keys (a day), failed authentications
         and lockouts (their window), the audit rows of sends (as long as the mail is kept)."""
@@ -528,3 +547,7 @@ class Mailbox:
                 yield mail.message_from_row(row)
             if len(found) < 200:
                 await self.store.wait_changed(version, None)
+
+
+def _nobody(expires_at: float) -> None:
+    """No sweeper listens (a one-shot command's post office)."""

@@ -15,6 +15,7 @@ from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
 from agentpost.services.requests import Requests
 from agentpost.services.reservations import Reservations
+from agentpost.services.sweeper import Sweeper
 from agentpost.services.tasks import Tasks
 from agentpost.services.webhooks import Webhooks
 from agentpost.store.database import Clock, Store
@@ -26,6 +27,7 @@ class PostOffice:
         self.settings = settings
         self.presence = PresenceService(store, settings)
         self.mailbox = Mailbox(store, settings)
+        self.sweeper = Sweeper(self.mailbox)
         self.channels = Channels(store)
         self.keys = Keys(store, settings)
         self.admin = Admin(store, settings)

@@ -219,6 +219,23 @@ def expire_due(conn: Connection, now: float, recipient: str | None = None) -> in
     return len(rows)
 
 
+_NEXT_DUE = Prepared(
+    select(deliveries.c.expires_at)
+    .where(
+        deliveries.c.expires_at > _NOW,  # implies IS NOT NULL: the expiry index serves it
+        deliveries.c.state == DeliveryState.QUEUED.value,
+    )
+    .order_by(deliveries.c.expires_at)
+    .limit(1)
+)
+
+
+def next_expiry(conn: Connection, now: float) -> float | None:
+    """When the earliest unread mail falls due after `now` (None: no unread mail has a TTL)."""
+    due = _NEXT_DUE.scalar(conn, {"now": now})
+    return None if due is None else float(due)
+
+
 _UNREAD_COUNT = select(func.count()).where(
     deliveries.c.recipient == _RECIPIENT,
     deliveries.c.state == DeliveryState.QUEUED.value,

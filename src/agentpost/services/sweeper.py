@@ -1,0 +1,74 @@
+"""Keeping the post office swept: unread mail becomes an `expired` tombstone when its TTL falls
+due, and handled mail past the retention is purged hourly.
+
+A sender who asked for a TTL, or watches `message.expired` on its event stream or a webhook,
+hears of the expiry when it happens, not at the next hourly sweep. Every process that serves
+agents runs a sweeper (`agentpost serve`, each `agentpost mcp`), so no daemon is needed, and
+any of them expires anyone's mail: it sleeps until the earliest TTL falls due; mail sent with
+a TTL through its own process wakes it sooner; mail another process sent (a one-shot command's
+say) is found on a look at least every `LOOK_EVERY_S`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import anyio
+
+from agentpost.domain.errors import AgentpostError
+from agentpost.services.mailbox import Mailbox
+
+log = logging.getLogger(__name__)
+
+SWEEP_EVERY_S = 3600.0
+LOOK_EVERY_S = 60.0
+
+
+class Sweeper:
+    def __init__(
+        self,
+        mailbox: Mailbox,
+        *,
+        sweep_every_s: float = SWEEP_EVERY_S,
+        look_every_s: float = LOOK_EVERY_S,
+    ) -> None:
+        self.mailbox = mailbox
+        self.sweep_every_s = sweep_every_s
+        self.look_every_s = look_every_s
+        self._looks_at = math.inf  # store clock
+        self._alarm: anyio.Event | None = None
+        mailbox.on_expiry = self.expires
+
+    def expires(self, at: float) -> None:
+        """Mail sent here falls due at `at` (store clock): look then, if that is sooner than
+        planned. Costs a comparison when it is not, as for every send under a default TTL."""
+        if at < self._looks_at and self._alarm is not None:
+            self._alarm.set()
+
+    async def run(self) -> None:
+        """Sweep now, then expire mail as it falls due and sweep again hourly, until cancelled.
+        A failed round (a busy database) is logged, and the next look tries again."""
+        clock = self.mailbox.store.clock
+        sweep_at = -math.inf
+        while True:
+            # Armed before the look: mail sent meanwhile, after the look has passed it by,
+            # still rings the alarm, and we look once more.
+            self._alarm = anyio.Event()
+            self._looks_at = math.inf
+            due: float | None = None
+            try:
+                if clock() >= sweep_at:
+                    await self.mailbox.sweep()
+                    sweep_at = clock() + self.sweep_every_s
+                else:
+                    await self.mailbox.expire_due()
+                due = await self.mailbox.next_expiry()
+            except AgentpostError as err:
+                log.warning("sweep failed, will retry: %s", err)
+            now = clock()
+            self._looks_at = min(
+                now + self.look_every_s, sweep_at, math.inf if due is None else due
+            )
+            with anyio.move_on_after(max(0.0, self._looks_at - now)):
+                await self._alarm.wait()

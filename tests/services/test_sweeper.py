@@ -1,0 +1,102 @@
+"""The sweeper: unread mail expires when its TTL falls due, not at the next hourly sweep, whichever
+process sent it. These run on the real clock: what is tested is when the sweeper looks."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+
+from agentpost.domain.models import Caller
+from agentpost.services import PostOffice
+from agentpost.services.sweeper import Sweeper
+from agentpost.store.database import Clock
+from backends import OpenOffice
+
+pytestmark = pytest.mark.anyio
+
+TTL_S = 0.3
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """The real clock, for the post offices `open_office` opens: what is tested is when the
+    sweeper looks."""
+    return time.time
+
+
+@asynccontextmanager
+async def sweeping(sweeper: Sweeper) -> AsyncIterator[None]:
+    async with anyio.create_task_group() as group:
+        group.start_soon(sweeper.run)
+        try:
+            yield
+        finally:
+            group.cancel_scope.cancel()
+
+
+async def expired_told(office: PostOffice, sender: Caller, within_s: float = 10) -> float:
+    """Wait until the sender's log tells of an expiry; when it was told (the event's time)."""
+    with anyio.fail_after(within_s):
+        while True:
+            found = [e for e in await office.events.since(sender, 0) if e.type == "message.expired"]
+            if found:
+                return found[0].at
+            await anyio.sleep(0.02)
+
+
+async def expiry_is_told_in_time(sending: PostOffice, sweeper: Sweeper) -> None:
+    """Mail sent through `sending` with a short TTL, after `sweeper` looked and found nothing
+    due: the sender is told it expired as the TTL fell due, not before, not much after."""
+    alice = await sending.presence.ensure_agent("alice")
+    await sending.presence.ensure_agent("bob")
+    async with sweeping(sweeper):
+        await anyio.sleep(0.1)
+        sent_at = time.time()
+        await sending.mailbox.send(alice, "bob", "lunch in 10?", ttl_s=TTL_S)
+        told_at = await expired_told(sending, alice)
+    assert sent_at + TTL_S <= told_at < sent_at + TTL_S + 5
+
+
+async def test_unread_mail_expires_when_its_ttl_falls_due(open_office: OpenOffice) -> None:
+    office: PostOffice = await open_office()
+    # Its next look would be in a minute, its next sweep in an hour: the send wakes it.
+    await expiry_is_told_in_time(office, office.sweeper)
+
+
+async def test_mail_another_process_sent_expires_on_the_sweepers_next_look(
+    open_office: OpenOffice,
+) -> None:
+    sender: PostOffice = await open_office()  # a one-shot command, say: no sweeper runs there
+    server: PostOffice = await open_office()
+    await expiry_is_told_in_time(sender, Sweeper(server.mailbox, look_every_s=0.5))
+
+
+async def test_must_read_mail_never_expires(open_office: OpenOffice) -> None:
+    office: PostOffice = await open_office()
+    alice = await office.presence.ensure_agent("alice")
+    await office.presence.ensure_agent("bob")
+    async with sweeping(office.sweeper):
+        await office.mailbox.send(alice, "bob", "read this", ttl_s=TTL_S, must_read=True)
+        await anyio.sleep(TTL_S * 3)
+        assert await office.mailbox.next_expiry() is None
+    assert await office.events.since(alice, 0) == []
+
+
+async def test_the_sweeper_sleeps_until_the_earliest_mail_falls_due(
+    open_office: OpenOffice,
+) -> None:
+    office: PostOffice = await open_office()
+    alice = await office.presence.ensure_agent("alice")
+    await office.presence.ensure_agent("bob")
+    await office.mailbox.send(alice, "bob", "later", ttl_s=60)
+    async with sweeping(office.sweeper):
+        await anyio.sleep(0.1)  # it looked: the next mail falls due in a minute
+        soon = await office.mailbox.send(alice, "bob", "sooner", ttl_s=TTL_S)
+        await expired_told(office, alice)
+        await anyio.sleep(TTL_S)
+    expired = [e.message_id for e in await office.events.since(alice, 0)]
+    assert expired == [soon.id]  # not the later one, still to fall due
