@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agentpost.config import Settings
+from agentpost.config import Settings, load_settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import Limits
 
 
@@ -76,6 +77,12 @@ def test_a_missing_config_file_means_defaults(config_file: Path) -> None:
         ("OFFLINE_AFTER_S", "0"),
         ("RETENTION_DAYS", "-3"),
         ("MAX_UNACKED", "0"),
+        ("DEFAULT_TTL_S", "inf"),  # "never" is an unset TTL, not an infinite one
+        ("MAX_WAIT_S", "nan"),
+        ("LOCKOUT_S", "inf"),
+        ("HOME", ""),  # would be whichever folder the command runs in
+        ("DATABASE_URL", "sqlite:///"),
+        ("DATABASE_URL", "sqlite:///:memory:"),  # processes share the post office
     ],
 )
 def test_invalid_values_in_the_environment_are_refused(
@@ -90,6 +97,29 @@ def test_invalid_values_in_the_file_are_refused(config_file: Path) -> None:
     config_file.write_text("max_wait_s = -5\n")
     with pytest.raises(ValidationError, match="max_wait_s"):
         Settings()
+
+
+def test_a_config_file_that_is_not_utf8_or_not_a_file_is_an_invalid_argument_naming_it(
+    config_file: Path,
+) -> None:
+    config_file.write_bytes(b'agent = "\xff"\n')
+    with pytest.raises(AgentpostError, match="not UTF-8") as caught:
+        load_settings()
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert str(config_file) in caught.value.message
+    config_file.unlink()
+    config_file.mkdir()
+    with pytest.raises(AgentpostError, match="is not a file") as caught:
+        load_settings()
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_home_with_a_tilde_is_under_the_users_home(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("AGENTPOST_HOME", "~/posts")
+    assert Settings().home == tmp_path / "posts"
 
 
 def test_an_unknown_key_in_the_file_is_refused_not_ignored(config_file: Path) -> None:

@@ -78,11 +78,11 @@ class Settings(BaseSettings):
     max_data_bytes: int = Field(65536, ge=2)
     max_unacked: int = Field(1000, ge=1)
     send_rate_per_minute: int = Field(60, ge=1)
-    max_wait_s: float = Field(300, gt=0)
-    default_ttl_s: float | None = Field(None, gt=0)
-    retention_days: float = Field(30, gt=0)
-    heartbeat_s: float = Field(15, gt=0)
-    offline_after_s: float = Field(45, gt=0)
+    max_wait_s: float = Field(300, gt=0, allow_inf_nan=False)
+    default_ttl_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    retention_days: float = Field(30, gt=0, allow_inf_nan=False)
+    heartbeat_s: float = Field(15, gt=0, allow_inf_nan=False)
+    offline_after_s: float = Field(45, gt=0, allow_inf_nan=False)
 
     # -- coordination ------------------------------------------------------------------------
     leader_branches: list[str] | None = None
@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     """Self-registrations per client IP per hour."""
     lockout_failures: int = Field(10, ge=1)
     """Failed authentications from one IP, within `lockout_s`, that lock it out."""
-    lockout_s: float = Field(900, gt=0)
+    lockout_s: float = Field(900, gt=0, allow_inf_nan=False)
     """Both the window the failures are counted in and how long the lock lasts."""
     max_request_bytes: int = Field(262_144, ge=1024)
     """Largest HTTP request body (`too_large` beyond)."""
@@ -125,7 +125,7 @@ class Settings(BaseSettings):
     lockouts and registration limits count by, is the one it connects from."""
     webhook_max_attempts: int = Field(8, ge=1)
     """Deliveries of one webhook event before it is marked failed."""
-    webhook_timeout_s: float = Field(10, gt=0)
+    webhook_timeout_s: float = Field(10, gt=0, allow_inf_nan=False)
     """How long a webhook receiver has to answer."""
     url: str | None = None
     """A remote post office (`https://host:port`): the CLI and `agentpost mcp` then use it."""
@@ -140,11 +140,28 @@ class Settings(BaseSettings):
         except AgentpostError as exc:  # pydantic reports ValueErrors with the other fields'
             raise ValueError(exc.message) from None
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home_named(cls, home: Any) -> Any:
+        if isinstance(home, str) and not home.strip():  # Path("") would be the working folder
+            raise ValueError("must name a folder")
+        return home
+
+    @field_validator("home")
+    @classmethod
+    def _home_expanded(cls, home: Path) -> Path:
+        """`~` stands for the user's home wherever the home is used (the database, the admin
+        key, the hook's notes), never for a folder named `~`."""
+        return home.expanduser()
+
     @field_validator("database_url")
     @classmethod
     def _database_scheme(cls, url: str | None) -> str | None:
         if url is not None and not url.startswith(DATABASE_SCHEMES):
             raise ValueError("must be sqlite:///path or postgresql://user@host:port/db")
+        if url is not None and url.removeprefix("sqlite:///").strip() in ("", ":memory:"):
+            # Agents in several processes share the post office: it lives in a file.
+            raise ValueError("sqlite:/// needs the path of a database file")
         return url
 
     @property
@@ -178,10 +195,15 @@ class Settings(BaseSettings):
 def load_settings(**overrides: Any) -> Settings:
     """The settings, or a configuration mistake as `invalid_argument` naming the key (or the
     file) and what is wrong with it: what a person needs to fix it, not pydantic's report."""
+    path = config_path()
+    if path.exists() and not path.is_file():
+        raise invalid(f"the config file {path} is not a file")
     try:
         return Settings(**overrides)
     except tomllib.TOMLDecodeError as exc:
-        raise invalid(f"the config file {config_path()} is not TOML: {exc}") from None
+        raise invalid(f"the config file {path} is not TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise invalid(f"the config file {path} is not UTF-8 text") from None
     except ValidationError as exc:
         raise invalid(f"configuration: {'; '.join(_mistakes(exc))}") from None
     except SettingsError as exc:  # a value pydantic-settings could not even decode

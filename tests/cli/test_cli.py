@@ -320,6 +320,12 @@ REFUSALS = [
         id="data-half-pair",
     ),
     pytest.param(
+        ["send", "bob", "hi", "--data", "[" * 5000 + "]" * 5000, "--as", "alice"],
+        {},
+        "invalid_argument",
+        id="data-past-the-parser",
+    ),
+    pytest.param(
         ["send", "bob", "x" * 32769, "--as", "alice"], {}, "too_large", id="body-over-default"
     ),
     pytest.param(["inbox", "--as", "system"], {}, "forbidden", id="reserved-name"),

@@ -91,6 +91,29 @@ async def test_text_is_stored_verbatim_whatever_it_contains(lite: Store) -> None
     assert await lite.read(lambda c: c.execute(text("SELECT count(*) FROM agents")).scalar()) == 0
 
 
+async def test_a_database_path_naming_a_folder_is_refused_and_the_folder_left_as_it_was(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "projects"
+    folder.mkdir(mode=0o755)
+    with pytest.raises(AgentpostError) as caught:
+        await Store.open(f"sqlite:///{folder}")
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert f"{folder} is not a file" in caught.value.message
+    assert folder.stat().st_mode & 0o777 == 0o755
+    assert list(folder.iterdir()) == []
+
+
+async def test_a_file_that_is_no_database_is_unavailable_naming_it(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list: " * 500)
+    with pytest.raises(AgentpostError) as caught:
+        await Store.open(f"sqlite:///{notes}")
+    assert caught.value.code is ErrorCode.UNAVAILABLE
+    assert f"cannot keep the post office at {notes}" in caught.value.message
+    assert notes.read_text() == "shopping list: " * 500
+
+
 async def test_a_home_that_cannot_be_made_is_unavailable_naming_it(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

@@ -22,6 +22,7 @@ from agentpost.cli.guard import guard_app
 from agentpost.cli.install import install_app
 from agentpost.config import Settings, load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import MAX_DATA_DEPTH
 from agentpost.domain.models import Caller, Inbox
 from agentpost.domain.names import OWNER
 
@@ -138,7 +139,9 @@ def mcp(
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8470,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free one).")
+    ] = 8470,
     allow_remote: Annotated[
         bool, typer.Option("--allow-remote", help="Allow listening beyond loopback.")
     ] = False,
@@ -216,6 +219,10 @@ def _parse_data(data: str | None) -> Any:
         return json.loads(data)
     except json.JSONDecodeError as exc:
         raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"--data is not JSON: {exc}") from None
+    except RecursionError:  # far past the limit the send would hold it to
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT, f"--data nests deeper than {MAX_DATA_DEPTH} levels"
+        ) from None
 
 
 @app.command()

@@ -116,7 +116,8 @@ class Store:
         if self.is_sqlite:
             path = sqlite.database_path(self.url)
             sqlite.prepare_file(path)
-            migrate.migrate_sqlite(path)
+            with sqlite.kept_at(path):
+                migrate.migrate_sqlite(path)
             self.dialect = sqlite
             runner = SqliteRunner(
                 path,

@@ -36,17 +36,33 @@ def database_path(url: str) -> Path:
 
 def prepare_file(path: Path) -> None:
     """Create the folder (0700) and the file (0600) before SQLite does, so both stay private.
-    A place that cannot hold them is `unavailable`, naming it, not a traceback."""
-    try:
+    A place that cannot hold them is `unavailable`, naming it, not a traceback; a path that
+    names something other than a file (a folder, a device) is refused before it is touched."""
+    with kept_at(path):
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not path.exists():
             fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
             os.close(fd)
+        if not path.is_file():
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"the database {path} is not a file",
+                details={"path": str(path)},
+            )
         os.chmod(path, 0o600)
-    except OSError as exc:
+
+
+@contextlib.contextmanager
+def kept_at(path: Path) -> Iterator[None]:
+    """What the file system or SQLite says when a place cannot hold the post office (a
+    read-only folder, a full disk, a file that is no database) is `unavailable`, naming it."""
+    try:
+        yield
+    except (OSError, sqlite3.Error, DBAPIError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else None
         raise AgentpostError(
             ErrorCode.UNAVAILABLE,
-            f"cannot keep the post office at {path}: {exc.strerror or exc}",
+            f"cannot keep the post office at {path}: {reason or exc}",
             details={"path": str(path)},
         ) from None
 
