@@ -175,6 +175,13 @@ class Settings(BaseSettings):
             send_rate_per_minute=self.send_rate_per_minute,
         )
 
+    def key_for(self, url: str | None) -> str | None:
+        """The configured key, for the configured service only (`url` None: that one): a
+        command or client pointed at another URL must not hand that service this one's key."""
+        if url is None or (self.url is not None and url.rstrip("/") == self.url.rstrip("/")):
+            return self.key
+        return None
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'agentpost.db'}"

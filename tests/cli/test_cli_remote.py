@@ -95,3 +95,57 @@ async def test_refusals_exit_with_their_codes_status(service: Service) -> None:
     key_alone = await anyio.run_process([str(AGENTPOST), "inbox", "--key", alice.key], check=False)
     assert key_alone.returncode == 2
     assert b"--url" in key_alone.stderr
+
+
+async def test_another_url_given_alone_is_not_handed_the_configured_key(
+    service: Service,
+) -> None:
+    alice = Remote(service, await service.create_agent("alice"))
+    env = {"AGENTPOST_URL": "http://127.0.0.1:9", "AGENTPOST_KEY": alice.key}
+    done = await alice.run("inbox", "--url", service.url, "--json", env=env)
+    assert done.returncode == 3, done.stderr.decode()  # no key went with it
+    assert json.loads(done.stdout)["error"]["code"] == "unauthenticated"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["send", "bob", "x", "--ttl", "nan"], b"not JSON"),
+        (["send", "bob", "caf\udcff"], b"must be Unicode text"),
+        (["search", "\udcff"], b"must be Unicode text"),
+        (["inbox", "--as", ""], b"--as must name an agent"),
+    ],
+    ids=["ttl-nan", "body-not-utf8", "search-not-utf8", "as-empty"],
+)
+async def test_input_no_request_can_carry_is_an_invalid_argument_not_a_traceback(
+    service: Service, args: list[str], says: bytes
+) -> None:
+    alice = Remote(service, await service.create_agent("alice"))
+    await service.create_agent("bob")
+    done = await alice.run(*args)
+    assert done.returncode == 2, done.stderr.decode(errors="replace")
+    assert done.stderr.startswith(b"error: invalid_argument: ")
+    assert says in done.stderr
+    assert (await alice.json("sent"))["messages"] == []
+
+
+@pytest.mark.parametrize(
+    ("url", "key"),
+    [
+        ("http://127.0.0.1:99999", "ap_x"),
+        ("127.0.0.1:8470", "ap_x"),
+        ("ftp://127.0.0.1", "ap_x"),
+        (None, "ap_\u00e9"),
+        (None, "ap_secret\n"),
+    ],
+    ids=["port", "no-scheme", "scheme", "key-not-ascii", "key-line-break"],
+)
+async def test_a_mistyped_url_or_key_is_an_invalid_argument_that_keeps_the_key_secret(
+    service: Service, url: str | None, key: str
+) -> None:
+    done = await anyio.run_process(
+        [str(AGENTPOST), "inbox", "--url", url or service.url, "--key", key], check=False
+    )
+    assert done.returncode == 2, done.stderr.decode()
+    assert done.stderr.startswith(b"error: invalid_argument: ")
+    assert key.encode() not in done.stderr

@@ -6,12 +6,13 @@ from __future__ import annotations
 import email.utils
 import json
 import time
+from typing import Any
 
 import httpx
 import pytest
 
-from agentpost.client import Client
-from agentpost.client.wire import EventReader, refusal
+from agentpost.client import AsyncClient, Client
+from agentpost.client.wire import MAX_HELD_S, EventReader, refusal
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.events import Event
 
@@ -119,3 +120,84 @@ def test_an_event_that_is_not_agentposts_is_unavailable() -> None:
 def test_a_refusal_without_a_body_is_read_from_the_status() -> None:
     err = refusal(403, {}, b"")
     assert (err.code, err.retry_after_s) == (ErrorCode.FORBIDDEN, None)
+
+
+def recording() -> tuple[list[httpx.Request], httpx.MockTransport]:
+    """A transport that answers an empty inbox and keeps what was sent."""
+    sent: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"messages": [], "unread": 0, "timed_out": True})
+
+    return sent, httpx.MockTransport(handler)
+
+
+@pytest.mark.parametrize(
+    "url", ["not a url", "127.0.0.1:8470", "ftp://127.0.0.1", "http://", "http://h:99999"]
+)
+def test_a_service_url_that_is_no_http_url_is_an_invalid_argument(url: str) -> None:
+    with pytest.raises(AgentpostError) as caught:
+        Client(url, "ap_x")
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize("key", ["ap_\u00e9", "ap_secret\n", "ap_\x00"])
+def test_a_key_no_header_can_carry_is_refused_without_repeating_it(key: str) -> None:
+    with pytest.raises(AgentpostError) as caught:
+        Client("http://agentpost.test", key)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert key.strip() not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda c: c.send("bob", "x", data=float("nan")), "not JSON"),
+        (lambda c: c.send("bob", "x", data={1, 2}), "not JSON"),
+        (lambda c: c.send("bob", "caf\udce9"), "must be Unicode text"),
+        (lambda c: c.send("bob", "x", idempotency_key="retry-\u00e9"), "Idempotency-Key"),
+        (lambda c: c.thread("t\udcff"), "thread_id must be Unicode text"),
+        (lambda c: c.search("\udcff"), "must be Unicode text"),
+    ],
+    ids=["nan", "set", "body-not-utf8", "idempotency-key", "path", "query"],
+)
+def test_what_no_request_can_carry_is_refused_before_anything_is_sent(call: Any, says: str) -> None:
+    sent, transport = recording()
+    client = Client("http://agentpost.test", "ap_x", transport=transport)
+    with client, pytest.raises(AgentpostError) as caught:
+        call(client)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert says in caught.value.message
+    assert sent == []
+
+
+def test_a_wait_longer_than_any_service_holds_reads_with_a_bounded_timeout() -> None:
+    sent, transport = recording()
+    with Client("http://agentpost.test", "ap_x", transport=transport) as client:
+        assert client.wait(float("inf")).timed_out
+    (request,) = sent
+    assert request.url.params["timeout_s"] == "inf"  # for the service to refuse or cap
+    read = request.extensions["timeout"]["read"]
+    assert read < 2 * MAX_HELD_S
+
+
+def test_a_closed_client_says_so_with_a_code() -> None:
+    sent, transport = recording()
+    client = Client("http://agentpost.test", "ap_x", transport=transport)
+    client.close()
+    for call in (client.inbox, lambda: next(client.events())):
+        with pytest.raises(AgentpostError) as caught:
+            call()
+        assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+        assert "closed" in caught.value.message
+    assert sent == []
+
+
+@pytest.mark.anyio
+async def test_a_closed_async_client_says_so_with_a_code() -> None:
+    client = AsyncClient("http://agentpost.test", "ap_x", transport=httpx.MockTransport(print))
+    await client.aclose()
+    with pytest.raises(AgentpostError) as caught:
+        await client.inbox()
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT

@@ -43,7 +43,7 @@ def serve_mcp(url: str | None = None, key: str | None = None) -> int:
         settings = load_settings()
         if url is not None or key is not None:
             settings = settings.model_copy(
-                update={"url": url or settings.url, "key": key or settings.key}
+                update={"url": url or settings.url, "key": key or settings.key_for(url)}
             )
         if key is not None and not settings.url:
             raise AgentpostError(

@@ -83,6 +83,8 @@ def _run(
     from agentpost.cli.render import refusal
 
     async def main() -> T:
+        if speaker.as_ is not None and not speaker.as_.strip():
+            raise AgentpostError(ErrorCode.INVALID_ARGUMENT, "--as must name an agent")
         settings = load_settings()
         url = speaker.url or settings.url
         if url:
@@ -115,12 +117,12 @@ def _run(
 async def _remote(url: str, speaker: Speaker, settings: Settings, action: Remote[T]) -> T:
     from agentpost.client import AsyncClient
 
-    if speaker.as_:
+    if speaker.as_ is not None:
         raise AgentpostError(
             ErrorCode.INVALID_ARGUMENT,
             "--as names an agent of the local post office; with --url your key says who you are",
         )
-    async with AsyncClient(url, speaker.key or settings.key) as client:
+    async with AsyncClient(url, speaker.key or settings.key_for(url)) as client:
         return await action(client)
 
 

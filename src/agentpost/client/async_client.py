@@ -28,11 +28,12 @@ from agentpost.client.wire import (
     STREAM_TIMEOUT,
     EventReader,
     Target,
+    closed,
     events_headers,
+    outgoing,
     read_answer,
     refusal,
     retry_stream,
-    timeout,
     unreachable,
     unsendable,
 )
@@ -87,14 +88,17 @@ class AsyncClient(
         self._target = dataclasses.replace(self._target, session=session_id)
 
     async def _perform(self, method: str, path: str, request: Request[T]) -> T:
+        out = outgoing(self._target, self.timeout, path, request)
+        if self._http.is_closed:
+            raise closed()
         try:
             response = await self._http.request(
                 method,
-                request.url(path),
-                params=request.query(),
-                json=request.json,
-                headers={**self._target.headers(), **request.headers},
-                timeout=timeout(self.timeout, request),
+                out.url,
+                params=out.params,
+                content=out.content,
+                headers=out.headers,
+                timeout=out.timeout,
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc) from None
@@ -115,6 +119,8 @@ class AsyncClient(
         missed, so a caller that must not miss what happens next waits for it."""
         cursor, delay = after, RECONNECT_S
         while True:
+            if self._http.is_closed:
+                raise closed()
             reader = EventReader(cursor=cursor)
             try:
                 async with self._http.stream(

@@ -27,11 +27,12 @@ from agentpost.client.wire import (
     STREAM_TIMEOUT,
     EventReader,
     Target,
+    closed,
     events_headers,
+    outgoing,
     read_answer,
     refusal,
     retry_stream,
-    timeout,
     unreachable,
     unsendable,
 )
@@ -78,14 +79,17 @@ class Client(
         self._target = dataclasses.replace(self._target, session=session_id)
 
     def _perform(self, method: str, path: str, request: Request[T]) -> T:
+        out = outgoing(self._target, self.timeout, path, request)
+        if self._http.is_closed:
+            raise closed()
         try:
             response = self._http.request(
                 method,
-                request.url(path),
-                params=request.query(),
-                json=request.json,
-                headers={**self._target.headers(), **request.headers},
-                timeout=timeout(self.timeout, request),
+                out.url,
+                params=out.params,
+                content=out.content,
+                headers=out.headers,
+                timeout=out.timeout,
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc) from None
@@ -101,6 +105,8 @@ class Client(
         called each time the service accepted the stream."""
         cursor, delay = after, RECONNECT_S
         while True:
+            if self._http.is_closed:
+                raise closed()
             reader = EventReader(cursor=cursor)
             try:
                 with self._http.stream(

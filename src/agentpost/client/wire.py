@@ -21,9 +21,9 @@ import httpx
 from agentpost import __version__
 from agentpost.client.operation import Request
 from agentpost.config import Settings
-from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.events import Event
-from agentpost.domain.limits import is_decimal
+from agentpost.domain.limits import is_decimal, not_unicode, utf8_size
 
 T = TypeVar("T")
 
@@ -62,15 +62,19 @@ class Target:
         without a key sends none, rather than hand that service the key of this one."""
         if url is None or key is None:
             settings = Settings()
-            same_service = url is None or _same(url, settings.url)
+            if key is None:
+                key = settings.key_for(url)
             url = url or settings.url
-            if key is None and same_service:
-                key = settings.key
         if not url:
             raise AgentpostError(
                 ErrorCode.INVALID_ARGUMENT,
                 "no service URL: pass one, or set AGENTPOST_URL (or `url` in the config file)",
             )
+        _check_service_url(url)
+        if key:
+            header_value("the key", key)
+        if session:
+            header_value("the session", session)
         return cls(url.rstrip("/"), key or None, session)
 
     def headers(self) -> dict[str, str]:
@@ -82,13 +86,81 @@ class Target:
         return headers
 
 
-def _same(url: str, other: str | None) -> bool:
-    return other is not None and url.rstrip("/") == other.rstrip("/")
+def _check_service_url(url: str) -> None:
+    """A typo in the URL is the caller's mistake to fix, not a service that is away: refused
+    here as `invalid_argument`, before anything is sent (or the key is handed anywhere)."""
+    try:
+        parsed = httpx.URL(url)
+        port = parsed.port
+    except httpx.InvalidURL as exc:
+        raise invalid(f"the service URL {url!r} is no URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise invalid(f"the service URL must be http(s)://host[:port], not {url!r}")
+    if port is not None and not 0 < port < 65536:
+        raise invalid(f"the service URL's port must be from 1 to 65535, not {port}")
 
 
-def timeout(default_s: float, request: Request[Any]) -> httpx.Timeout:
+def header_value(what: str, value: str) -> str:
+    """A value for an HTTP header: printable ASCII, which is all a key, a session id or an
+    idempotency key holds. Anything else (a line break read from a file with the key, say) is
+    refused without repeating the value, which may be a secret."""
+    if not (value.isascii() and value.isprintable()):
+        raise invalid(f"{what} holds characters an HTTP header cannot carry (printable ASCII only)")
+    return value
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One request as it goes on the wire."""
+
+    url: str
+    params: dict[str, Any]
+    content: bytes | None
+    headers: dict[str, str]
+    timeout: httpx.Timeout
+
+
+def outgoing(
+    target: Target, default_timeout_s: float, path: str, request: Request[Any]
+) -> Outgoing:
+    """The request as both clients send it, or the refusal of what cannot be sent: text that
+    is not Unicode (a byte of another encoding on a command line), a body that is not JSON
+    (NaN, a set). Refused here as the services would refuse it, not a Python error."""
+    for name, value in [*request.path_args.items(), *request.params.items()]:
+        if isinstance(value, str) and not value.isascii():
+            utf8_size(value, name)  # refused when it is not Unicode text
+    headers = target.headers()
+    for name, value in request.headers.items():
+        headers[name] = header_value(name, value)
+    content = None
+    if request.json is not None:
+        try:
+            text = json.dumps(
+                request.json, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+            )
+            content = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise not_unicode("the request's body") from None
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise invalid(f"cannot send this request: its body is not JSON ({exc})") from None
+        headers["Content-Type"] = "application/json"
+    return Outgoing(
+        request.url(path), request.query(), content, headers, _timeout(default_timeout_s, request)
+    )
+
+
+MAX_HELD_S = 86_400.0
+"""The longest a client waits on a held-open request (a service's max_wait_s is 300 s by
+default): an infinite read timeout is one the operating system refuses."""
+
+
+def _timeout(default_s: float, request: Request[Any]) -> httpx.Timeout:
     """The client's timeout, stretched on reads by the time a long-poll may be held open."""
-    return httpx.Timeout(default_s, read=default_s + request.wait_s)
+    return httpx.Timeout(default_s, read=default_s + min(request.wait_s, MAX_HELD_S))
+
+
+def closed() -> AgentpostError:
+    return invalid("this client is closed: open a new one")
 
 
 def unreachable(url: str, exc: httpx.TransportError) -> AgentpostError:
