@@ -38,7 +38,9 @@ from agentpost.domain.reservations import Reservation, ReservationsChanged, Rese
 from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
 
 URGENT_PREVIEWS = 20
-"""Urgent messages looked at per answer for the piggyback's previews."""
+"""Urgent messages told per answer, oldest first, as a local session tells them."""
+MAX_INBOX_PAGE = 500
+"""The most an inbox page holds (the service refuses more)."""
 
 
 class RemoteDesk:
@@ -206,11 +208,16 @@ class RemoteDesk:
         return await self.client.channel_history(channel, limit=limit, before=before)
 
     async def notices(self) -> Notices:
-        """The unread count, and the unread urgent mail this session has not been shown yet."""
-        found = await self.client.inbox(urgent_only=True, peek=True, limit=URGENT_PREVIEWS)
-        fresh = [m for m in found.messages if m.id not in self._told]
+        """The unread count, and the unread urgent mail this session has not been shown yet.
+
+        What was told is the oldest of the unread urgent mail (new mail only comes after it),
+        so one page as long as that, and the previews after it, holds everything to tell."""
+        page = min(MAX_INBOX_PAGE, len(self._told) + URGENT_PREVIEWS)
+        found = await self.client.inbox(urgent_only=True, peek=True, limit=page)
+        fresh = [m for m in found.messages if m.id not in self._told][:URGENT_PREVIEWS]
         # Mail read since is no longer unread and never will be again: only these need keeping.
-        self._told = {m.id for m in found.messages}
+        still_unread = {m.id for m in found.messages}
+        self._told = (self._told & still_unread) | {m.id for m in fresh}
         return Notices(found.unread, fresh)
 
     # -- leadership (coordination) --------------------------------------------------------
