@@ -445,6 +445,20 @@ async def test_the_senders_receipt_says_expired_even_before_the_recipient_looks(
     assert receipt.state is DeliveryState.EXPIRED
 
 
+async def test_expiring_names_the_next_expiry_by_the_same_reading_of_the_clock(
+    office: PostOffice, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Mail that falls due between two readings of the clock would be neither expired nor
+    still to come, and would wait for the sweeper's next look."""
+    alice, _bob = await agents(office, "alice", "bob")
+    due = clock.now + 10
+    await office.mailbox.send(alice, "bob", "lunch in 10?", ttl_s=10)
+    readings = iter([due - 0.0005, due + 0.0005])  # each reading of the clock moves on
+    monkeypatch.setattr(office.store, "clock", lambda: next(readings))
+    assert await office.mailbox.expire_due() == due
+    assert await office.events.since(alice, 0) == []
+
+
 async def test_every_reader_says_expired_of_unread_mail_past_its_ttl_before_any_sweep(
     office: PostOffice, clock: FakeClock
 ) -> None:

@@ -82,8 +82,43 @@ async def test_must_read_mail_never_expires(open_office: OpenOffice) -> None:
     async with sweeping(office.sweeper):
         await office.mailbox.send(alice, "bob", "read this", ttl_s=TTL_S, must_read=True)
         await anyio.sleep(TTL_S * 3)
-        assert await office.mailbox.next_expiry() is None
+        assert await office.mailbox.expire_due() is None  # nothing will ever fall due
     assert await office.events.since(alice, 0) == []
+
+
+async def test_a_request_sent_under_the_default_ttl_expires_on_time(
+    open_office: OpenOffice,
+) -> None:
+    office: PostOffice = await open_office(default_ttl_s=1)
+    alice = await office.presence.ensure_agent("alice")
+    await office.presence.ensure_agent("bob")  # who never answers
+    async with sweeping(office.sweeper):
+        await anyio.sleep(0.1)
+        sent_at = time.time()
+        asked = await office.requests.request(alice, "bob", "deploy?", timeout_s=0.1)
+        told_at = await expired_told(office, alice)
+    assert asked.timed_out
+    assert sent_at + 1 <= told_at < sent_at + 1 + 0.5
+
+
+async def test_mail_falling_due_moments_apart_is_all_expired_on_time(
+    open_office: OpenOffice,
+) -> None:
+    office: PostOffice = await open_office()
+    alice = await office.presence.ensure_agent("alice")
+    await office.presence.ensure_agent("bob")
+    async with sweeping(Sweeper(office.mailbox, look_every_s=60)):
+        # Due a few milliseconds apart, as the sweeper expires one and looks for the next.
+        sent = {
+            (await office.mailbox.send(alice, "bob", f"#{n}", ttl_s=0.2 + n / 500)).id
+            for n in range(40)
+        }
+        with anyio.fail_after(10):  # a skipped one would wait for the look in a minute
+            while True:
+                told = {e.message_id for e in await office.events.since(alice, 0)}
+                if told == sent:
+                    break
+                await anyio.sleep(0.05)
 
 
 async def test_the_sweeper_sleeps_until_the_earliest_mail_falls_due(

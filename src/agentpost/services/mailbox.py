@@ -446,14 +446,18 @@ class Mailbox:
                 await self.store.write(self._forget_old_records, lengthy=True)
                 return total
 
-    async def expire_due(self) -> int:
+    async def expire_due(self) -> float | None:
         """Turn everyone's unread mail past its TTL into tombstones now (their senders' events
-        and webhooks go out with it); how many deliveries expired."""
-        return await self.store.write(lambda conn: mail.expire_due(conn, self.store.clock()))
+        and webhooks go out with it), and say when the next unread mail falls due (store
+        clock; None: none has a TTL). One reading of the clock for both, so mail that falls
+        due meanwhile is either expired or still to come, never passed over."""
 
-    async def next_expiry(self) -> float | None:
-        """When the earliest unread mail falls due (store clock), or None."""
-        return await self.store.glance(lambda conn: mail.next_expiry(conn, self.store.clock()))
+        def tx(conn: Connection) -> float | None:
+            now = self.store.clock()
+            mail.expire_due(conn, now)
+            return mail.next_expiry(conn, now)
+
+        return await self.store.write(tx)
 
     def _forget_old_records(self, conn: Connection) -> None:
         """What matters only for a while: idempotency keys (a day), failed authentications

@@ -35,7 +35,12 @@ class Sweeper:
     ) -> None:
         self.mailbox = mailbox
         self.sweep_every_s = sweep_every_s
-        self.look_every_s = look_every_s
+        # Mail sent under the default TTL by any process falls due no sooner than that after
+        # a look: looking that often, the look before finds it, and the sweeper waits for it.
+        default_ttl_s = mailbox.settings.default_ttl_s
+        self.look_every_s = (
+            look_every_s if default_ttl_s is None else min(look_every_s, default_ttl_s)
+        )
         self._looks_at = math.inf  # store clock
         self._alarm: anyio.Event | None = None
         mailbox.on_expiry = self.expires
@@ -61,9 +66,7 @@ class Sweeper:
                 if clock() >= sweep_at:
                     await self.mailbox.sweep()
                     sweep_at = clock() + self.sweep_every_s
-                else:
-                    await self.mailbox.expire_due()
-                due = await self.mailbox.next_expiry()
+                due = await self.mailbox.expire_due()
             except AgentpostError as err:
                 log.warning("sweep failed, will retry: %s", err)
             now = clock()
