@@ -233,3 +233,33 @@ def test_codex_dry_run_writes_nothing(tmp_path: Path, existing: str | None) -> N
     assert "would change (added [mcp_servers.agentpost])" in done.stdout
     assert "+[mcp_servers.agentpost]" in done.stdout
     assert snapshot(config) == {config: existing}
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"mcp_servers = 5\n", "mcp_servers is not a table"),
+        (b'model = "caf\xe9"\n', "is not UTF-8 text"),
+    ],
+    ids=["not-a-table", "latin-1"],
+)
+def test_codex_refuses_a_config_it_cannot_merge_into_and_leaves_it(
+    tmp_path: Path, content: bytes, says: str
+) -> None:
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    config = codex_home / "config.toml"
+    config.write_bytes(content)
+    done = install("codex", cwd=tmp_path, codex_home=codex_home)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: invalid_argument: ")
+    assert says in done.stderr
+    assert config.read_bytes() == content
+
+
+def test_claude_refuses_a_project_folder_that_is_not_there_and_makes_none(tmp_path: Path) -> None:
+    typo = tmp_path / "projcet"
+    done = install("claude", "--project", str(typo), cwd=tmp_path)
+    assert done.returncode == 2
+    assert "--project" in done.stderr
+    assert not typo.exists()

@@ -84,7 +84,18 @@ def project_root(start: Path) -> Path:
 
 
 def _read(path: Path) -> str | None:
-    return path.read_text() if path.exists() else None
+    """The settings file's text (None: there is none yet); one that cannot be merged into,
+    text of another encoding or a folder in its place, is refused, and nothing is written."""
+    if not path.exists():
+        return None
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT, f"cannot read {path}: {exc.strerror or exc}"
+        ) from None
 
 
 def _json_object(path: Path, text: str | None) -> dict[str, Any]:
@@ -178,6 +189,8 @@ def codex_change(path: Path, command: str) -> Change:
     except TOMLKitError as exc:
         raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} is not TOML: {exc}") from None
     servers = document.get("mcp_servers")
+    if servers is not None and not isinstance(servers, dict):
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path}: mcp_servers is not a table")
     if servers is not None and SERVER in servers:
         return Change(path, before, before or "", [])
     if servers is None:
@@ -238,7 +251,11 @@ def _report(changes: Callable[[], list[Change]], dry_run: bool) -> None:
 def claude(
     project: Annotated[
         Path | None,
-        typer.Option(help="The project folder (default: this repository's top, else here)."),
+        typer.Option(
+            exists=True,
+            file_okay=False,
+            help="The project folder (default: this repository's top, else here).",
+        ),
     ] = None,
     dry_run: DryRun = False,
 ) -> None:
