@@ -29,10 +29,11 @@ def test_a_later_id_sorts_after_an_earlier_one(earlier: float, gap: float) -> No
     assert message_id(earlier) < message_id(earlier + gap)
 
 
-def test_ids_made_in_the_same_millisecond_are_still_distinct() -> None:
-    ids = {sortable_id("m", now=1_800_000_000.0) for _ in range(1000)}
-    assert len(ids) == 1000
+def test_ids_made_in_the_same_millisecond_are_distinct_and_in_the_order_made() -> None:
+    ids = [sortable_id("r", now=1_800_000_000.0) for _ in range(1000)]
+    assert len(set(ids)) == 1000
     assert len({i[:12] for i in ids}) == 1  # same time part, different random part
+    assert ids == sorted(ids)
 
 
 def test_without_a_time_an_id_takes_the_current_one() -> None:

@@ -84,6 +84,15 @@ async def test_a_call_grants_the_paths_that_conflict_with_nobody_and_lists_the_r
     assert [(c.path, c.holder) for c in result.conflicts] == [("src/main.py", "alice")]
 
 
+async def test_paths_reserved_in_one_call_are_listed_in_the_order_asked(
+    office: PostOffice, pair: Pair
+) -> None:
+    alice, _bob = pair
+    asked = ["zeta.py", "alpha.py", "src/**", "docs/*", "mid.txt", "b.py", "a/b/c.py"]
+    await office.reservations.reserve(alice, asked)  # all at one instant of the clock
+    assert [r.path for r in await office.reservations.reservations(alice)] == asked
+
+
 async def test_shared_reservations_coexist(office: PostOffice, pair: Pair) -> None:
     alice, bob = pair
     await office.reservations.reserve(alice, ["src/**"], exclusive=False)

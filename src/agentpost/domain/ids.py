@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
@@ -16,10 +17,27 @@ def _b32(value: int, length: int) -> str:
     return "".join(reversed(chars))
 
 
+_RANDOM_BITS = 80
+_last = (-1, 0)  # the millisecond and random part of the last id made in this process
+_last_lock = threading.Lock()
+
+
 def sortable_id(prefix: str, *, now: float | None = None) -> str:
-    """`prefix_` + 10 chars of milliseconds + 16 random chars (a ULID in lower case)."""
+    """`prefix_` + 10 chars of milliseconds + 16 random chars (a ULID in lower case).
+
+    Ids made in the same millisecond by this process follow one another (the random part of
+    the next is the last one's plus one, as ULID's monotonic mode has it), so several made
+    in one call (the reservations of a batch of paths) list in the order they were made."""
+    global _last
     ms = int((time.time() if now is None else now) * 1000)
-    return f"{prefix}_{_b32(ms, 10)}{_b32(secrets.randbits(80), 16)}"
+    with _last_lock:
+        last_ms, last_random = _last
+        if ms == last_ms and last_random + 1 < 1 << _RANDOM_BITS:
+            random = last_random + 1
+        else:
+            random = secrets.randbits(_RANDOM_BITS)
+        _last = (ms, random)
+    return f"{prefix}_{_b32(ms, 10)}{_b32(random, 16)}"
 
 
 def message_id(now: float | None = None) -> str:
