@@ -83,6 +83,8 @@ def test_a_missing_config_file_means_defaults(config_file: Path) -> None:
         ("HOME", ""),  # would be whichever folder the command runs in
         ("DATABASE_URL", "sqlite:///"),
         ("DATABASE_URL", "sqlite:///:memory:"),  # processes share the post office
+        ("DATABASE_URL", "sqlite:////tmp/x.db?mode=ro"),
+        ("AGENT", "Bad Name"),
     ],
 )
 def test_invalid_values_in_the_environment_are_refused(

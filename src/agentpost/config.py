@@ -140,6 +140,14 @@ class Settings(BaseSettings):
         except AgentpostError as exc:  # pydantic reports ValueErrors with the other fields'
             raise ValueError(exc.message) from None
 
+    @field_validator("agent")
+    @classmethod
+    def _agent_name(cls, name: str | None) -> str | None:
+        try:
+            return None if name is None else check_name(name)
+        except AgentpostError as exc:
+            raise ValueError(exc.message) from None
+
     @field_validator("home", mode="before")
     @classmethod
     def _home_named(cls, home: Any) -> Any:
@@ -159,9 +167,13 @@ class Settings(BaseSettings):
     def _database_scheme(cls, url: str | None) -> str | None:
         if url is not None and not url.startswith(DATABASE_SCHEMES):
             raise ValueError("must be sqlite:///path or postgresql://user@host:port/db")
-        if url is not None and url.removeprefix("sqlite:///").strip() in ("", ":memory:"):
-            # Agents in several processes share the post office: it lives in a file.
-            raise ValueError("sqlite:/// needs the path of a database file")
+        if url is not None and url.startswith("sqlite:///"):
+            path = url.removeprefix("sqlite:///")
+            if path.strip() in ("", ":memory:"):
+                # Agents in several processes share the post office: it lives in a file.
+                raise ValueError("sqlite:/// needs the path of a database file")
+            if "?" in path:  # SQLite would open another file than the one made private
+                raise ValueError("sqlite:/// takes a plain file path, without ?options")
         return url
 
     @property
