@@ -320,3 +320,12 @@ def test_install_outside_a_repository_is_refused(tmp_path: Path) -> None:
     done = agentpost(folder, "guard", "install")
     assert done.returncode == 2
     assert "not inside a git repository" in done.stderr
+
+
+def test_a_check_outside_a_repository_says_so_in_one_line_and_passes(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    done = agentpost(folder, "guard", "check")
+    assert done.returncode == 0
+    assert "not inside a git repository (fatal: not a git repository" in done.stderr
+    assert len(done.stderr.splitlines()) == 1

@@ -63,10 +63,8 @@ def _git(*args: str, cwd: Path | None = None) -> str:
     if done is None:
         raise AgentpostError(ErrorCode.UNAVAILABLE, "git could not run")
     if done.returncode != 0:
-        raise AgentpostError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"not inside a git repository ({done.stderr.strip() or 'git failed'})",
-        )
+        said = done.stderr.strip().splitlines() or ["git failed"]
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"not inside a git repository ({said[0]})")
     return done.stdout
 
 
@@ -145,7 +143,12 @@ def uninstall(cwd: Path | None = None) -> str:
 
 
 def staged_files() -> list[str]:
-    listed = _git("diff", "--cached", "--name-only", "--no-renames", "-z")
+    try:
+        listed = _git("diff", "--cached", "--name-only", "--no-renames", "-z")
+    except AgentpostError:
+        # Outside a repository `git diff` only says it knows no --cached: let git say where.
+        _git("rev-parse", "--git-dir")
+        raise
     return [path for path in listed.split("\0") if path]
 
 
