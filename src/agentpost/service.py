@@ -93,6 +93,8 @@ class Service:
         self.settings = settings
         self._on_admin_key = on_admin_key
         self.office: PostOffice | None = None
+        self.refused_to_start: AgentpostError | None = None
+        """Why the post office would not open (a database that is not there, say)."""
         self._rest: ASGIApp | None = None
         self._mcp: ASGIApp | None = None
         self._guard = Guard(
@@ -160,6 +162,8 @@ class Service:
             doing = "stop cleanly" if started else "start"
             if isinstance(exc, AgentpostError):  # a refusal, said in its words: no traceback
                 log.error("agentpost could not %s: %s", doing, exc)
+                if not started:
+                    self.refused_to_start = exc
             else:
                 log.exception("agentpost could not %s", doing)
             failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
@@ -280,4 +284,13 @@ def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = Fals
         forwarded_allow_ips=list(proxies) or None,
     )
     server = _Server(config)
-    server.run()
+    try:
+        server.run()
+    except SystemExit:
+        if server.started:
+            raise
+        # uvicorn exits 3 on a failed start, which the command line's statuses reserve for
+        # refused keys: say instead why, with the status of the reason's code.
+        raise app.refused_to_start or AgentpostError(
+            ErrorCode.UNAVAILABLE, f"cannot listen on {host}:{port} (the log above says why)"
+        ) from None

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
+from pathlib import Path
 
 from service_process import serve_command
 
@@ -25,3 +28,27 @@ def test_a_port_beyond_65535_is_refused_not_wrapped_round() -> None:
     )
     assert refused.returncode == 2
     assert "--port" in refused.stderr
+
+
+def test_a_port_another_server_holds_is_unavailable_not_a_refused_key() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            serve_command("--port", str(port)), capture_output=True, text=True, timeout=60
+        )
+    assert done.returncode == 8  # unavailable; uvicorn's own 3 is a refused key's status
+    assert f"error: unavailable: cannot listen on 127.0.0.1:{port}" in done.stderr
+
+
+def test_a_database_that_cannot_open_says_why_with_its_code(tmp_path: Path) -> None:
+    done = subprocess.run(
+        serve_command("--port", "0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTPOST_DATABASE_URL": f"sqlite:///{tmp_path}"},
+    )
+    assert done.returncode == 2
+    assert f"error: invalid_argument: the database {tmp_path} is not a file" in done.stderr
