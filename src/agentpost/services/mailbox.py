@@ -457,7 +457,8 @@ class Mailbox:
             mail.expire_due(conn, now)
             return mail.next_expiry(conn, now)
 
-        return await self.store.write(tx)
+        # A broadcast's deliveries fall due together: never on the event loop.
+        return await self.store.write(tx, lengthy=True)
 
     def _forget_old_records(self, conn: Connection) -> None:
         """What matters only for a while: idempotency keys (a day), failed authentications
