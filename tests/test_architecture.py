@@ -72,6 +72,7 @@ DOMAIN_STDLIB: frozenset[str] = frozenset(
         "math",  # a timeout or TTL must be a finite number
         "re",  # the name grammar
         "secrets",  # random parts of ids, frame nonces
+        "threading",  # a lock: ids of one millisecond follow one another on every thread
         "time",  # ids sort by creation time
         "unicodedata",  # slugs take accents off letters
     }
