@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
 from agentpost.services.sweeper import Sweeper
@@ -135,3 +136,19 @@ async def test_the_sweeper_sleeps_until_the_earliest_mail_falls_due(
         await anyio.sleep(TTL_S)
     expired = [e.message_id for e in await office.events.since(alice, 0)]
     assert expired == [soon.id]  # not the later one, still to fall due
+
+
+async def test_a_failed_round_is_tried_again_at_the_next_look_not_at_once(
+    open_office: OpenOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    office: PostOffice = await open_office()
+    tried: list[float] = []
+
+    async def busy(*, batch: int = 500) -> int:
+        tried.append(time.time())
+        raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is busy, try again")
+
+    monkeypatch.setattr(office.mailbox, "sweep", busy)
+    async with sweeping(Sweeper(office.mailbox, look_every_s=0.5)):
+        await anyio.sleep(1.2)
+    assert 2 <= len(tried) <= 4  # at 0, 0.5 and 1.0 s: not a loop as fast as it can go

@@ -61,17 +61,17 @@ class Sweeper:
             # still rings the alarm, and we look once more.
             self._alarm = anyio.Event()
             self._looks_at = math.inf
-            due: float | None = None
+            next_look = clock() + self.look_every_s
             try:
                 if clock() >= sweep_at:
                     await self.mailbox.sweep()
                     sweep_at = clock() + self.sweep_every_s
                 due = await self.mailbox.expire_due()
-            except AgentpostError as err:
+                due_at = math.inf if due is None else due
+                next_look = min(clock() + self.look_every_s, sweep_at, due_at)
+            except AgentpostError as err:  # tried again at the next look, not at once
                 log.warning("sweep failed, will retry: %s", err)
             now = clock()
-            self._looks_at = min(
-                now + self.look_every_s, sweep_at, math.inf if due is None else due
-            )
+            self._looks_at = next_look
             with anyio.move_on_after(max(0.0, self._looks_at - now)):
                 await self._alarm.wait()
