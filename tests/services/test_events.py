@@ -99,6 +99,41 @@ async def test_mail_left_unread_past_its_ttl_tells_the_sender_it_expired(
     assert expired.at == clock()
 
 
+async def test_a_recipient_who_blocks_the_sender_is_told_expired_as_one_who_never_reads(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, _bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(carol, "alice")
+    sent = await office.mailbox.send(alice, ["bob", "carol"], "lunch in 10?", ttl_s=10)
+    clock.advance(9)
+    assert await office.mailbox.expire_due() == clock.now + 1  # both fall due then
+    assert await told(office, alice) == []
+    clock.advance(1)
+    assert await office.mailbox.expire_due() is None
+    assert sorted(await told(office, alice), key=str) == [
+        ("message.expired", sent.id, {"to": "bob"}),
+        ("message.expired", sent.id, {"to": "carol"}),
+    ]
+    (receipts,) = [m.receipts for m in await office.mailbox.sent(alice)]
+    assert [(r.to, r.state.value) for r in receipts] == [("bob", "expired"), ("carol", "expired")]
+    assert (await office.mailbox.inbox(carol, unread_only=False)).messages == []  # withheld
+    await office.mailbox.sweep()  # nothing told twice
+    assert len(await told(office, alice)) == 2
+
+
+async def test_mail_withheld_by_a_block_goes_with_its_message_at_retention(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(carol, "alice")
+    sent = await office.mailbox.send(alice, ["bob", "carol"], "keep a while", ttl_s=40 * 86_400)
+    await office.mailbox.ack(bob, [sent.id])
+    clock.advance(31 * 86_400)  # past the retention, before the TTL
+    assert await office.mailbox.sweep() == 1
+    assert await office.mailbox.expire_due() is None  # nothing left to tell
+    assert await told(office, alice) == []  # the receipt's event went with the retention too
+
+
 async def test_an_event_cursor_resumes_with_nothing_missed(office: PostOffice) -> None:
     alice, bob = await agents(office, "alice", "bob")
     ids = [(await office.mailbox.send(alice, "bob", f"#{i}")).id for i in range(5)]

@@ -184,6 +184,9 @@ def store_message(
             urgent=message.level is Priority.URGENT,
             expires_at=expires_at,
         )
+    if addressing.dropped and expires_at is not None and message.channel is None:
+        # As the receipts tell it (outbox.with_silent_receipts): unread, then expired.
+        mail.withhold(conn, seq, addressing.dropped, expires_at)
     result = SendResult(mid, thread_of or mid, addressing.to, message.channel, addressing.full)
     outbox.record_send(
         conn,

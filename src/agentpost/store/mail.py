@@ -43,7 +43,7 @@ from agentpost.domain.models import (
 )
 from agentpost.store import events
 from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
-from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions
+from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions, silent_expiries
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
 # Written as ORs of constants, not `in_(list)`: SQLite reads them as an IN on the index, and
@@ -204,19 +204,38 @@ _EXPIRE_FOR = Prepared(
 )
 
 
+_SILENT_DUE = silent_expiries.c.expires_at <= _NOW
+_EXPIRE_SILENT = Prepared(
+    delete(silent_expiries)
+    .where(_SILENT_DUE)
+    .returning(silent_expiries.c.recipient, silent_expiries.c.message_seq)
+)
+
+
 def expire_due(conn: Connection, now: float, recipient: str | None = None) -> int:
     """Turn unread mail past its TTL into tombstones (must_read mail has no expiry), and tell
-    each sender (message.expired)."""
+    each sender (message.expired). Everyone's (`recipient` None, the sweeper's look) also
+    tells the senders of mail withheld by a block, as if it had gone unread."""
+    rows: list[Any]
     if recipient is None:
-        rows = conn.execute(_EXPIRE_ALL, {"now": now}).all()
+        rows = [*conn.execute(_EXPIRE_ALL, {"now": now}), *_EXPIRE_SILENT.rows(conn, {"now": now})]
     else:
-        rows = _EXPIRE_FOR.rows(conn, {"now": now, "for_recipient": recipient})
+        rows = list(_EXPIRE_FOR.rows(conn, {"now": now, "for_recipient": recipient}))
     by_recipient: dict[str, list[int]] = {}
     for name, seq in rows:
         by_recipient.setdefault(name, []).append(seq)
     for name, seqs in by_recipient.items():
         events.record_for_senders(conn, EventType.MESSAGE_EXPIRED, name, seqs, now)
     return len(rows)
+
+
+def withhold(conn: Connection, seq: int, recipients: Sequence[str], expires_at: float) -> None:
+    """Message `seq` was withheld from `recipients` (they block its sender); its TTL falls
+    due at `expires_at`, when its sender is told it expired for them."""
+    conn.execute(
+        insert(silent_expiries),
+        [{"message_seq": seq, "recipient": name, "expires_at": expires_at} for name in recipients],
+    )
 
 
 _NEXT_DUE = Prepared(
@@ -230,10 +249,23 @@ _NEXT_DUE = Prepared(
 )
 
 
+_NEXT_SILENT_DUE = Prepared(
+    select(func.min(silent_expiries.c.expires_at)).where(silent_expiries.c.expires_at > _NOW)
+)
+
+
 def next_expiry(conn: Connection, now: float) -> float | None:
-    """When the earliest unread mail falls due after `now` (None: no unread mail has a TTL)."""
-    due = _NEXT_DUE.scalar(conn, {"now": now})
-    return None if due is None else float(due)
+    """When the earliest unread (or withheld) mail falls due after `now` (None: none has a
+    TTL)."""
+    found = [
+        float(due)
+        for due in (
+            _NEXT_DUE.scalar(conn, {"now": now}),
+            _NEXT_SILENT_DUE.scalar(conn, {"now": now}),
+        )
+        if due is not None
+    ]
+    return min(found, default=None)
 
 
 _UNREAD_COUNT = select(func.count()).where(
@@ -584,5 +616,6 @@ def purge_handled(conn: Connection, before: float, limit: int) -> int:
     )
     if seqs:
         conn.execute(delete(deliveries).where(deliveries.c.message_seq.in_(seqs)))
+        conn.execute(delete(silent_expiries).where(silent_expiries.c.message_seq.in_(seqs)))
         conn.execute(delete(messages).where(messages.c.seq.in_(seqs)))
     return len(seqs)

@@ -122,6 +122,18 @@ deliveries = Table(
     ),
 )
 
+silent_expiries = Table(
+    "silent_expiries",
+    metadata,
+    # A direct message's recipient who blocks its sender gets nothing, but when its TTL falls
+    # due the sender is told it expired, as for a recipient who never reads: the block stays
+    # silent in the event log as in the receipts. Only mail with a TTL has rows here.
+    Column("message_seq", SeqType, ForeignKey("messages.seq"), primary_key=True),
+    Column("recipient", String(64), primary_key=True),
+    Column("expires_at", Float, nullable=False),
+    Index("ix_silent_expiries_due", "expires_at"),
+)
+
 rate_windows = Table(
     "rate_windows",
     metadata,
