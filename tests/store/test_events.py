@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import Connection
 
 from agentpost.domain.events import Event
-from agentpost.store import agents, events, mail, webhooks
+from agentpost.store import agents, events, expiry, mail, webhooks
 from agentpost.store.database import Store
 from backends import FakeClock
 from store.test_mail import put
@@ -110,8 +110,8 @@ async def test_expiry_tells_each_sender_whose_recipient_let_mail_expire(
     other, _ = await put(store, "dave", ["bob"], ttl=10)
     await put(store, "alice", ["bob"], "forever")
     clock.advance(10)
-    assert await store.write(lambda c: mail.expire_due(c, clock())) == 3
-    assert await store.write(lambda c: mail.expire_due(c, clock())) == 0
+    assert await store.write(lambda c: expiry.expire_due(c, clock())) == 3
+    assert await store.write(lambda c: expiry.expire_due(c, clock())) == 0
     assert sorted(await kinds(store, "alice"), key=json.dumps) == [
         ("message.expired", short, {"to": "bob"}),
         ("message.expired", short, {"to": "carol"}),

@@ -19,7 +19,7 @@ from agentpost.domain.ids import message_id as new_message_id
 from agentpost.domain.models import Caller, Kind, Priority, SendResult
 from agentpost.domain.names import check_channel, check_name
 from agentpost.services import outbox
-from agentpost.store import mail
+from agentpost.store import expiry, mail
 from agentpost.store.database import Connection
 
 MAX_THREAD_ID = 64
@@ -186,7 +186,7 @@ def store_message(
         )
     if addressing.dropped and expires_at is not None and message.channel is None:
         # As the receipts tell it (outbox.with_silent_receipts): unread, then expired.
-        mail.withhold(conn, seq, addressing.dropped, expires_at)
+        expiry.withhold(conn, seq, addressing.dropped, expires_at)
     result = SendResult(mid, thread_of or mid, addressing.to, message.channel, addressing.full)
     outbox.record_send(
         conn,

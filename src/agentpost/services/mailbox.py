@@ -33,7 +33,7 @@ from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
 from agentpost.services.presence import Heartbeat, check_identity, check_standing
 from agentpost.store import agents as agent_rows
-from agentpost.store import audit, blocks, clearing, idempotency, lockouts, mail
+from agentpost.store import audit, blocks, clearing, expiry, idempotency, lockouts, mail
 from agentpost.store.database import Connection, Store
 
 
@@ -279,7 +279,7 @@ class Mailbox:
         def fetch(conn: Connection) -> Inbox:
             now = self.store.clock()
             if not peek:
-                mail.expire_due(conn, now, caller.agent)
+                expiry.expire_due(conn, now, caller.agent)
             found = mail.inbox_rows(
                 conn,
                 caller.agent,
@@ -344,7 +344,7 @@ class Mailbox:
 
         def tx(conn: Connection) -> AckResult:
             now = self.store.clock()
-            mail.expire_due(conn, now, caller.agent)  # mail past its TTL is a tombstone now
+            expiry.expire_due(conn, now, caller.agent)  # mail past its TTL is a tombstone now
             acked = mail.ack(conn, caller.agent, wanted, now)
             if self.settings.clear_on_ack:
                 clearing.clear_handled(conn, acked)
@@ -436,7 +436,7 @@ class Mailbox:
 
             def tx(conn: Connection) -> int:
                 now = self.store.clock()
-                mail.expire_due(conn, now)
+                expiry.expire_due(conn, now)
                 return mail.purge_handled(conn, now - keep_s, batch)
 
             purged = await self.store.write(tx, lengthy=True)
@@ -454,8 +454,8 @@ class Mailbox:
 
         def tx(conn: Connection) -> float | None:
             now = self.store.clock()
-            mail.expire_due(conn, now)
-            return mail.next_expiry(conn, now)
+            expiry.expire_due(conn, now)
+            return expiry.next_expiry(conn, now)
 
         # A broadcast's deliveries fall due together: never on the event loop.
         return await self.store.write(tx, lengthy=True)
