@@ -135,18 +135,12 @@ class Settings(BaseSettings):
     @field_validator("agents")
     @classmethod
     def _roster_names(cls, names: list[str] | None) -> list[str] | None:
-        try:
-            return None if names is None else [check_name(n) for n in names]
-        except AgentpostError as exc:  # pydantic reports ValueErrors with the other fields'
-            raise ValueError(exc.message) from None
+        return None if names is None else [_agent_name(n) for n in names]
 
     @field_validator("agent")
     @classmethod
-    def _agent_name(cls, name: str | None) -> str | None:
-        try:
-            return None if name is None else check_name(name)
-        except AgentpostError as exc:
-            raise ValueError(exc.message) from None
+    def _agent(cls, name: str | None) -> str | None:
+        return None if name is None else _agent_name(name)
 
     @field_validator("home", mode="before")
     @classmethod
@@ -165,9 +159,11 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _database_scheme(cls, url: str | None) -> str | None:
-        if url is not None and not url.startswith(DATABASE_SCHEMES):
+        if url is None:
+            return None
+        if not url.startswith(DATABASE_SCHEMES):
             raise ValueError("must be sqlite:///path or postgresql://user@host:port/db")
-        if url is not None and url.startswith("sqlite:///"):
+        if url.startswith("sqlite:///"):
             path = url.removeprefix("sqlite:///")
             if path.strip() in ("", ":memory:"):
                 # Agents in several processes share the post office: it lives in a file.
@@ -209,6 +205,14 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=config_path())
         return (init_settings, env_settings, toml)
+
+
+def _agent_name(name: str) -> str:
+    """`check_name`'s refusal as the ValueError pydantic reports with the other fields'."""
+    try:
+        return check_name(name)
+    except AgentpostError as exc:
+        raise ValueError(exc.message) from None
 
 
 def load_settings(**overrides: Any) -> Settings:
