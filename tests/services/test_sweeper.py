@@ -39,6 +39,12 @@ async def sweeping(sweeper: Sweeper) -> AsyncIterator[None]:
             group.cancel_scope.cancel()
 
 
+async def alice_and_bob(office: PostOffice) -> Caller:
+    """alice, who sends, and bob, who never reads: alice's caller."""
+    await office.presence.ensure_agent("bob")
+    return await office.presence.ensure_agent("alice")
+
+
 async def expired_told(office: PostOffice, sender: Caller, within_s: float = 10) -> float:
     """Wait until the sender's log tells of an expiry; when it was told (the event's time)."""
     with anyio.fail_after(within_s):
@@ -52,8 +58,7 @@ async def expired_told(office: PostOffice, sender: Caller, within_s: float = 10)
 async def expiry_is_told_in_time(sending: PostOffice, sweeper: Sweeper) -> None:
     """Mail sent through `sending` with a short TTL, after `sweeper` looked and found nothing
     due: the sender is told it expired as the TTL fell due, not before, not much after."""
-    alice = await sending.presence.ensure_agent("alice")
-    await sending.presence.ensure_agent("bob")
+    alice = await alice_and_bob(sending)
     async with sweeping(sweeper):
         await anyio.sleep(0.1)
         sent_at = time.time()
@@ -78,8 +83,7 @@ async def test_mail_another_process_sent_expires_on_the_sweepers_next_look(
 
 async def test_must_read_mail_never_expires(open_office: OpenOffice) -> None:
     office: PostOffice = await open_office()
-    alice = await office.presence.ensure_agent("alice")
-    await office.presence.ensure_agent("bob")
+    alice = await alice_and_bob(office)
     async with sweeping(office.sweeper):
         await office.mailbox.send(alice, "bob", "read this", ttl_s=TTL_S, must_read=True)
         await anyio.sleep(TTL_S * 3)
@@ -91,8 +95,7 @@ async def test_a_request_sent_under_the_default_ttl_expires_on_time(
     open_office: OpenOffice,
 ) -> None:
     office: PostOffice = await open_office(default_ttl_s=1)
-    alice = await office.presence.ensure_agent("alice")
-    await office.presence.ensure_agent("bob")  # who never answers
+    alice = await alice_and_bob(office)  # bob never answers
     async with sweeping(office.sweeper):
         await anyio.sleep(0.1)
         sent_at = time.time()
@@ -106,8 +109,7 @@ async def test_mail_falling_due_moments_apart_is_all_expired_on_time(
     open_office: OpenOffice,
 ) -> None:
     office: PostOffice = await open_office()
-    alice = await office.presence.ensure_agent("alice")
-    await office.presence.ensure_agent("bob")
+    alice = await alice_and_bob(office)
     async with sweeping(Sweeper(office.mailbox, look_every_s=60)):
         # Due a few milliseconds apart, as the sweeper expires one and looks for the next.
         sent = {
@@ -126,8 +128,7 @@ async def test_the_sweeper_sleeps_until_the_earliest_mail_falls_due(
     open_office: OpenOffice,
 ) -> None:
     office: PostOffice = await open_office()
-    alice = await office.presence.ensure_agent("alice")
-    await office.presence.ensure_agent("bob")
+    alice = await alice_and_bob(office)
     await office.mailbox.send(alice, "bob", "later", ttl_s=60)
     async with sweeping(office.sweeper):
         await anyio.sleep(0.1)  # it looked: the next mail falls due in a minute
