@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from agentpost.domain.accounts import AgentInfo, IssuedKey
+from agentpost.domain.accounts import IssuedKey, Myself
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import (
     AckResult,
@@ -175,7 +175,7 @@ async def test_the_profile_and_the_directory(office: Office) -> None:
     await office.agent("bob", description="frontend")
 
     me = await alice.me()
-    assert isinstance(me, AgentInfo)
+    assert isinstance(me, Myself)
     assert (me.name, me.description, me.project, me.trust) == (
         "alice",
         "backend",
@@ -184,6 +184,7 @@ async def test_the_profile_and_the_directory(office: Office) -> None:
     )
     changed = await alice.update_me(capabilities=["python", "sql"], status="blocked")
     assert changed.capabilities == ["python", "sql"]
+    assert changed.session_id == me.session_id  # the key's own session, as it spoke for
     assert [a.name for a in await alice.directory("frontend")] == ["bob"]
     [presence] = [p for p in await alice.who() if p.name == "alice"]
     assert (presence.status.value, presence.online) == ("blocked", True)
@@ -195,6 +196,7 @@ async def test_a_minted_session_speaks_for_itself_until_it_ends(office: Office) 
     alice = await office.agent("alice")
     session_id = await alice.open_session(branch="feature-x", objective="fix the parser")
     alice.session = session_id
+    assert (await alice.me()).session_id == session_id
     await alice.heartbeat(session_id)
     [seen] = [p for p in await alice.who() if p.name == "alice"]
     assert (seen.sessions, seen.branch) == (1, "feature-x")  # minting opened no other
@@ -204,7 +206,9 @@ async def test_a_minted_session_speaks_for_itself_until_it_ends(office: Office) 
         await alice.me()  # the client still names the ended session
     assert refused.value.code is ErrorCode.NOT_FOUND
     alice.session = None
-    assert (await alice.me()).name == "alice"
+    keys_own = await alice.me()
+    assert keys_own.name == "alice"
+    assert keys_own.session_id not in (None, session_id)
 
 
 async def test_the_owner_creates_an_agent_and_revokes_its_key(office: Office) -> None:

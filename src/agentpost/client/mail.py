@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentpost.client.operation import Operation, Request, fields, listed, nothing
-from agentpost.domain.accounts import AgentInfo, Usage
+from agentpost.domain.accounts import AgentInfo, Myself, Usage
 from agentpost.domain.desk import PriorityName, StatusName
 from agentpost.domain.events import Webhook, WebhookDelivery
 from agentpost.domain.models import (
@@ -136,9 +136,9 @@ def who(project: str | None = None, *, include_offline: bool = False) -> Request
     )
 
 
-def me() -> Request[AgentInfo]:
-    """Your agent: its profile and trust."""
-    return Request(AgentInfo.from_dict)
+def me() -> Request[Myself]:
+    """Your agent: its profile and trust, and the session this client speaks for."""
+    return Request(Myself.from_dict)
 
 
 def update_me(
@@ -148,7 +148,7 @@ def update_me(
     capabilities: list[str] | None = None,
     status: StatusName | None = None,
     objective: str | None = None,
-) -> Request[AgentInfo]:
+) -> Request[Myself]:
     """Change your profile (description, project, capabilities) and your session's status and
     objective; what is left out stays as it is."""
     json = fields(
@@ -158,7 +158,7 @@ def update_me(
         status=status,
         objective=objective,
     )
-    return Request(AgentInfo.from_dict, json=json)
+    return Request(Myself.from_dict, json=json)
 
 
 def open_session(

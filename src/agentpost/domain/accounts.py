@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
-from typing import Any, TypeGuard
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Self, TypeGuard
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.limits import check_text
@@ -108,10 +108,22 @@ class AgentInfo:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AgentInfo:
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
         return from_fields(
             cls, data, capabilities=list(data["capabilities"]), trust=Trust(data["trust"])
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Myself(AgentInfo):
+    """Your own agent as a request sees it: the profile, and the session the request speaks
+    for (None when it speaks for the key's own)."""
+
+    session_id: str | None = None
+
+    @classmethod
+    def of(cls, info: AgentInfo, session_id: str | None) -> Myself:
+        return cls(**{f.name: getattr(info, f.name) for f in fields(info)}, session_id=session_id)
 
 
 @dataclass(frozen=True, slots=True)

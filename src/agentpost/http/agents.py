@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import Query, Request
 
+from agentpost.domain.accounts import Myself
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.http.deps import Me, Office, client_ip
 from agentpost.http.routing import api_router
@@ -41,9 +42,7 @@ async def who(
 @router.get("/me", operation_id="me")
 async def me_(office: Office, me: Me) -> dict[str, Any]:
     """Your agent: profile, trust, and the session this request speaks for."""
-    out = (await office.directory.me(me)).to_dict()
-    out["session_id"] = me.session_id
-    return out
+    return Myself.of(await office.directory.me(me), me.session_id).to_dict()
 
 
 @router.patch("/me", operation_id="update_me")
@@ -57,9 +56,7 @@ async def update_me(body: ProfileBody, office: Office, me: Me) -> dict[str, Any]
         status=body.status,
         objective=body.objective,
     )
-    out = info.to_dict()
-    out["session_id"] = me.session_id
-    return out
+    return Myself.of(info, me.session_id).to_dict()
 
 
 @router.post("/sessions", status_code=201, operation_id="open_session")
