@@ -76,3 +76,17 @@ async def test_a_minted_session_is_the_agents_only_one_and_ends_offline(service:
     assert (present["online"], present["sessions"]) == (True, 1)
     assert (await alice.delete(f"/v1/sessions/{minted}", headers=on_it)).status_code == 200
     assert await presence_of(bob, "alice") == []
+
+
+async def test_beating_and_ending_a_session_by_its_id_opens_no_other(service: Service) -> None:
+    """The session named in the path is the one spoken of: the key's own is neither opened
+    nor revived, so the agent is offline once that session ends."""
+    alice = await service.agent("alice")
+    minted = (await alice.post("/v1/sessions", json={})).json()["session_id"]
+    beat = await alice.post(f"/v1/sessions/{minted}/heartbeat")
+    assert beat.status_code == 200, beat.text
+    bob = await service.agent("bob")
+    [present] = await presence_of(bob, "alice")
+    assert (present["online"], present["sessions"]) == (True, 1)
+    assert (await alice.delete(f"/v1/sessions/{minted}")).status_code == 200
+    assert await presence_of(bob, "alice") == []

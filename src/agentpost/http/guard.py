@@ -31,8 +31,15 @@ who is calling."""
 OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 OPEN_POSTS = frozenset({"/v1/register"})
 
-MINTS_SESSION = ("POST", "/v1/sessions")
-"""The request that mints a session: it does not speak for the key's own session as well."""
+SESSIONS = "/v1/sessions"
+
+
+def speaks_for_keys_own(method: str, path: str) -> bool:
+    """Whether a request that names no session speaks for the key's own. Not one that mints
+    a session, nor one that beats or ends a session by its id: each would open (or revive) the
+    key's own beside the one it is about, and leave the agent online after that one ends."""
+    return not (path.startswith(SESSIONS + "/") or (method, path) == ("POST", SESSIONS))
+
 
 Authenticate = Callable[[str | None, str | None, str | None, str | None, bool], Awaitable[Caller]]
 """(bearer secret, client address, named session, connection, whether a request that names no
@@ -80,7 +87,7 @@ class Guard:
                     client[0] if client else None,
                     headers.get(SESSION_HEADER),
                     _connection(scope["path"], headers),
-                    (scope["method"], scope["path"]) != MINTS_SESSION,
+                    speaks_for_keys_own(scope["method"], scope["path"]),
                 )
                 scope.setdefault("state", {})[CALLER] = caller
         except AgentpostError as err:
