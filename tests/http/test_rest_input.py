@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -145,10 +146,53 @@ async def test_data_nested_past_the_limit_is_refused_and_every_reader_keeps_work
     assert (await mallory.get("/v1/sent")).status_code == 200
 
 
+async def test_a_value_of_another_json_type_is_refused_never_converted(service: Service) -> None:
+    """`"yes"` is no boolean and `true` or `"7"` no number: read leniently, the first minted
+    an admin key and the second set a rate of one send a minute."""
+    await service.create_agent("alice")
+    admin = service.admin
+    keys_before = (await admin.get("/v1/admin/keys")).json()
+    await admin.put("/v1/admin/agents/alice/limits", json={"send_rate_per_minute": 30})
+    usage_before = (await admin.get("/v1/admin/usage?agent=alice")).json()
+
+    refused_as_invalid(await admin.post("/v1/admin/agents/owner/keys", json={"admin": "yes"}))
+    for rate in (True, "7", 7.5):
+        answer = await admin.put(
+            "/v1/admin/agents/alice/limits", json={"send_rate_per_minute": rate}
+        )
+        refused_as_invalid(answer)
+
+    assert (await admin.get("/v1/admin/keys")).json() == keys_before
+    assert (await admin.get("/v1/admin/usage?agent=alice")).json() == usage_before
+    accepted = await admin.put("/v1/admin/agents/alice/limits", json={"send_rate_per_minute": 7})
+    assert accepted.json()["send_rate_per_minute"] == 7
+
+
+def endpoints(routes: Iterable[Any]) -> Iterator[Any]:
+    """Every route with an endpoint, through the routers FastAPI includes lazily."""
+    for route in routes:
+        if hasattr(route, "original_router"):
+            yield from endpoints(route.original_router.routes)
+        elif hasattr(route, "endpoint"):
+            yield route
+
+
+def test_every_rest_body_takes_json_types_strictly_and_no_unknown_field() -> None:
+    app = build_rest_app(cast(PostOffice, object()))
+    fields = [getattr(r, "body_field", None) for r in endpoints(app.routes)]
+    bodies = [f.field_info.annotation for f in fields if f is not None]
+    assert len(bodies) > 10
+    for body in bodies:
+        assert (body.model_config.get("strict"), body.model_config.get("extra")) == (
+            True,
+            "forbid",
+        ), body
+
+
 def test_every_rest_route_refuses_bodies_that_are_not_unicode() -> None:
     app = build_rest_app(cast(PostOffice, object()))
-    routes = [r for r in app.routes if hasattr(r, "endpoint") and hasattr(r, "body_field")]
-    assert routes
+    routes = [r for r in endpoints(app.routes) if hasattr(r, "body_field")]
+    assert len(routes) > 40
     assert all(isinstance(route, UnicodeJsonRoute) for route in routes)
 
 

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentpost.http.deps import Me, Office
 from agentpost.http.routing import api_router
+from agentpost.http.schemas import Body
 
 router = api_router(prefix="/v1/leadership", tags=["leadership"])
 
 
-class ClaimBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ClaimBody(Body):
     project: str | None = Field(None, description="Default: your session's project.")
     force: bool = Field(False, description="Take the seat from a live holder (owner only).")
 
 
-class ReleaseBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class ReleaseBody(Body):
     project: str | None = Field(None, description="Default: your session's project.")
 
 

@@ -1,7 +1,10 @@
 """Request bodies of the REST API, as pydantic models: they are the OpenAPI's input schemas.
 
 Unknown fields are refused (`extra="forbid"`), so a `from` in a send is an `invalid_argument`
-rather than something silently ignored: the sender is always the key's agent. Limits that
+rather than something silently ignored: the sender is always the key's agent. Values are taken
+as their JSON types only (`strict`): `"yes"` is no boolean and `true` or `"7"` no number, so a
+program's mistake is refused rather than read as something it did not mean (an admin key, a
+rate of 1). Limits that
 depend on configuration (body size, subject length) are checked by the services, in one place
 for every face.
 """
@@ -15,11 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 JSONValue = Any
 
 
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class SendBody(_Body):
+class SendBody(Body):
     to: str | list[str] = Field(description="A name, a list of names, or '#channel'.")
     body: str
     subject: str | None = None
@@ -31,11 +34,11 @@ class SendBody(_Body):
     must_read: bool = False
 
 
-class AckBody(_Body):
+class AckBody(Body):
     ids: list[str]
 
 
-class ProfileBody(_Body):
+class ProfileBody(Body):
     description: str | None = None
     project: str | None = None
     capabilities: list[str] | None = None
@@ -43,53 +46,53 @@ class ProfileBody(_Body):
     objective: str | None = None
 
 
-class SessionBody(_Body):
+class SessionBody(Body):
     project: str | None = None
     worktree: str | None = None
     branch: str | None = None
     objective: str | None = None
 
 
-class RegisterBody(_Body):
+class RegisterBody(Body):
     name: str
     description: str = ""
     project: str | None = None
 
 
-class WebhookBody(_Body):
+class WebhookBody(Body):
     url: str
     events: list[str]
 
 
-class CreateAgentBody(_Body):
+class CreateAgentBody(Body):
     name: str
     description: str = ""
     project: str | None = None
     capabilities: list[str] | None = None
 
 
-class IssueKeyBody(_Body):
+class IssueKeyBody(Body):
     label: str = ""
     admin: bool = False
 
 
-class LimitsBody(_Body):
+class LimitsBody(Body):
     send_rate_per_minute: int | None = None
     max_unacked: int | None = None
 
 
-class ReserveBody(_Body):
+class ReserveBody(Body):
     paths: list[str] = Field(description="Paths or git-style globs, relative to the project root.")
     exclusive: bool = True
     ttl_s: float = 3600
     reason: str | None = None
 
 
-class RenewReservationsBody(_Body):
+class RenewReservationsBody(Body):
     ids: list[str] | None = Field(None, description="Omitted: all of yours in your project.")
     ttl_s: float = 3600
 
 
-class ReleaseReservationsBody(_Body):
+class ReleaseReservationsBody(Body):
     paths: list[str] | None = None
     ids: list[str] | None = None

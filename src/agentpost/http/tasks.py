@@ -5,23 +5,18 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Query
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.domain.tasks import TaskRole, TaskStatusName
 from agentpost.http.deps import Me, Office
 from agentpost.http.routing import api_router
+from agentpost.http.schemas import Body, JSONValue
 
 router = api_router(prefix="/v1", tags=["tasks"])
 
-JSONValue = Any
 
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class DelegateBody(_Body):
+class DelegateBody(Body):
     to: str = Field(description="The agent who is to do the work.")
     title: str
     detail: str | None = None
@@ -30,20 +25,20 @@ class DelegateBody(_Body):
     due: float | None = Field(None, description="When it is due, in Unix seconds.")
 
 
-class UpdateTaskBody(_Body):
+class UpdateTaskBody(Body):
     status: TaskStatusName
     note: str | None = None
     result: JSONValue = None
 
 
-class RequestBody(_Body):
+class RequestBody(Body):
     to: str = Field(description="The one agent who is asked.")
     question: str
     data: JSONValue = None
     timeout_s: float = Field(60, ge=0, description="Capped by the service's `max_wait_s`.")
 
 
-class RespondBody(_Body):
+class RespondBody(Body):
     answer: str
     data: JSONValue = None
 
