@@ -105,6 +105,31 @@ async def test_wait_answers_as_soon_as_mail_arrives(service: Service) -> None:
     assert [m["body"] for m in answer["messages"]] == ["ping"]  # type: ignore[attr-defined]
 
 
+async def test_a_wait_whose_client_hung_up_takes_no_mail(service: Service) -> None:
+    """The client gave up (a timeout of its own, a dropped network): the mail that comes
+    next stays unread for the wait it opens again, and the sender's receipt says queued."""
+    import anyio
+    import httpx
+
+    alice = await service.agent("alice")
+    key = await service.create_agent("bob")
+    with pytest.raises(httpx.ReadTimeout):
+        await service.client(key).get(
+            "/v1/inbox/wait", params={"timeout_s": 30}, timeout=httpx.Timeout(30, read=0.5)
+        )
+    await anyio.sleep(0.5)  # the server sees the connection close
+    sent = (await alice.post("/v1/messages", json={"to": "bob", "body": "ping"})).json()
+    await anyio.sleep(0.5)  # an abandoned wait would have taken it by now
+
+    [receipt] = (await alice.get("/v1/sent")).json()["messages"]
+    assert receipt["id"] == sent["id"]
+    assert [(r["to"], r["state"]) for r in receipt["receipts"]] == [("bob", "queued")]
+    answer = (await service.client(key).get("/v1/inbox/wait", params={"timeout_s": 5})).json()
+    assert [m["id"] for m in answer["messages"]] == [sent["id"]]
+    refused = await service.client(key).get("/v1/inbox/wait", params={"thread_id": "t" * 65})
+    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_argument")
+
+
 async def test_wait_times_out_with_timed_out_true_never_an_error(service: Service) -> None:
     bob = await service.agent("bob")
     answer = await bob.get("/v1/inbox/wait", params={"timeout_s": 0.2})

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Header, Query
+from fastapi import Header, Query, Request
 
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.http.deps import Me, Office
+from agentpost.http.hangup import unless_hung_up
 from agentpost.http.routing import api_router
 from agentpost.http.schemas import AckBody, SendBody
 
@@ -68,13 +69,18 @@ async def inbox(
 
 @router.get("/inbox/wait", operation_id="wait")
 async def wait(
+    request: Request,
     office: Office,
     me: Me,
     timeout_s: Annotated[float, Query(ge=0)] = 60,
     thread_id: str | None = None,
 ) -> dict[str, Any]:
     """Long-poll: answers as soon as unread mail is there (marked read), or at the timeout."""
-    found = await office.mailbox.wait(me, timeout_s=timeout_s, thread_id=thread_id)
+    found = await unless_hung_up(
+        request, lambda: office.mailbox.wait(me, timeout_s=timeout_s, thread_id=thread_id)
+    )
+    if found is None:  # nobody to answer: nothing was marked read
+        return {}
     return _page(found.messages, unread=found.unread, timed_out=found.timed_out)
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import Query
+from fastapi import Query, Request
 from pydantic import Field
 
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.domain.tasks import TaskRole, TaskStatusName
 from agentpost.http.deps import Me, Office
+from agentpost.http.hangup import unless_hung_up
 from agentpost.http.routing import api_router
 from agentpost.http.schemas import Body, JSONValue
 
@@ -93,12 +94,17 @@ async def update_task(task_id: str, body: UpdateTaskBody, office: Office, me: Me
 
 
 @router.post("/requests", operation_id="request")
-async def request(body: RequestBody, office: Office, me: Me) -> dict[str, Any]:
+async def request(
+    body: RequestBody, office: Office, me: Me, http_request: Request
+) -> dict[str, Any]:
     """Ask one agent and wait for the answer, or `timed_out` (then `check_request` later)."""
-    answer = await office.requests.request(
-        me, body.to, body.question, body.data, timeout_s=body.timeout_s
+    answer = await unless_hung_up(
+        http_request,
+        lambda: office.requests.request(
+            me, body.to, body.question, body.data, timeout_s=body.timeout_s
+        ),
     )
-    return answer.to_dict()
+    return {} if answer is None else answer.to_dict()
 
 
 @router.post("/requests/{request_id}/response", status_code=201, operation_id="respond")
