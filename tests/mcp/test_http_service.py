@@ -123,6 +123,34 @@ async def test_admin_tools_are_listed_only_on_an_admin_keys_connection(
         assert "alice" in [a["name"] for a in listed["agents"]]
 
 
+async def test_admin_tools_refuse_a_misspelt_argument_or_a_converted_value(
+    service: Service, revision: str
+) -> None:
+    """Read leniently, `sendrate` was dropped and reset alice's limits to the defaults, and
+    `true` set a rate of one send a minute; `from` on a send looked accepted."""
+    await service.create_agent("alice")
+    async with connect(service, service.admin_key, revision) as owner:
+        await owner.call("admin_set_limits", name="alice", send_rate_per_minute=30)
+        before = await owner.call("admin_usage", agent="alice")
+        for arguments in (
+            {"name": "alice", "sendrate": 1},
+            {"name": "alice", "send_rate_per_minute": True},
+            {"name": "alice", "send_rate_per_minute": "7"},
+        ):
+            refused = await owner.client.call_tool("admin_set_limits", arguments)
+            assert refused.is_error, arguments
+            assert refused.structured_content is not None
+            assert refused.structured_content["error"]["code"] == "invalid_argument"
+        assert await owner.call("admin_usage", agent="alice") == before
+        spoofed = await owner.client.call_tool(
+            "send", {"to": "alice", "body": "hi", "from": "alice"}
+        )
+        assert spoofed.is_error
+        assert "unknown argument: from" in str(spoofed.content)
+        [send] = [t for t in (await owner.client.list_tools()).tools if t.name == "send"]
+        assert send.input_schema["additionalProperties"] is False
+
+
 async def test_a_connection_chooses_its_tool_groups(service: Service, revision: str) -> None:
     key = await service.create_agent("alice")
     async with connect(service, key, revision, "?tools=core") as alice:

@@ -86,6 +86,24 @@ def _error_result(err: AgentpostError) -> _ToolResult:
     return _tool_result(f"{err.code.value}: {err.message}", {"error": err.to_dict()}, error=True)
 
 
+def _unknown_arguments(names: list[str]) -> AgentpostError:
+    """Refused rather than dropped: a `from` must not look accepted, and a misspelt limit
+    must not quietly reset the one it meant."""
+    return AgentpostError(
+        ErrorCode.INVALID_ARGUMENT,
+        "unknown argument" + ("s" if len(names) > 1 else "") + ": " + ", ".join(names),
+        details={"fields": [{"field": name, "problem": "no such argument"} for name in names]},
+    )
+
+
+def _validated(tool: _FunctionTool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The SDK's `validate_arguments`, strict: JSON sent inside a string is still read (some
+    clients send lists that way), but `true` is no number and `"yes"` no boolean."""
+    metadata = tool.fn_metadata
+    model = metadata.arg_model.model_validate(metadata.pre_parse_json(arguments), strict=True)
+    return model.model_dump_one_level()
+
+
 def _invalid_arguments(exc: ValidationError) -> AgentpostError:
     # Field paths and reasons only: the rejected values are the caller's data.
     problems = [
@@ -317,6 +335,7 @@ class MailboxServer:
             raise TypeError(f"tool {tool.name!r} takes SDK-injected parameters; pass plain ones")
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered")
+        tool.parameters["additionalProperties"] = False  # as `_call_tool` holds to
         self._tools[tool.name] = tool
         if x_mcp_header_map(tool.parameters):
             self._header_schemas[tool.name] = tool.parameters
@@ -476,8 +495,12 @@ class MailboxServer:
         # escape and the encoded bytes of a half pair through (the other transports refuse).
         if holds_half_pair(params.arguments):
             return _error_result(not_unicode("the arguments"))
+        given = params.arguments or {}
+        unknown = sorted(set(given) - set(tool.parameters.get("properties", {})))
+        if unknown:
+            return _error_result(_unknown_arguments(unknown))
         try:
-            arguments = tool.fn_metadata.validate_arguments(params.arguments or {})
+            arguments = _validated(tool, given)
         except ValidationError as exc:
             return _error_result(_invalid_arguments(exc))
         try:
