@@ -1229,11 +1229,23 @@ async def test_a_blocked_senders_receipt_expires_as_unread_mail_does(
 async def test_a_blocked_recipients_full_inbox_does_not_give_the_block_away(
     open_office: OpenOffice,
 ) -> None:
+    """A full inbox is full to every sender: a blocked one is refused as any other, and
+    a broadcast lists the blocker among the members it skipped, so no answer differs."""
     office = await open_office(max_unacked=1)
-    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    alice, bob, carol, _ = await agents(office, "alice", "bob", "carol", "dave")
     await office.mailbox.send(carol, "bob", "fills bob")
+    await office.mailbox.send(carol, "dave", "fills dave")
     await office.directory.block(bob, "alice")
-    assert (await office.mailbox.send(alice, "bob", "dropped")).to == ["bob"]
+
+    blocked = await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.mailbox.send(alice, "bob", "to a full blocker")
+    )
+    unblocked = await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.mailbox.send(alice, "dave", "to a full inbox")
+    )
+    assert (blocked.details, unblocked.details) == ({"full": ["bob"]}, {"full": ["dave"]})
+    broadcast = await office.mailbox.send(alice, "#general", "news")
+    assert (broadcast.to, broadcast.skipped_full) == (["carol"], ["bob", "dave"])
 
 
 async def test_a_broadcast_skips_members_who_blocked_the_sender(office: PostOffice) -> None:

@@ -241,9 +241,11 @@ class Mailbox:
             recipients = addressing.channel_recipients(conn, caller.agent, channel)
             display = [f"#{channel}"]
             limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
-        dropped = sorted(blocks.blocking(conn, caller.agent, recipients))
+        # A recipient who blocks the sender is counted full as any other: whether mail is
+        # refused (or skipped) for a full inbox must not tell the sender who blocks it.
+        full = addressing.full_inboxes(conn, recipients, limits_of, self.limits.max_unacked, now)
+        dropped = sorted(set(blocks.blocking(conn, caller.agent, recipients)) - set(full))
         deliver = [n for n in recipients if n not in dropped]
-        full = addressing.full_inboxes(conn, deliver, limits_of, self.limits.max_unacked, now)
         if full and channel is None and not notice:
             raise AgentpostError(
                 ErrorCode.INBOX_FULL,
