@@ -217,7 +217,7 @@ async def test_ten_failures_lock_the_ip_out_for_fifteen_minutes(
 async def test_ten_failures_within_fifteen_minutes_lock_wherever_the_clock_stands(
     office: PostOffice, clock: FakeClock
 ) -> None:
-    """Counted from the first failure of a run, not in windows fixed to the clock."""
+    """Counted over a sliding window, not in windows fixed to the clock."""
     _, secret = await keyed(office, "alice")
     clock.advance(800)
     await fail(office, 5)
@@ -226,6 +226,41 @@ async def test_ten_failures_within_fifteen_minutes_lock_wherever_the_clock_stand
     await refused_without_change(
         office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=ADDRESS)
     )
+
+
+async def test_no_more_guesses_are_answered_than_the_count_wherever_they_fall(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Counted from a run's first failure, one early failure let 9 + 9 guesses through
+    within fifteen minutes: its run ended and the count began again."""
+    _, secret = await keyed(office, "alice")
+    await fail(office)
+    clock.advance(890)
+    await fail(office, 8)
+    clock.advance(11)  # the first failure is out of the window, the other eight are in it
+    await fail(office, 2)  # the tenth within fifteen minutes
+    locked = await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(UNKNOWN, ip=ADDRESS)
+    )
+    assert locked.retry_after_s == 900
+    await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=ADDRESS)
+    )
+
+
+async def test_guesses_in_flight_together_are_answered_no_more_than_the_count(
+    office: PostOffice,
+) -> None:
+    """Each looked for the lock before any failure was counted; past the tenth, the rest
+    are answered as locked out, not as wrong keys."""
+
+    async def guess() -> ErrorCode:
+        with pytest.raises(AgentpostError) as caught:
+            await office.keys.authenticate(UNKNOWN, ip=ADDRESS)
+        return caught.value.code
+
+    codes = await asyncio.gather(*(guess() for _ in range(30)))
+    assert (codes.count(ErrorCode.UNAUTHENTICATED), codes.count(ErrorCode.LOCKED_OUT)) == (10, 20)
 
 
 async def test_failures_further_apart_than_fifteen_minutes_do_not_lock(
@@ -318,7 +353,8 @@ async def test_the_sweep_forgets_failures_and_locks_that_no_longer_count(
     await fail(office, 1, ip="198.51.100.2")  # a run that still counts
     await office.mailbox.sweep()
     windows = (await snapshot(office.store))["rate_windows"]
-    assert [row[0] for row in windows if row[0].startswith("auth")] == ["authfail:198.51.100.2"]
+    [kept] = [row[0] for row in windows if row[0].startswith("auth")]
+    assert kept.startswith("authfail:198.51.100.2|")
 
 
 # -- sessions over HTTP --------------------------------------------------------------------------

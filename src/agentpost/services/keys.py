@@ -62,6 +62,14 @@ MAX_REMEMBERED_CALLERS = 4_096
 default_session_id = key_rows.own_session_id
 
 
+def _locked_out(seconds_left: float) -> AgentpostError:
+    return AgentpostError(
+        ErrorCode.LOCKED_OUT,
+        "too many failed authentications from this address; try again later",
+        retry_after_s=float(math.ceil(seconds_left)),
+    )
+
+
 def _address(ip: str | None) -> str:
     return (ip or NO_ADDRESS)[:64]
 
@@ -180,11 +188,7 @@ class Keys:
 
         seen = await self.store.glance(look)
         if seen.locked_for is not None:
-            raise AgentpostError(
-                ErrorCode.LOCKED_OUT,
-                "too many failed authentications from this address; try again later",
-                retry_after_s=float(math.ceil(seen.locked_for)),
-            )
+            raise _locked_out(seen.locked_for)
         if not secret:
             raise AgentpostError(
                 ErrorCode.UNAUTHENTICATED, "a key is needed: `Authorization: Bearer ap_…`"
@@ -268,7 +272,10 @@ class Keys:
         return bound
 
     async def _failed(self, address: str, ip: str | None, reason: str, key_id: str | None) -> None:
-        def tx(conn: Connection) -> None:
+        """Count the failure; a request that was in flight while others locked its address
+        out is refused as locked out, so no more guesses are answered than the count allows."""
+
+        def tx(conn: Connection) -> lockouts.Counted:
             now = self.store.clock()
             audit.record(
                 conn,
@@ -279,7 +286,7 @@ class Keys:
                 ip=ip,
                 detail={"reason": reason},
             )
-            lockouts.count_failure(
+            return lockouts.count_failure(
                 conn,
                 self.store.dialect,
                 address,
@@ -288,7 +295,9 @@ class Keys:
                 self.settings.lockout_failures,
             )
 
-        await self.store.write(tx)
+        counted = await self.store.write(tx)
+        if counted.locked_for is not None:
+            raise _locked_out(counted.locked_for)
 
     async def _session(
         self, key: Row[Any], found: _SessionSeen | None, named: str | None, address: str
