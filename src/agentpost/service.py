@@ -150,6 +150,12 @@ class Service:
         except Exception:  # the connection is closed all the same; so is the session, later
             log.warning("could not end session %s of a closed connection", session, exc_info=True)
 
+    def stop_waiting(self) -> None:
+        """Shutting down: uvicorn waits for every open request before the lifespan ends, so
+        the long-polls answer now rather than at their deadlines (up to `max_wait_s`)."""
+        if self.office is not None:
+            self.office.stop_waiting()
+
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
         started = False
@@ -248,9 +254,16 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
 
 class _Server(uvicorn.Server):
-    """Says how to connect once it listens, when the port (maybe chosen by the kernel) is known."""
+    """Says how to connect once it listens, when the port (maybe chosen by the kernel) is known;
+    lets waiting requests answer when it shuts down."""
 
     note: Callable[[int], None] | None = None
+    on_shutdown: Callable[[], None] | None = None
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.on_shutdown is not None:
+            self.on_shutdown()
+        await super().shutdown(sockets)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -284,6 +297,7 @@ def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = Fals
         forwarded_allow_ips=list(proxies) or None,
     )
     server = _Server(config)
+    server.on_shutdown = app.stop_waiting
     try:
         server.run()
     except SystemExit:

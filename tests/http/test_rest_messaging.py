@@ -148,3 +148,30 @@ async def test_openapi_and_docs_are_served(service: Service) -> None:
     spec = (await anonymous.get("/openapi.json")).json()
     assert "/v1/messages" in spec["paths"]
     assert (await anonymous.get("/docs")).status_code == 200
+
+
+async def test_a_server_that_stops_answers_its_long_polls_at_once(service: Service) -> None:
+    """uvicorn waits for every open request before it exits: a wait or a request held to
+    its deadline kept a stopping replica half alive for minutes. They answer timed out
+    now, and the process is gone within `stop`'s 15 seconds."""
+    import anyio
+
+    await service.agent("alice")
+    bob = await service.agent("bob")
+    answers: dict[str, dict[str, object]] = {}
+
+    async def wait() -> None:
+        answer = await bob.get("/v1/inbox/wait", params={"timeout_s": 120})
+        answers["wait"] = answer.json()
+
+    async def ask() -> None:
+        question = {"to": "alice", "question": "still there?", "timeout_s": 120}
+        answers["request"] = (await bob.post("/v1/requests", json=question)).json()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait)
+        group.start_soon(ask)
+        await anyio.sleep(0.5)
+        await service.stop()
+    assert answers["wait"] == {"messages": [], "unread": 0, "timed_out": True}
+    assert (answers["request"]["answered"], answers["request"]["timed_out"]) == (False, True)

@@ -328,7 +328,7 @@ class Mailbox:
                         return found
                     continue
                 remaining = deadline - anyio.current_time()
-                if remaining <= 0:
+                if remaining <= 0 or news.closing:
                     unread = await self.store.glance(
                         lambda c: mail.unread_count(c, caller.agent, self.store.clock())
                     )

@@ -44,5 +44,9 @@ class PostOffice:
         store = await Store.open(settings.resolved_database_url, clock=clock)
         return cls(store, settings)
 
+    def stop_waiting(self) -> None:
+        """Shutting down: long-polls and requests that wait answer now, as timed out."""
+        self.store.stop_waiting()
+
     async def aclose(self) -> None:
         await self.store.aclose()

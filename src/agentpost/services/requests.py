@@ -109,7 +109,7 @@ class Requests:
                     answered = partial(self._answer, caller=caller, request_id=request_id)
                     return await self.store.write(answered)
                 remaining = deadline - anyio.current_time()
-                if remaining <= 0:
+                if remaining <= 0 or news.closing:
                     return RequestAnswer(request_id, answered=False, timed_out=True)
                 await news.wait(heartbeat.timeout(remaining))
 

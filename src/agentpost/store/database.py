@@ -309,6 +309,11 @@ class Store:
     async def wait_changed(self, since: int, timeout: float | None) -> int:
         return await self._signal.wait_changed(since, timeout)
 
+    def stop_waiting(self) -> None:
+        """The process is shutting down: long-polls answer now (timed out), so the shutdown
+        waits for no deadline and their clients go on to another replica at once."""
+        self._wakeups.close()
+
     async def aclose(self) -> None:
         for timer in (self._look_timer, self._index_timer):
             if timer is not None:

@@ -127,6 +127,13 @@ class Watch:
                     self._reach[agent] = seq
         self.wake()
 
+    @property
+    def closing(self) -> bool:
+        """The process is shutting down: a waiter with a deadline answers now, as timed out,
+        rather than hold the shutdown until its deadline (`Wakeups.close` woke it once; look
+        at this before each `wait`)."""
+        return self._wakeups.closing
+
     def wake(self) -> None:
         self._woken = True
         future = self._future
@@ -164,6 +171,7 @@ class Wakeups:
 
     def __init__(self, poll_s: float | None = None) -> None:
         self.poll_s = poll_s
+        self.closing = False
         self._by_agent: dict[str, set[Watch]] = {}
         self._news: set[Watch] = set()
         self._following: set[Watch] = set()
@@ -211,6 +219,12 @@ class Wakeups:
             watch._concerned(None)
         for watch in self._following:
             watch.wake()
+
+    def close(self) -> None:
+        """Wake every watch once, with `closing` set: waiters with a deadline then answer
+        (see `Watch.closing`); others look again and go on waiting."""
+        self.closing = True
+        self.wake_all()
 
     def watching(self, agent: str | None) -> int:
         """How many watches `agent` has (None: watches of any news)."""
