@@ -65,6 +65,27 @@ async def test_wildcards_in_a_query_are_taken_literally(office: PostOffice, staf
     assert await names(office, staff, "_") == []
 
 
+async def test_search_folds_the_case_of_any_letter_not_only_ascii(
+    office: PostOffice, staff: Caller
+) -> None:
+    await keyed(office, "dora", description="Backend ÉCOLE", capabilities=["café-review"])
+    assert await names(office, staff, "école") == ["dora"]
+    assert await names(office, staff, "CAFÉ") == ["dora"]
+
+
+async def test_search_matches_words_not_how_capabilities_are_stored(
+    office: PostOffice, staff: Caller
+) -> None:
+    """Capabilities are kept as a JSON list: its punctuation is no word of anyone's."""
+    for punctuation in ("[", ",", '"', "]"):
+        assert await names(office, staff, punctuation) == [], punctuation
+    assert await names(office, staff, "python pytest") == ["carol"]
+
+
+async def test_search_pages_after_matching(office: PostOffice, staff: Caller) -> None:
+    assert await names(office, staff, "python", limit=1) == ["alice"]
+
+
 async def test_without_a_query_the_directory_lists_everyone_enabled_by_name(
     office: PostOffice, staff: Caller
 ) -> None:

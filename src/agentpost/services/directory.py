@@ -8,7 +8,6 @@ be blocked by an agent: notices and the person in charge always get through.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from agentpost.config import Settings
@@ -105,7 +104,7 @@ class Directory:
         if project is not None:
             values["project"] = accounts.check_project(project) if project else None
         if capabilities is not None:
-            values["capabilities"] = json.dumps(check_capabilities(capabilities))
+            values["capabilities"] = agent_rows.capabilities_json(check_capabilities(capabilities))
 
         def tx(conn: Connection) -> AgentInfo:
             if session_change is not None:

@@ -59,11 +59,16 @@ def create_agent(
             name=name,
             project=project,
             description=description,
-            capabilities=json.dumps(list(capabilities)),
+            capabilities=capabilities_json(capabilities),
             trust=trust,
             created_at=now,
         )
     )
+
+
+def capabilities_json(capabilities: Sequence[str]) -> str:
+    """How the `capabilities` column keeps a list: JSON, with its letters as they are."""
+    return json.dumps(list(capabilities), ensure_ascii=False)
 
 
 def update_agent(conn: Connection, name: str, **values: Any) -> None:
@@ -211,8 +216,14 @@ def status_of(value: str | None) -> Status:
 # -- accounts: agents as the directory and the owner list them ------------------------------------
 
 
-def _escape_like(word: str) -> str:
-    return word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+def _holds_every_word(row: Row[Any], words: Sequence[str]) -> bool:
+    """In Python, not SQL: databases fold only ASCII case (`ÉCOLE` is not `école` there),
+    and capabilities are stored as JSON, whose brackets, commas and `\\u` escapes a pattern
+    would match as if they were words."""
+    text = "\n".join(
+        [row.name, row.description or "", row.project or "", *json.loads(row.capabilities)]
+    ).casefold()
+    return all(word.casefold() in text for word in words)
 
 
 def account_rows(
@@ -254,24 +265,10 @@ def account_rows(
         query = query.where(agents.c.disabled_at.is_(None))
     if project is not None:
         query = query.where(agents.c.project == project)
-    for word in words:
-        pattern = f"%{_escape_like(word)}%"
-        query = query.where(
-            or_(
-                *(
-                    column.ilike(pattern, escape="\\")
-                    for column in (
-                        agents.c.name,
-                        agents.c.description,
-                        agents.c.project,
-                        agents.c.capabilities,
-                    )
-                )
-            )
-        )
-    if limit is not None:
-        query = query.limit(limit)
-    return list(conn.execute(query))
+    if not words:
+        return list(conn.execute(query if limit is None else query.limit(limit)))
+    found = [row for row in conn.execute(query) if _holds_every_word(row, words)]
+    return found if limit is None else found[:limit]
 
 
 def end_agent_sessions(conn: Connection, agent: str, now: float) -> None:
