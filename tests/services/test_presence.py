@@ -398,3 +398,20 @@ async def test_many_waits_keep_every_session_online_with_batched_heartbeats(
             group.start_soon(lambda c=caller: office.mailbox.wait(c, timeout_s=0.4))
     for caller in callers:
         assert (await office.presence.session(caller.session_id or "")).heartbeat_at == later
+
+
+async def test_last_seen_is_the_freshest_heartbeat_of_any_session_as_the_directory_says(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """The live session says what the agent is doing; a later one that has ended still
+    says when it was last seen."""
+    lead = await session_caller(office, "lead", branch="main")
+    clock.advance(10)
+    later = await office.presence.open_http_session(Caller("lead", None), host="h", branch="fix")
+    clock.advance(1)
+    await office.presence.end_session(later.id)
+
+    seen = await presence_of(office, "lead")
+    assert (seen.online, seen.branch, seen.last_seen_s) == (True, "main", 1.0)
+    [listed] = await office.directory.search(lead, "lead")
+    assert listed.last_seen_s == seen.last_seen_s

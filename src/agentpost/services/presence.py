@@ -476,8 +476,8 @@ class PresenceService:
                     status=rows.status_of(row.status),
                     online=is_online,
                     last_seen_s=None
-                    if row.heartbeat_at is None
-                    else round(max(0.0, now - row.heartbeat_at), 1),
+                    if row.last_seen is None
+                    else round(max(0.0, now - row.last_seen), 1),
                     sessions=online[row.name],
                 )
             )

@@ -172,7 +172,8 @@ def end_sessions(conn: Connection, session_ids: Sequence[str], now: float) -> No
 
 def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
     """Each enabled agent with its freshest session (if any): a session not ended before any
-    ended one, which says what the agent was doing, not what it is doing."""
+    ended one, which says what the agent was doing, not what it is doing. `last_seen` is the
+    freshest heartbeat of any of its sessions, as the directory says it."""
     # One session per agent even when heartbeats tie: rank them, newest first.
     freshest = func.row_number().over(
         partition_by=sessions.c.agent,
@@ -183,7 +184,10 @@ def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
             sessions.c.id,
         ),
     )
-    latest = select(sessions.c.id, sessions.c.agent, freshest.label("rank")).subquery()
+    last_seen = func.max(sessions.c.heartbeat_at).over(partition_by=sessions.c.agent)
+    latest = select(
+        sessions.c.id, sessions.c.agent, freshest.label("rank"), last_seen.label("last_seen")
+    ).subquery()
     query = (
         select(
             agents.c.name,
@@ -195,8 +199,8 @@ def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
             sessions.c.worktree,
             sessions.c.objective,
             sessions.c.status,
-            sessions.c.heartbeat_at,
             sessions.c.ended_at,
+            latest.c.last_seen,
         )
         .select_from(agents)
         .outerjoin(latest, and_(latest.c.agent == agents.c.name, latest.c.rank == 1))
