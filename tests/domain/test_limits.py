@@ -51,7 +51,7 @@ def test_a_subject_over_its_limit_is_too_large_in_characters() -> None:
     assert "11 characters, over the limit of 10 characters" in error.message
 
 
-@pytest.mark.parametrize("subject", ["two\nline", "cr\rline"])
+@pytest.mark.parametrize("subject", ["two\nline", "cr\rline", "ls\u2028line", "nel\x85line"])
 def test_a_subject_must_be_one_line(subject: str) -> None:
     assert refusal(rules.check_subject, subject, SMALL).code is ErrorCode.INVALID_ARGUMENT
 
@@ -182,3 +182,15 @@ def test_a_refusal_reads_code_first_and_serialises_its_details() -> None:
 def test_a_decimal_is_ascii_digits_only(text: str, decimal: bool) -> None:
     """`int` refuses the other digits `str.isdigit` takes, which a Latin-1 header may hold."""
     assert rules.is_decimal(text) is decimal
+
+
+@pytest.mark.parametrize("text", ["", "one line", "tab\tis fine", "é ü"])
+def test_one_line_is_text_without_a_break_of_any_kind(text: str) -> None:
+    assert rules.is_one_line(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["a\nb", "a\rb", "a\r\n", "a\u2028b", "a\u2029", "a\x85b", "a\x0bb"]
+)
+def test_any_line_break_makes_two_lines(text: str) -> None:
+    assert not rules.is_one_line(text)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Self, TypeGuard
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
-from agentpost.domain.limits import check_text
+from agentpost.domain.limits import check_text, is_one_line
 from agentpost.domain.models import Trust, from_fields
 
 KEY_PREFIX = "ap_"
@@ -55,7 +55,7 @@ def check_description(value: str) -> str:
 
 
 def check_label(value: str) -> str:
-    if not isinstance(value, str) or len(value) > MAX_LABEL or "\n" in value:
+    if not isinstance(value, str) or len(value) > MAX_LABEL or not is_one_line(value):
         raise invalid(f"label must be one line of at most {MAX_LABEL} characters")
     return check_text(value, "label")
 
@@ -69,7 +69,7 @@ def check_capabilities(values: object) -> list[str]:
     out: list[str] = []
     for value in values:
         tag = value.strip() if isinstance(value, str) else ""
-        if not tag or len(tag) > MAX_CAPABILITY or any(c in tag for c in "\r\n\t"):
+        if not tag or len(tag) > MAX_CAPABILITY or "\t" in tag or not is_one_line(tag):
             raise invalid(
                 f"each capability must be one line of 1 to {MAX_CAPABILITY} characters",
                 capability=value if isinstance(value, str) else repr(value),

@@ -80,11 +80,16 @@ def holds_half_pair(value: Any) -> bool:
     return False
 
 
+def is_one_line(text: str) -> bool:
+    """No line break of any kind: `\r`, `\u2028` and the others a reader splits on too."""
+    return text == "" or text.splitlines() == [text]
+
+
 def check_subject(subject: str, limits: Limits) -> str:
     check_text(subject, "subject")
     if len(subject) > limits.max_subject_chars:
         raise too_large("subject", len(subject), limits.max_subject_chars, "characters")
-    if "\n" in subject or "\r" in subject:
+    if not is_one_line(subject):
         raise invalid("subject must be one line")
     return subject
 
