@@ -679,11 +679,24 @@ async def test_a_key_only_goes_to_an_enabled_agent(
     await refused_without_change(office, code, office.keys.issue(admin, agent))
 
 
-async def test_an_overlong_label_is_refused(office: PostOffice) -> None:
+@pytest.mark.parametrize("label", ["l" * 201, "two\nlines", "a\rb", "a\u2028b"])
+async def test_a_label_is_one_line_of_at_most_200_characters(
+    office: PostOffice, label: str
+) -> None:
     admin = await owner(office)
     await keyed(office, "alice")
     await refused_without_change(
-        office, ErrorCode.INVALID_ARGUMENT, office.keys.issue(admin, "alice", label="l" * 201)
+        office, ErrorCode.INVALID_ARGUMENT, office.keys.issue(admin, "alice", label=label)
+    )
+
+
+@pytest.mark.parametrize("agent", ["nobody", "system"])
+async def test_the_keys_of_an_agent_that_is_not_there_are_not_found(
+    office: PostOffice, agent: str
+) -> None:
+    """Not an empty list, which would say the agent is there and holds none."""
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.keys.list_keys(await owner(office), agent)
     )
 
 

@@ -446,10 +446,13 @@ class Keys:
 
     async def list_keys(self, admin: Caller, agent: str | None = None) -> list[KeyInfo]:
         accounts.require_admin(admin)
-        if agent is not None:
-            check_name(agent)
-        rows = await self.store.read(lambda conn: key_rows.list_keys(conn, agent))
-        return [accounts.key_info(row) for row in rows]
+
+        def look(conn: Connection) -> list[Row[Any]]:
+            if agent is not None:
+                accounts.existing(conn, check_name(agent))
+            return key_rows.list_keys(conn, agent)
+
+        return [accounts.key_info(row) for row in await self.store.read(look)]
 
     # -- self-registration -------------------------------------------------------------------
 
