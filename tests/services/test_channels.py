@@ -130,6 +130,23 @@ async def test_history_before_a_message_of_another_channel_is_not_found(
     )
 
 
+async def test_reading_a_channel_nobody_is_in_is_not_found_as_posting_to_it_is(
+    office: PostOffice,
+) -> None:
+    lead = await session_caller(office, "lead", project="shop")
+    await session_caller(office, "writer", project="blog")
+    for call in (
+        office.channels.history(lead, "#nowhere"),
+        office.mailbox.send(lead, "#nowhere", "hello?"),
+    ):
+        await refused_without_change(office, ErrorCode.NOT_FOUND, call)
+    for call in (
+        office.channels.history(lead, "#blog"),
+        office.mailbox.send(lead, "#blog", "let me in"),
+    ):
+        await refused_without_change(office, ErrorCode.FORBIDDEN, call)
+
+
 async def test_a_disabled_agent_is_no_longer_counted_or_reached(office: PostOffice) -> None:
     lead = await session_caller(office, "lead", project="shop")
     await session_caller(office, "retired", project="blog")

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from agentpost.domain.accounts import AgentLimits
-from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid, not_found
 from agentpost.domain.models import Caller
 from agentpost.domain.names import POST_OFFICE, SYSTEM
-from agentpost.services.channels import member_channels, members
+from agentpost.services.channels import member_channels, members, require_member
 from agentpost.store import agents as agent_rows
 from agentpost.store import mail, rates
 from agentpost.store.database import Connection
@@ -108,9 +108,5 @@ def direct_recipients(
 def channel_recipients(conn: Connection, sender: str, channel: str) -> list[str]:
     """A channel's members but the sender and the post office's own names; only a member
     posts."""
-    if channel not in member_channels(conn, sender):
-        everyone = members(conn, channel)
-        if not everyone:
-            raise not_found(f"no channel #{channel}", channel=f"#{channel}")
-        raise forbidden(f"join #{channel} before you post to it", channel=f"#{channel}")
+    require_member(conn, channel, sender, "before you post to it")
     return [n for n in members(conn, channel) if n != sender and n not in (SYSTEM, POST_OFFICE)]

@@ -35,6 +35,16 @@ def is_member(conn: Connection, channel: str, agent: str) -> bool:
     return channel in member_channels(conn, agent)
 
 
+def require_member(conn: Connection, channel: str, agent: str, to_do: str) -> None:
+    """Only a member reads or posts: a channel nobody is in is not there (`not_found`), one
+    the agent is not in is `forbidden` (`to_do`: what it must join to do)."""
+    if is_member(conn, channel, agent):
+        return
+    if not members(conn, channel):
+        raise not_found(f"no channel #{channel}", channel=f"#{channel}")
+    raise forbidden(f"join #{channel} {to_do}", channel=f"#{channel}")
+
+
 class Channels:
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -90,8 +100,7 @@ class Channels:
         check_limit(limit)
 
         def tx(conn: Connection) -> list[Message]:
-            if not is_member(conn, name, caller.agent):
-                raise forbidden(f"join #{name} to read its history", channel=f"#{name}")
+            require_member(conn, name, caller.agent, "to read its history")
             before_seq = None
             if before is not None:
                 anchor = mail.message_row(conn, before)
