@@ -39,6 +39,11 @@ def check_channel(channel: str) -> str:
     return check_name(bare, "channel")
 
 
+def channel_tag(channel: str) -> str:
+    """`#name`, as answers show a channel, whether the caller wrote `name` or `#name`."""
+    return "#" + channel.removeprefix("#")
+
+
 _LATIN_BY_HAND = str.maketrans(
     {"ø": "o", "æ": "ae", "œ": "oe", "ł": "l", "đ": "d", "ð": "d", "þ": "th", "ı": "i"}
     | {"ħ": "h", "ŧ": "t", "ŋ": "n", "ĸ": "k", "ŀ": "l", "ſ": "s"}

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import Query
 
 from agentpost.domain.limits import MAX_LIMIT
+from agentpost.domain.names import channel_tag
 from agentpost.http.deps import Me, Office
 from agentpost.http.routing import api_router
 
@@ -41,4 +42,4 @@ async def history(
 ) -> dict[str, Any]:
     """A channel's newest `limit` messages (before a message id), oldest first."""
     found = await office.channels.history(me, channel, limit, before)
-    return {"channel": f"#{channel.lstrip('#')}", "messages": [m.to_dict() for m in found]}
+    return {"channel": channel_tag(channel), "messages": [m.to_dict() for m in found]}

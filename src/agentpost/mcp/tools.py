@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from agentpost.domain.desk import Desk
 from agentpost.domain.models import Message
+from agentpost.domain.names import channel_tag
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.presenting import answer, messages_json
 
@@ -206,8 +207,9 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
     async def read_channel(channel: str, limit: int = 20, before: str | None = None) -> ToolOutput:
         """A channel's history, oldest first: the newest `limit` messages (before a message id)."""
         found = await desk.read_channel(channel, limit, before)
-        summary = f"{channel}: {_count(len(found), 'message')}"
-        return await reply({"channel": channel, "messages": messages_json(found)}, summary, found)
+        tag = channel_tag(channel)
+        summary = f"{tag}: {_count(len(found), 'message')}"
+        return await reply({"channel": tag, "messages": messages_json(found)}, summary, found)
 
     for fn in tools:
         server.add_tool(fn)
