@@ -121,15 +121,38 @@ async def test_a_recipient_who_blocks_the_sender_is_told_expired_as_one_who_neve
     assert len(await told(office, alice)) == 2
 
 
+async def test_a_member_who_blocks_a_broadcasts_sender_shows_as_one_who_never_reads(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """In the broadcast's receipts, and in the sender's events when its TTL falls due."""
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(carol, "alice")
+    sent = await office.mailbox.send(alice, "#general", "standup in 10", ttl_s=10)
+    await office.mailbox.inbox(bob)
+    (receipts,) = [m.receipts for m in await office.mailbox.sent(alice)]
+    assert [(r.to, r.state.value) for r in receipts] == [("bob", "read"), ("carol", "queued")]
+
+    clock.advance(10)
+    assert await office.mailbox.expire_due() is None
+    assert await told(office, alice) == [
+        ("message.read", sent.id, {"to": "bob"}),
+        ("message.expired", sent.id, {"to": "carol"}),
+    ]
+    (receipts,) = [m.receipts for m in await office.mailbox.sent(alice)]
+    assert [(r.to, r.state.value) for r in receipts] == [("bob", "read"), ("carol", "expired")]
+    assert (await office.mailbox.inbox(carol, unread_only=False)).messages == []
+
+
 async def test_mail_withheld_by_a_block_goes_with_its_message_at_retention(
     office: PostOffice, clock: FakeClock
 ) -> None:
     alice, bob, carol = await agents(office, "alice", "bob", "carol")
     await office.directory.block(carol, "alice")
     sent = await office.mailbox.send(alice, ["bob", "carol"], "keep a while", ttl_s=40 * 86_400)
-    await office.mailbox.ack(bob, [sent.id])
+    broadcast = await office.mailbox.send(alice, "#general", "and this", ttl_s=40 * 86_400)
+    await office.mailbox.ack(bob, [sent.id, broadcast.id])
     clock.advance(31 * 86_400)  # past the retention, before the TTL
-    assert await office.mailbox.sweep() == 1
+    assert await office.mailbox.sweep() == 2
     assert await office.mailbox.expire_due() is None  # nothing left to tell
     assert await told(office, alice) == []  # the receipt's event went with the retention too
 

@@ -19,7 +19,7 @@ from agentpost.domain.ids import message_id as new_message_id
 from agentpost.domain.models import Caller, Kind, Priority, SendResult
 from agentpost.domain.names import check_channel, check_name
 from agentpost.services import outbox
-from agentpost.store import expiry, mail
+from agentpost.store import expiry, mail, withheld
 from agentpost.store.database import Connection
 
 MAX_THREAD_ID = 64
@@ -184,9 +184,12 @@ def store_message(
             urgent=message.level is Priority.URGENT,
             expires_at=expires_at,
         )
-    if addressing.dropped and expires_at is not None and message.channel is None:
+    if addressing.dropped:
         # As the receipts tell it (outbox.with_silent_receipts): unread, then expired.
-        expiry.withhold(conn, seq, addressing.dropped, expires_at)
+        if message.channel is not None:
+            withheld.record(conn, seq, addressing.dropped)
+        if expires_at is not None:
+            expiry.withhold(conn, seq, addressing.dropped, expires_at)
     result = SendResult(mid, thread_of or mid, addressing.to, message.channel, addressing.full)
     outbox.record_send(
         conn,

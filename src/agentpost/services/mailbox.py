@@ -33,7 +33,7 @@ from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
 from agentpost.services.presence import Heartbeat, check_identity, check_standing
 from agentpost.store import agents as agent_rows
-from agentpost.store import audit, blocks, clearing, expiry, idempotency, lockouts, mail
+from agentpost.store import audit, blocks, clearing, expiry, idempotency, lockouts, mail, withheld
 from agentpost.store.database import Connection, Store
 
 
@@ -396,8 +396,13 @@ class Mailbox:
             now = self.store.clock()
             found = [mail.message_from_row(r) for r in mail.sent_rows(conn, caller.agent, limit)]
             receipts = mail.receipts(conn, [m.seq for m in found], now)
+            blockers = withheld.of_messages(conn, [m.seq for m in found if m.channel])
             return [
-                SentMessage(m, outbox.with_silent_receipts(m, receipts[m.seq], now)) for m in found
+                SentMessage(
+                    m,
+                    outbox.with_silent_receipts(m, receipts[m.seq], blockers.get(m.seq, ()), now),
+                )
+                for m in found
             ]
 
         return await self.store.read(tx)

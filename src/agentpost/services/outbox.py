@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
@@ -117,14 +118,16 @@ def record_send(
     audit.record(conn, at=now, actor=sender, action="message.sent", target=result.id, detail=detail)
 
 
-def with_silent_receipts(message: Message, receipts: list[Receipt], now: float) -> list[Receipt]:
-    """A direct message's receipts, with an unread one for each recipient that blocked the
-    sender (it expires with the message's TTL, as unread mail does): the sender cannot tell
-    a block from a recipient who never reads."""
-    if message.channel is not None:
-        return receipts
+def with_silent_receipts(
+    message: Message, receipts: list[Receipt], withheld: Sequence[str], now: float
+) -> list[Receipt]:
+    """A message's receipts, with an unread one for each recipient that blocked the sender
+    (it expires with the message's TTL, as unread mail does): the sender cannot tell a block
+    from a recipient who never reads. A direct message names its recipients; a broadcast's
+    blockers are `withheld` (see `store.withheld`)."""
     have = {r.to for r in receipts}
-    missing = [name for name in message.to if name not in have]
+    named = withheld if message.channel is not None else message.to
+    missing = [name for name in named if name not in have]
     if not missing:
         return receipts
     expired = not message.must_read and message.expires_at is not None and message.expires_at <= now

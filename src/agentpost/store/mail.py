@@ -41,7 +41,7 @@ from agentpost.domain.models import (
     Receipt,
     Trust,
 )
-from agentpost.store import events
+from agentpost.store import events, withheld
 from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
 from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions, silent_expiries
 
@@ -533,5 +533,6 @@ def purge_handled(conn: Connection, before: float, limit: int) -> int:
     if seqs:
         conn.execute(delete(deliveries).where(deliveries.c.message_seq.in_(seqs)))
         conn.execute(delete(silent_expiries).where(silent_expiries.c.message_seq.in_(seqs)))
+        withheld.forget(conn, seqs)
         conn.execute(delete(messages).where(messages.c.seq.in_(seqs)))
     return len(seqs)

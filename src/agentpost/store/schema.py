@@ -134,6 +134,16 @@ silent_expiries = Table(
     Index("ix_silent_expiries_due", "expires_at"),
 )
 
+withheld = Table(
+    "withheld",
+    metadata,
+    # Channel members a broadcast was withheld from because they block its sender: its
+    # receipts show them as unread, as for members who never read, so the block stays silent.
+    # Direct mail needs no rows: its recipients are named in the message.
+    Column("message_seq", SeqType, ForeignKey("messages.seq"), primary_key=True),
+    Column("recipient", String(64), primary_key=True),
+)
+
 rate_windows = Table(
     "rate_windows",
     metadata,

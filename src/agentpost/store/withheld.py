@@ -1,0 +1,39 @@
+"""Whom a broadcast was withheld from: the channel members who block its sender.
+
+A direct message names its recipients, so its receipts can show a blocker as unread without
+a record; a broadcast names only its channel, whose members change. These rows keep the
+blockers of each broadcast, so that its receipts tell the sender no more than a member who
+never reads would (`services.outbox.with_silent_receipts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, delete, insert, select
+
+from agentpost.store.schema import withheld
+
+
+def record(conn: Connection, seq: int, recipients: Sequence[str]) -> None:
+    conn.execute(insert(withheld), [{"message_seq": seq, "recipient": name} for name in recipients])
+
+
+def of_messages(conn: Connection, seqs: Sequence[int]) -> dict[int, list[str]]:
+    """Each message's withheld recipients, by name (messages without any: absent)."""
+    out: dict[int, list[str]] = {}
+    if not seqs:
+        return out
+    rows = conn.execute(
+        select(withheld.c.message_seq, withheld.c.recipient)
+        .where(withheld.c.message_seq.in_(list(seqs)))
+        .order_by(withheld.c.message_seq, withheld.c.recipient)
+    )
+    for seq, name in rows:
+        out.setdefault(seq, []).append(name)
+    return out
+
+
+def forget(conn: Connection, seqs: Sequence[int]) -> None:
+    """Retention purges these messages."""
+    conn.execute(delete(withheld).where(withheld.c.message_seq.in_(list(seqs))))
