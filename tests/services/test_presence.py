@@ -242,6 +242,16 @@ async def test_who_narrows_to_a_project(office: PostOffice) -> None:
     assert await online(office, project="nothing") == []
 
 
+@pytest.mark.parametrize("project", ["Bad Name", ""])
+async def test_who_refuses_a_project_no_project_could_be_named(
+    office: PostOffice, project: str
+) -> None:
+    await session_caller(office, "lead", project="shop")
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.presence.who(project=project)
+    )
+
+
 async def test_who_leaves_out_disabled_agents(office: PostOffice) -> None:
     await session_caller(office, "lead")
     await session_caller(office, "retired")

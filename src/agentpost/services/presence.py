@@ -21,6 +21,7 @@ from agentpost.domain.ids import session_id as new_session_id
 from agentpost.domain.limits import check_text
 from agentpost.domain.models import Caller, Presence, SessionInfo, Status
 from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
+from agentpost.services.accounts import check_project
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
 from agentpost.store import keys as key_rows
@@ -450,6 +451,7 @@ class PresenceService:
     async def who(
         self, project: str | None = None, include_offline: bool = False
     ) -> list[Presence]:
+        check_project(project)  # as the directory does: no project could have such a name
         await self.end_dead_local_sessions()
         now = self.store.clock()
 
