@@ -123,6 +123,23 @@ async def test_admin_tools_are_listed_only_on_an_admin_keys_connection(
         assert "alice" in [a["name"] for a in listed["agents"]]
 
 
+async def test_the_owner_lists_keys_revokes_one_vouches_and_pages_the_audit_over_mcp(
+    service: Service, revision: str
+) -> None:
+    """What the owner does over REST, it does over MCP: no key id only the issue showed."""
+    key = await service.create_agent("alice")
+    async with connect(service, service.admin_key, revision) as owner:
+        [listed] = (await owner.call("admin_list_keys", agent="alice"))["keys"]
+        await owner.call("admin_revoke_key", key_id=listed["id"])
+        assert (await service.client(key).get("/v1/me")).status_code == 401
+        vouched = await owner.call("admin_vouch_agent", name="alice")
+        assert vouched["trust"] == "verified"
+        newest = (await owner.call("admin_audit_log", limit=2))["entries"]
+        older = (await owner.call("admin_audit_log", limit=2, before=newest[-1]["seq"]))["entries"]
+        assert older
+        assert max(e["seq"] for e in older) < min(e["seq"] for e in newest)
+
+
 async def test_admin_tools_refuse_a_misspelt_argument_or_a_converted_value(
     service: Service, revision: str
 ) -> None:

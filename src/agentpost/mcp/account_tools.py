@@ -89,6 +89,12 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
         issued = await keys.issue(desk.caller, agent, label=label, admin_key=admin_key)
         return await reply(issued.to_dict(), f"Issued key {issued.id} for {agent}.")
 
+    async def admin_list_keys(agent: str | None = None) -> ToolOutput:
+        """Keys (never their secrets), of every agent or of one: the ids `admin_revoke_key`
+        takes."""
+        found = await keys.list_keys(desk.caller, agent)
+        return await reply({"keys": [k.to_dict() for k in found]}, f"{len(found)} keys.")
+
     async def admin_revoke_key(key_id: str) -> ToolOutput:
         """Revoke a key: it is refused from the next request on."""
         info = await keys.revoke(desk.caller, key_id)
@@ -104,16 +110,26 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
         info = await admin.enable_agent(desk.caller, name)
         return await reply(info.to_dict(), f"Enabled {name}.")
 
+    async def admin_vouch_agent(name: str) -> ToolOutput:
+        """Trust a self-registered agent: what it sends from now on is `verified`."""
+        info = await admin.vouch(desk.caller, name)
+        return await reply(info.to_dict(), f"Vouched for {name}.")
+
     async def admin_list_agents() -> ToolOutput:
         """Every agent, disabled ones too."""
         found = await admin.list_agents(desk.caller)
         return await reply({"agents": [a.to_dict() for a in found]}, f"{len(found)} agents.")
 
     async def admin_audit_log(
-        limit: int = 50, actor: str | None = None, action: str | None = None
+        limit: int = 50,
+        actor: str | None = None,
+        action: str | None = None,
+        before: int | None = None,
     ) -> ToolOutput:
-        """The audit log, newest first."""
-        found = await admin.audit_log(desk.caller, limit=limit, actor=actor, action=action)
+        """The audit log, newest first; `before` an entry's `seq` pages back from it."""
+        found = await admin.audit_log(
+            desk.caller, limit=limit, actor=actor, action=action, before=before
+        )
         return await reply({"entries": [e.to_dict() for e in found]}, f"{len(found)} entries.")
 
     async def admin_set_limits(
@@ -138,9 +154,11 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
     tools: tuple[ToolFn, ...] = (
         admin_create_agent,
         admin_issue_key,
+        admin_list_keys,
         admin_revoke_key,
         admin_disable_agent,
         admin_enable_agent,
+        admin_vouch_agent,
         admin_list_agents,
         admin_audit_log,
         admin_set_limits,

@@ -69,9 +69,11 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "admin": (
         "admin_create_agent",
         "admin_issue_key",
+        "admin_list_keys",
         "admin_revoke_key",
         "admin_disable_agent",
         "admin_enable_agent",
+        "admin_vouch_agent",
         "admin_list_agents",
         "admin_audit_log",
         "admin_set_limits",
