@@ -141,6 +141,7 @@ async def test_refusals_keep_their_codes_through_the_remote_server(
     await service.create_agent("bob")
     assert await alice.refused("send", to="nobody", body="hello?") == "unknown_recipient"
     assert await alice.refused("register", name="bob") == "forbidden"
+    assert await alice.refused("register", name="ALICE") == "invalid_argument"  # as locally
     assert await alice.refused("leave", channel="#general") == "forbidden"
     status = await alice.call("set_status", status="blocked", objective="waiting for review")
     assert (status["agent"], status["status"], status["objective"]) == (

@@ -33,6 +33,7 @@ from agentpost.domain.models import (
     SessionInfo,
     Status,
 )
+from agentpost.domain.names import check_name
 from agentpost.domain.requests import RequestAnswer
 from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
 from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
@@ -109,7 +110,8 @@ class RemoteDesk:
         description: str | None = None,
         objective: str | None = None,
     ) -> None:
-        if name is not None and name != self.agent:
+        # A name no agent could have is refused as a local session refuses it.
+        if name is not None and check_name(name) != self.agent:
             raise forbidden(f"this session speaks for {self.agent!r}, the agent of its key")
         await self.set_profile(description=description, objective=objective)
 
