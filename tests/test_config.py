@@ -124,6 +124,30 @@ def test_a_home_with_a_tilde_is_under_the_users_home(
     assert Settings().home == tmp_path / "posts"
 
 
+@pytest.mark.parametrize("home", ["posts", "./posts", "nested/posts"])
+def test_a_relative_home_in_the_file_is_the_files_own_folders(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, home: str
+) -> None:
+    """Every process reading one file shares one post office, wherever it was started."""
+    monkeypatch.delenv("AGENTPOST_HOME")
+    config_file.write_text(f'home = "{home}"\n')
+    elsewhere = tmp_path / "a-repository"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert Settings().home.resolve() == (tmp_path / home).resolve()
+
+
+def test_an_absolute_or_tilde_home_in_the_file_stays_itself(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("AGENTPOST_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    config_file.write_text('home = "~/posts"\n')
+    assert Settings().home == tmp_path / "user" / "posts"
+    config_file.write_text(f'home = "{tmp_path / "abs"}"\n')
+    assert Settings().home == tmp_path / "abs"
+
+
 def test_an_unknown_key_in_the_file_is_refused_not_ignored(config_file: Path) -> None:
     config_file.write_text("max_body_byte = 100\n")  # a typo must not pass silently
     with pytest.raises(ValidationError, match="max_body_byte"):

@@ -203,8 +203,20 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml = TomlConfigSettingsSource(settings_cls, toml_file=config_path())
+        toml = _ConfigFile(settings_cls, toml_file=config_path())
         return (init_settings, env_settings, toml)
+
+
+class _ConfigFile(TomlConfigSettingsSource):
+    """The TOML file, whose relative `home` is its own folder's: every process reading one
+    file then shares one post office, whatever folder each was started in."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        data = super()._read_file(file_path)
+        home = data.get("home")
+        if isinstance(home, str) and home.strip() and not home.startswith("~"):
+            data["home"] = str(Path(file_path).parent / home)  # an absolute one stays itself
+        return data
 
 
 def _agent_name(name: str) -> str:
