@@ -152,7 +152,7 @@ async def test_admin_tools_refuse_a_misspelt_argument_or_a_converted_value(
         for arguments in (
             {"name": "alice", "sendrate": 1},
             {"name": "alice", "send_rate_per_minute": True},
-            {"name": "alice", "send_rate_per_minute": "7"},
+            {"name": "alice", "send_rate_per_minute": "7.5"},
         ):
             refused = await owner.client.call_tool("admin_set_limits", arguments)
             assert refused.is_error, arguments

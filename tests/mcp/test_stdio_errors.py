@@ -45,7 +45,8 @@ def refusals(mid: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("invalid_argument", "send", {"to": "alice", "body": "hi", "from": "alice"}),
         ("invalid_argument", "send", {"to": "alice", "body": "hi", "must_read": "yes"}),
         ("invalid_argument", "inbox", {"limit": True}),
-        ("invalid_argument", "inbox", {"limit": "5"}),
+        ("invalid_argument", "inbox", {"limit": "5.5"}),
+        ("invalid_argument", "who", {"include_offline": "yes"}),
         ("invalid_argument", "inbox", {"limit": 0}),
         ("invalid_argument", "inbox", {"limit": 501}),
         ("invalid_argument", "sent", {"limit": -1}),
@@ -102,3 +103,18 @@ async def test_every_refusal_leads_with_its_code_and_changes_nothing(agents: Age
         "too_large",
     }
     assert (await bob.call("whoami"))["agent"] == "bob"
+
+
+@pytest.mark.anyio
+async def test_numbers_and_booleans_sent_as_their_json_text_are_read_as_such(
+    agents: Agents,
+) -> None:
+    """Some clients (Claude Code among them) send `"5"` and `"true"`; a string that is
+    accepted as it stands stays a string."""
+    alice, bob = await agents.start_many("alice", "bob")
+    sent = await alice.call("send", to="bob", body="42", subject="42", must_read="true")
+    found = await bob.call("inbox", limit="5", peek="false")
+    [message] = found["messages"]
+    assert (message["id"], message["subject"], message["body"]) == (sent["id"], "42", "42")
+    assert message["must_read"] is True
+    assert "alice" in {a["name"] for a in (await bob.call("who", include_offline="true"))["agents"]}

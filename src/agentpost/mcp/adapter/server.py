@@ -4,9 +4,10 @@ for what was found in the SDK on the way)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -97,11 +98,36 @@ def _unknown_arguments(names: list[str]) -> AgentpostError:
 
 
 def _validated(tool: _FunctionTool, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The SDK's `validate_arguments`, strict: JSON sent inside a string is still read (some
-    clients send lists that way), but `true` is no number and `"yes"` no boolean."""
+    """The SDK's `validate_arguments`, strict: `true` is no number and `"yes"` no boolean.
+    JSON sent inside a string is still read where the string itself was refused: some clients
+    (Claude Code among them) send lists, numbers and booleans that way (`"5"`, `"true"`)."""
     metadata = tool.fn_metadata
-    model = metadata.arg_model.model_validate(metadata.pre_parse_json(arguments), strict=True)
+    given = metadata.pre_parse_json(arguments)
+    try:
+        model = metadata.arg_model.model_validate(given, strict=True)
+    except ValidationError as exc:
+        decoded = _scalars_decoded(given, exc)
+        if decoded is None:
+            raise
+        model = metadata.arg_model.model_validate(decoded, strict=True)
     return model.model_dump_one_level()
+
+
+def _scalars_decoded(given: dict[str, Any], refusal: ValidationError) -> dict[str, Any] | None:
+    """`given` with each refused string that is the JSON text of a number or a boolean read
+    as that value (None: there was none). A string that was accepted stays a string: a
+    subject `"42"` is text."""
+    refused = {str(e["loc"][0]) for e in refusal.errors() if e["loc"]}
+    decoded = dict(given)
+    for key in refused:
+        value = decoded.get(key)
+        if not isinstance(value, str):
+            continue
+        with suppress(ValueError, RecursionError):
+            scalar = json.loads(value)
+            if isinstance(scalar, bool | int | float):
+                decoded[key] = scalar
+    return None if decoded == given else decoded
 
 
 def _invalid_arguments(exc: ValidationError) -> AgentpostError:
