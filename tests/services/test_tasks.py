@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from sqlalchemy import update
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import MAX_DATA_DEPTH
@@ -13,6 +14,7 @@ from agentpost.domain.models import Caller, Kind, Priority
 from agentpost.domain.tasks import TaskStatus
 from agentpost.services import PostOffice
 from agentpost.store import agents as agent_rows
+from agentpost.store.schema import tasks
 from backends import (
     FakeClock,
     OpenOffice,
@@ -121,6 +123,24 @@ async def test_the_creator_cancels_and_the_assignee_is_told(office: PostOffice) 
     [told] = (await office.mailbox.inbox(worker)).messages
     assert (told.kind, told.sender, told.thread_id) == (Kind.TASK, "boss", task.thread_id)
     assert told.data["status"] == "cancelled"
+
+
+async def test_a_title_stored_under_an_older_one_line_rule_still_moves(
+    office: PostOffice,
+) -> None:
+    """A break the rule now refuses (`\\u2028`) must not hold the task in its status: the
+    notice's subject takes it as a space."""
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await office.store.write(
+        lambda conn: conn.execute(
+            update(tasks).where(tasks.c.id == task.id).values(title="Fix\u2028the build")
+        )
+    )
+    await office.mailbox.inbox(worker)
+    await office.tasks.update_task(worker, task.id, "accepted")
+    [told] = (await office.mailbox.inbox(boss)).messages
+    assert told.subject == "[accepted] Fix the build"
 
 
 async def test_cancel_by_assignee_is_forbidden(office: PostOffice) -> None:

@@ -85,6 +85,12 @@ def is_one_line(text: str) -> bool:
     return text == "" or text.splitlines() == [text]
 
 
+def as_one_line(text: str) -> str:
+    """Text stored before a rule grew stricter, made fit to be a subject again: each line
+    break a space."""
+    return " ".join(text.splitlines())
+
+
 def check_subject(subject: str, limits: Limits) -> str:
     check_text(subject, "subject")
     if len(subject) > limits.max_subject_chars:

@@ -265,7 +265,10 @@ class Tasks:
             caller,
             other,
             f"{said}: {note}" if note.strip() else f"{said}.",
-            subject=f"[{wanted.value}] {row.title}"[: self.settings.max_subject_chars],
+            # A title stored under an older one-line rule may hold a break the rule now refuses.
+            subject=rules.as_one_line(f"[{wanted.value}] {row.title}")[
+                : self.settings.max_subject_chars
+            ],
             data={
                 "task_id": row.id,
                 "status": wanted.value,
