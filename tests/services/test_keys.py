@@ -263,6 +263,15 @@ async def test_guesses_in_flight_together_are_answered_no_more_than_the_count(
     assert (codes.count(ErrorCode.UNAUTHENTICATED), codes.count(ErrorCode.LOCKED_OUT)) == (10, 20)
 
 
+async def test_an_address_counts_once_however_it_is_spelt(office: PostOffice) -> None:
+    _, secret = await keyed(office, "alice")
+    await fail(office, 5, ip="2001:DB8::1")
+    await fail(office, 5, ip="2001:0db8:0:0::1")
+    await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip="2001:db8::1")
+    )
+
+
 async def test_failures_further_apart_than_fifteen_minutes_do_not_lock(
     office: PostOffice, clock: FakeClock
 ) -> None:

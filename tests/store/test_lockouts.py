@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 from agentpost.store import lockouts
 from agentpost.store.database import Store
@@ -73,6 +73,19 @@ async def test_a_failure_while_locked_is_not_counted_and_says_how_long_is_left(
     late = await failed(store)
     assert (late.locks, late.locked_for) == (False, WINDOW - 100)
     assert await locked_at(store) == clock.now - 100  # the lock was not moved on
+
+
+async def test_an_address_keeps_no_more_rows_than_failures_lock(
+    store: Store, clock: FakeClock
+) -> None:
+    """However many failures it ever had: each new one takes the oldest one's place."""
+    for _ in range(10 * FAILURES):
+        assert await fail(store) is False
+        clock.advance(WINDOW / (FAILURES - 1))  # never FAILURES within a window
+    rows = await store.read(
+        lambda conn: conn.execute(text("SELECT key FROM rate_windows")).scalars().all()
+    )
+    assert len([key for key in rows if key.startswith("authfail:10.0.0.1|")]) == FAILURES
 
 
 async def test_after_a_lock_the_count_starts_again(store: Store, clock: FakeClock) -> None:

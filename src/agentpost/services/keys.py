@@ -20,7 +20,9 @@ identity still comes from the key, never from the connection.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import ipaddress
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -71,7 +73,13 @@ def _locked_out(seconds_left: float) -> AgentpostError:
 
 
 def _address(ip: str | None) -> str:
-    return (ip or NO_ADDRESS)[:64]
+    """One spelling per address (`2001:DB8::1` is `2001:db8::1`), so that a lockout counts
+    it once whatever a proxy forwarded, on either database."""
+    if not ip:
+        return NO_ADDRESS
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(ip).compressed
+    return ip[:64]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,35 +1,28 @@
 """Failed authentications per client address, and the lockouts they lead to.
 
-Kept in `rate_windows`, so a lockout holds across restarts and replicas. Each failure is a row
-of its own, so the count is exact over a sliding window: `failures` within `window_s` of each
-other always lock, and never more are let through, wherever they fall. The lock is a row of its
-own: it lasts `window_s` from the failure that set it, and the count starts afresh.
+Kept in `rate_windows`, so a lockout holds across restarts and replicas. An address's newest
+failures are kept, each in a slot of its own (`authfail:<ip>|<n>`, as many slots as failures
+lock), so the count is exact over a sliding window: `failures` within `window_s` of each other
+always lock, and never more are let through, wherever they fall. Every read and write is by
+key: an address costs at most that many rows, whatever others do. The lock is a row of its own:
+it lasts `window_s` from the failure that set it, and the count starts afresh.
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    ScalarSelect,
-    bindparam,
-    delete,
-    func,
-    insert,
-    select,
-)
+from sqlalchemy import BindParameter, Connection, ScalarSelect, bindparam, delete, select
 
 from agentpost.store.schema import rate_windows
 
 _LOCK_OF = select(rate_windows.c.window_start).where(rate_windows.c.key == bindparam("key"))
-# A prefix, not a range of keys: PostgreSQL's collation need not order them byte by byte. The
-# table holds a row per agent and per recent failure or registration, so a scan stays short.
-_IN_RUN = rate_windows.c.key.like(bindparam("run"), escape="/")
-_RUN_COUNT = select(func.count()).where(_IN_RUN, rate_windows.c.window_start > bindparam("since"))
+_SLOTS: BindParameter[list[str]] = bindparam("slots", expanding=True)
+_SLOTS_OF = select(rate_windows.c.key, rate_windows.c.window_start).where(
+    rate_windows.c.key.in_(_SLOTS)
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +34,8 @@ class Counted:
     left. This failure was not counted, and is answered as a locked-out address is."""
 
 
-def _run(ip: str) -> str:
-    """What the keys of the address's failures begin with (`authfail:<ip>|<random>`)."""
-    return f"authfail:{ip}|"
-
-
-def _run_pattern(ip: str) -> dict[str, str]:
-    """`_IN_RUN`'s pattern: the address's keys and no other (`%` and `_` taken literally)."""
-    literal = _run(ip).replace("/", "//").replace("%", "/%").replace("_", "/_")
-    return {"run": literal + "%"}
+def _slots(ip: str, failures: int) -> list[str]:
+    return [f"authfail:{ip}|{n}" for n in range(failures)]
 
 
 def lock_key(ip: str) -> str:
@@ -75,18 +61,19 @@ def count_failure(
     locked = conn.execute(_LOCK_OF, {"key": lock_key(ip)}).scalar()
     if locked is not None and locked + window_s > now:
         return Counted(locked_for=locked + window_s - now)
-    conn.execute(
-        insert(rate_windows),
-        {"key": _run(ip) + secrets.token_hex(8), "window_start": now, "count": 1},
-    )
-    params = {**_run_pattern(ip), "since": now - window_s}
-    count = int(conn.execute(_RUN_COUNT, params).scalar_one())
-    if count < failures:
-        return Counted()
-    lock = {"key": lock_key(ip), "window_start": now, "count": count}
-    conn.execute(dialect.upsert(rate_windows, ["key"], lock, {"window_start": now, "count": count}))
-    conn.execute(delete(rate_windows).where(_IN_RUN), _run_pattern(ip))
-    return Counted(locks=True)
+    slots = _slots(ip, failures)
+    kept: dict[str, float] = dict(conn.execute(_SLOTS_OF, {"slots": slots}).all())
+    recent = sum(1 for at in kept.values() if at > now - window_s)
+    if recent + 1 >= failures:
+        lock = {"key": lock_key(ip), "window_start": now, "count": recent + 1}
+        conn.execute(dialect.upsert(rate_windows, ["key"], lock, {"window_start": now}))
+        conn.execute(delete(rate_windows).where(rate_windows.c.key.in_(_SLOTS)), {"slots": slots})
+        return Counted(locks=True)
+    free = [key for key in slots if key not in kept]
+    slot = free[0] if free else min(kept, key=lambda key: kept[key])  # the oldest failure's
+    failure = {"key": slot, "window_start": now, "count": 1}
+    conn.execute(dialect.upsert(rate_windows, ["key"], failure, {"window_start": now}))
+    return Counted()
 
 
 def purge(conn: Connection, until: float) -> int:
