@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,3 +134,13 @@ async def service(tmp_path: Path) -> AsyncIterator[Service]:
     """A running `agentpost serve` on this test's home."""
     async with running_service(tmp_path) as running:
         yield running
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 10) -> None:
+    """Until `check` holds, asked again every 50 ms: for what only another process's state
+    shows (a server saw a client leave). Fails after `within_s`."""
+    with anyio.fail_after(within_s):
+        while True:
+            if await check():
+                return
+            await anyio.sleep(0.05)

@@ -86,6 +86,10 @@ Connect Claude Code as that agent, with the key from the answer:
 """
 
 
+SHUTDOWN_GRACE_S = 10
+"""How long a stopping `serve` waits for requests still open before it cuts them."""
+
+
 class Service:
     """The ASGI application of `agentpost serve`."""
 
@@ -295,6 +299,9 @@ def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = Fals
         # then speak from any address it names, and never be locked out.
         proxy_headers=bool(proxies),
         forwarded_allow_ips=list(proxies) or None,
+        # Long-polls answer at once on shutdown (`stop_waiting`) and event streams end; this
+        # bounds whatever else a client holds open.
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
     )
     server = _Server(config)
     server.on_shutdown = app.stop_waiting

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import anyio
+import httpx
 import pytest
 
-from service_process import Service
+from agentpost.service import SHUTDOWN_GRACE_S
+from service_process import Service, eventually, running_service
 
 pytestmark = pytest.mark.anyio
 
@@ -87,8 +92,6 @@ async def test_a_channel_broadcast_reaches_members_and_its_history(service: Serv
 
 
 async def test_wait_answers_as_soon_as_mail_arrives(service: Service) -> None:
-    import anyio
-
     alice = await service.agent("alice")
     bob = await service.agent("bob")
     answers: list[dict[str, object]] = []
@@ -105,29 +108,35 @@ async def test_wait_answers_as_soon_as_mail_arrives(service: Service) -> None:
     assert [m["body"] for m in answer["messages"]] == ["ping"]  # type: ignore[attr-defined]
 
 
-async def test_a_wait_whose_client_hung_up_takes_no_mail(service: Service) -> None:
-    """The client gave up (a timeout of its own, a dropped network): the mail that comes
-    next stays unread for the wait it opens again, and the sender's receipt says queued."""
-    import anyio
-    import httpx
+async def test_a_wait_whose_client_hung_up_takes_no_mail(tmp_path: Path) -> None:
+    """The client gave up (a timeout of its own, a dropped network): its wait ends, so its
+    agent goes offline as one that makes no request, and the mail that comes next stays
+    unread for the wait it opens again; the sender's receipt says queued."""
+    quick = {"AGENTPOST_HEARTBEAT_S": "0.2", "AGENTPOST_OFFLINE_AFTER_S": "1"}
+    async with running_service(tmp_path, quick) as service:
+        alice = await service.agent("alice")
+        key = await service.create_agent("bob")
+        with pytest.raises(httpx.ReadTimeout):
+            await service.client(key).get(
+                "/v1/inbox/wait", params={"timeout_s": 60}, timeout=httpx.Timeout(60, read=0.5)
+            )
+        # A wait still open would keep bob online for its minute.
+        await eventually(lambda: offline(alice, "bob"))
+        sent = (await alice.post("/v1/messages", json={"to": "bob", "body": "ping"})).json()
 
-    alice = await service.agent("alice")
-    key = await service.create_agent("bob")
-    with pytest.raises(httpx.ReadTimeout):
-        await service.client(key).get(
-            "/v1/inbox/wait", params={"timeout_s": 30}, timeout=httpx.Timeout(30, read=0.5)
-        )
-    await anyio.sleep(0.5)  # the server sees the connection close
-    sent = (await alice.post("/v1/messages", json={"to": "bob", "body": "ping"})).json()
-    await anyio.sleep(0.5)  # an abandoned wait would have taken it by now
+        [receipt] = (await alice.get("/v1/sent")).json()["messages"]
+        assert receipt["id"] == sent["id"]
+        assert [(r["to"], r["state"]) for r in receipt["receipts"]] == [("bob", "queued")]
+        again = await service.client(key).get("/v1/inbox/wait", params={"timeout_s": 5})
+        assert [m["id"] for m in again.json()["messages"]] == [sent["id"]]
+        refused = await service.client(key).get("/v1/inbox/wait", params={"thread_id": "t" * 65})
+        assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_argument")
 
-    [receipt] = (await alice.get("/v1/sent")).json()["messages"]
-    assert receipt["id"] == sent["id"]
-    assert [(r["to"], r["state"]) for r in receipt["receipts"]] == [("bob", "queued")]
-    answer = (await service.client(key).get("/v1/inbox/wait", params={"timeout_s": 5})).json()
-    assert [m["id"] for m in answer["messages"]] == [sent["id"]]
-    refused = await service.client(key).get("/v1/inbox/wait", params={"thread_id": "t" * 65})
-    assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_argument")
+
+async def offline(client: httpx.AsyncClient, name: str) -> bool:
+    """Whether `name` is offline, as `client` sees it."""
+    agents = (await client.get("/v1/presence")).json()["agents"]
+    return not any(a["name"] == name and a["online"] for a in agents)
 
 
 async def test_wait_times_out_with_timed_out_true_never_an_error(service: Service) -> None:
@@ -153,10 +162,8 @@ async def test_openapi_and_docs_are_served(service: Service) -> None:
 async def test_a_server_that_stops_answers_its_long_polls_at_once(service: Service) -> None:
     """uvicorn waits for every open request before it exits: a wait or a request held to
     its deadline kept a stopping replica half alive for minutes. They answer timed out
-    now, and the process is gone within `stop`'s 15 seconds."""
-    import anyio
-
-    await service.agent("alice")
+    now, well within the grace a stopping server gives what is still open."""
+    alice = await service.agent("alice")
     bob = await service.agent("bob")
     answers: dict[str, dict[str, object]] = {}
 
@@ -171,7 +178,12 @@ async def test_a_server_that_stops_answers_its_long_polls_at_once(service: Servi
     async with anyio.create_task_group() as group:
         group.start_soon(wait)
         group.start_soon(ask)
-        await anyio.sleep(0.5)
-        await service.stop()
+        await eventually(lambda: asked(alice))  # the request waits for its answer now
+        with anyio.fail_after(SHUTDOWN_GRACE_S / 2):
+            await service.stop()
     assert answers["wait"] == {"messages": [], "unread": 0, "timed_out": True}
     assert (answers["request"]["answered"], answers["request"]["timed_out"]) == (False, True)
+
+
+async def asked(client: httpx.AsyncClient) -> bool:
+    return bool((await client.get("/v1/inbox", params={"peek": True})).json()["messages"])

@@ -28,6 +28,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 
 from agentpost.mcp.http import GROUPS
+from agentpost.service import SHUTDOWN_GRACE_S
 from raw_stdio import legacy_initialize
 from service_process import Service, running_service
 from stdio_agents import INBOX_URI, LEGACY, MODERN, WAKE_TIMEOUT_S
@@ -458,6 +459,38 @@ async def subscribed(agent: HttpAgent, revision: str) -> AsyncIterator[Any]:
             return event.uri
 
         yield next_event
+
+
+async def test_a_stopping_server_ends_the_streams_its_clients_hold_open(
+    service: Service, revision: str
+) -> None:
+    """A 2026-07-28 `subscriptions/listen` has no deadline: it held a stopping server until
+    the grace ran out. It ends now (`unavailable`: open it again elsewhere), as the
+    2025-era stream and REST's event stream do, well within the grace."""
+    key = await service.create_agent("bob")
+    carol = await service.agent("carol")
+
+    async def events() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            async with carol.stream("GET", "/v1/events") as stream:
+                async for _ in stream.aiter_lines():
+                    pass
+
+    stopped_in: list[float] = []
+    with contextlib.suppress(Exception):  # the clients see their server go, each its way
+        async with (
+            connect(service, key, revision) as bob,
+            subscribed(bob, revision),
+            anyio.create_task_group() as group,
+        ):
+            group.start_soon(events)
+            await anyio.sleep(0.3)  # the event stream is open (nothing to poll for)
+            began = anyio.current_time()
+            await service.stop()
+            stopped_in.append(anyio.current_time() - began)
+            group.cancel_scope.cancel()
+    assert stopped_in
+    assert stopped_in[0] < SHUTDOWN_GRACE_S / 2
 
 
 async def test_a_local_stdio_agents_send_wakes_a_rest_wait_on_the_same_file(

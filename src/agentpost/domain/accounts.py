@@ -117,7 +117,7 @@ class AgentInfo:
 @dataclass(frozen=True, slots=True)
 class Myself(AgentInfo):
     """Your own agent as a request sees it: the profile, and the session the request speaks
-    for (None when it speaks for the key's own)."""
+    for (the key's own unless it named another; None when it speaks for none)."""
 
     session_id: str | None = None
 

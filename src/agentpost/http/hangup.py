@@ -4,7 +4,8 @@ A long-poll marks the mail it returns read, and any open wait keeps its session 
 client that went away (a timeout of its own, a dropped network, a proxy's idle limit) must
 therefore stop its wait at once: otherwise the next mail is marked read and written into a
 closed connection, its sender's receipt says `read`, and the session stays online until the
-wait's own deadline.
+wait's own deadline. (A client that leaves while its mail is being marked read is answered
+into the void all the same: no server can tell a client that is about to go.)
 """
 
 from __future__ import annotations

@@ -392,34 +392,41 @@ class PresenceService:
     async def held_open(self, caller: Caller) -> AsyncIterator[None]:
         """While inside, the caller's session heartbeats as if it made requests: an open
         stream (an MCP subscription) keeps its agent online with no request of its own. Once
-        its key no longer stands, the next beat ends what is inside with `unauthenticated`."""
-        if caller.session_id is None:
-            yield
-            return
-        beat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
-        refused: AgentpostError | None = None
+        its key no longer stands, the next beat ends what is inside with `unauthenticated`;
+        when the process stops, it ends with `unavailable`, to be opened again elsewhere."""
+        ended: AgentpostError | None = None
 
         async def keep() -> None:
-            nonlocal refused
+            nonlocal ended
+            if caller.session_id is None:
+                return
+            beat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
             while True:
                 await anyio.sleep(beat.timeout(None) or self.settings.heartbeat_s)
                 try:
                     await beat.beat()
                 except AgentpostError as err:
                     if err.code is ErrorCode.UNAUTHENTICATED:  # its key was revoked: it ends
-                        refused = err
+                        ended = err
                         group.cancel_scope.cancel()
                         return
                     log.warning("a held-open stream's heartbeat failed: %s", err)  # busy
 
+        async def stop() -> None:
+            nonlocal ended
+            await self.store.until_stopping()
+            ended = AgentpostError(ErrorCode.UNAVAILABLE, "the server is stopping; open it again")
+            group.cancel_scope.cancel()
+
         async with anyio.create_task_group() as group:
             group.start_soon(keep)
+            group.start_soon(stop)
             try:
                 yield
             finally:
                 group.cancel_scope.cancel()
-        if refused is not None:
-            raise refused
+        if ended is not None:
+            raise ended
 
     async def heartbeat_of(self, caller: Caller, session_id: str) -> None:
         """Keep one of the caller's live sessions online (over HTTP, by handle)."""

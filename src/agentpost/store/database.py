@@ -314,6 +314,11 @@ class Store:
         waits for no deadline and their clients go on to another replica at once."""
         self._wakeups.close()
 
+    async def until_stopping(self) -> None:
+        """Returns once `stop_waiting` was called: a stream held open with no deadline ends
+        then, for its client to open it again elsewhere."""
+        await self._wakeups.until_closed()
+
     async def aclose(self) -> None:
         for timer in (self._look_timer, self._index_timer):
             if timer is not None:

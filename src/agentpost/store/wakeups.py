@@ -172,6 +172,7 @@ class Wakeups:
     def __init__(self, poll_s: float | None = None) -> None:
         self.poll_s = poll_s
         self.closing = False
+        self._closed = asyncio.Event()
         self._by_agent: dict[str, set[Watch]] = {}
         self._news: set[Watch] = set()
         self._following: set[Watch] = set()
@@ -224,7 +225,12 @@ class Wakeups:
         """Wake every watch once, with `closing` set: waiters with a deadline then answer
         (see `Watch.closing`); others look again and go on waiting."""
         self.closing = True
+        self._closed.set()
         self.wake_all()
+
+    async def until_closed(self) -> None:
+        """Returns once `close` was called: for what is held open with no deadline."""
+        await self._closed.wait()
 
     def watching(self, agent: str | None) -> int:
         """How many watches `agent` has (None: watches of any news)."""
