@@ -1230,7 +1230,8 @@ async def test_a_blocked_recipients_full_inbox_does_not_give_the_block_away(
     open_office: OpenOffice,
 ) -> None:
     """A full inbox is full to every sender: a blocked one is refused as any other, and
-    a broadcast lists the blocker among the members it skipped, so no answer differs."""
+    a broadcast lists the blocker among the members it skipped. (What the blocked sender
+    sends never fills the inbox, though: withheld mail counts toward no cap.)"""
     office = await open_office(max_unacked=1)
     alice, bob, carol, _ = await agents(office, "alice", "bob", "carol", "dave")
     await office.mailbox.send(carol, "bob", "fills bob")
