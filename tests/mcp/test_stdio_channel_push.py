@@ -108,6 +108,25 @@ async def test_mail_from_another_process_is_pushed_framed_once_and_left_unread(
         assert not [n for n in bob.notifications if n.get("method") == CHANNEL]
 
 
+async def test_a_session_that_takes_another_name_is_not_pushed_that_names_backlog(
+    tmp_path: Path,
+) -> None:
+    """The push starts from the post office's newest message, not its first name's: mail
+    that waited for carol before the session began is for `inbox`, not a push."""
+    async with session_of(tmp_path, "carol"):
+        pass  # carol exists now, and her mail waits while she is away
+    for n in range(3):
+        cli_send("carol", f"waiting #{n}", "--as", "alice")
+    async with session_of(tmp_path, "bob") as session:
+        await session.call("register", name="carol")
+        new = await anyio.to_thread.run_sync(
+            lambda: cli_send("carol", "after the rename", "--as", "alice")
+        )
+        got = await pushed(session)
+        assert got["meta"]["message_id"] == new
+        assert (await session.call("inbox", peek=True))["unread"] == 4
+
+
 async def test_a_channel_broadcast_is_pushed_with_its_channel(tmp_path: Path) -> None:
     async with session_of(tmp_path, "bob") as bob, session_of(tmp_path, "alice") as alice:
         await bob.call("join", channel="ops")

@@ -91,7 +91,7 @@ async def serve_stdio(settings: Settings) -> None:
         others = [n for n in await office.presence.agent_names() if n != session.agent]
         server = build_server(LocalDesk(office, callers), settings.instructions, others)
         heartbeat_id = session.id
-        start = await office.mailbox.latest_arrival(callers.caller)
+        start = await office.mailbox.newest_seq()
         await run_session(
             server,
             [

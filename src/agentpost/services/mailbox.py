@@ -502,7 +502,7 @@ class Mailbox:
         """Yield the newest `seq` each time mail later than `after` has been delivered to the
         caller (never marks it read): at once if some came already.
 
-        `after` is the caller's cursor (`latest_arrival` at its start, or the last message it
+        `after` is the caller's cursor (`newest_seq` at its start, or the last message it
         handled), so mail delivered between its last look and this call is never skipped: the
         watch is registered before the first look. Woken by the commits that deliver to the
         caller (and other processes' commits), so a waiting session costs nothing while idle.
@@ -519,10 +519,11 @@ class Mailbox:
                     yield latest
                 await news.wait(None)
 
-    async def latest_arrival(self, caller: Caller) -> int:
-        """The `seq` of the newest message delivered to the caller (0: none): a push cursor's
-        start, so a new session is told of what comes, not of its backlog."""
-        return await self.store.glance(lambda c: mail.newest_delivery_seq(c, caller.agent))
+    async def newest_seq(self) -> int:
+        """The `seq` of the newest message stored (0: none): a push cursor's start, so a new
+        session is told of what comes next, not of a backlog, under whatever name it takes
+        later (the newest of its first name's mail would let another name's backlog through)."""
+        return await self.store.glance(mail.newest_seq)
 
     async def arrived_after(
         self, caller: Caller, after_seq: int, limit: int = 100
