@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import mcp.types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from stdio_agents import INBOX_URI, WAKE_TIMEOUT_S, Agent, Agents, ids, receipt, text_of
 
@@ -139,3 +140,12 @@ async def test_a_session_learns_of_new_mail_from_every_answer_from_wait_and_by_p
     assert inbox["framed"].count(f"</message-{nonce}>") == 2
     assert "are you there?" in inbox["framed"]
     assert ids((await bob.call("inbox"))["messages"]) == [hello["id"], standup["id"]]
+
+
+@pytest.mark.anyio
+async def test_a_resource_that_is_not_offered_is_not_found_not_the_inbox(agents: Agents) -> None:
+    alice = await agents.start("alice")
+    for uri in ("agentpost://nope", "file:///etc/passwd"):
+        with pytest.raises(MCPError) as missing:
+            await alice.mcp.read_resource(uri, cache_mode="bypass")
+        assert missing.value.message.startswith("not_found: ")

@@ -557,6 +557,8 @@ class MailboxServer:
         self, ctx: _Ctx, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         try:
+            if str(params.uri) not in self._resource_uris:  # never the inbox under any URI
+                raise AgentpostError(ErrorCode.NOT_FOUND, f"no resource {params.uri}")
             text = await self._read(params.uri)
         except AgentpostError as err:
             raise MCPError(
