@@ -117,9 +117,11 @@ def test_a_ttl_is_positive_finite_and_bounded(ttl: object) -> None:
 def test_a_reason_is_short_text() -> None:
     assert check_reason(None) == ""
     assert check_reason("fixing the parser") == "fixing the parser"
-    for bad in ("x" * 1001, "a\x00b"):
-        with pytest.raises(AgentpostError):
+    assert check_reason("x" * 1000) == "x" * 1000
+    for bad, code in (("x" * 1001, ErrorCode.TOO_LARGE), ("a\x00b", ErrorCode.INVALID_ARGUMENT)):
+        with pytest.raises(AgentpostError) as refused:
             check_reason(bad)
+        assert refused.value.code is code
 
 
 # -- matching -------------------------------------------------------------------------------------

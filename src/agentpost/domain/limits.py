@@ -11,6 +11,8 @@ from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 
 MAX_RECIPIENTS = 100
 MAX_LIMIT = 500
+MAX_QUERY_CHARS = 500
+"""The longest full-text search query."""
 """The largest page any listing returns."""
 MAX_DATA_DEPTH = 64
 """How deeply `data` may nest: far beyond any real document, and far below the depth at

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentpost.domain.errors import invalid
-from agentpost.domain.limits import check_text
+from agentpost.domain.limits import check_text, too_large
 from agentpost.domain.wildmatch import Glob
 
 MAX_PATH_CHARS = 1024
@@ -99,7 +99,7 @@ def check_reason(reason: str | None) -> str:
         return ""
     check_text(reason, "reason")
     if len(reason) > MAX_REASON_CHARS:
-        raise invalid(f"a reason is at most {MAX_REASON_CHARS} characters", size=len(reason))
+        raise too_large("a reason", len(reason), MAX_REASON_CHARS, "characters")
     return reason
 
 

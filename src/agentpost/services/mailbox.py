@@ -412,8 +412,8 @@ class Mailbox:
         words = query.split() if isinstance(query, str) else []
         if not words:
             raise invalid("query must contain at least one word")
-        if len(query) > 500:
-            raise invalid("query is over 500 characters")
+        if len(query) > rules.MAX_QUERY_CHARS:
+            raise rules.too_large("the query", len(query), rules.MAX_QUERY_CHARS, "characters")
         rules.check_text(query, "query")
 
         def tx(conn: Connection) -> list[Message]:
