@@ -169,6 +169,20 @@ async def test_admin_tools_refuse_a_misspelt_argument_or_a_converted_value(
         assert send.input_schema["additionalProperties"] is False
 
 
+async def test_the_directory_answers_over_mcp_as_over_rest(service: Service, revision: str) -> None:
+    key = await service.create_agent("alice", description="backend, Python")
+    await service.create_agent("bob", description="backend, Go")
+    await service.create_agent("carol", description="frontend")
+    rest = await service.client(key).get("/v1/agents", params={"q": "BACKEND", "limit": 1})
+    async with connect(service, key, revision) as alice:
+        found = await alice.call("directory", query="BACKEND")
+        assert [a["name"] for a in found["agents"]] == ["alice", "bob"]
+        first = await alice.call("directory", query="BACKEND", limit=1)
+        by_rest = [(a["name"], a["description"]) for a in rest.json()["agents"]]
+        assert [(a["name"], a["description"]) for a in first["agents"]] == by_rest
+        assert by_rest == [("alice", "backend, Python")]
+
+
 async def test_a_connection_chooses_its_tool_groups(service: Service, revision: str) -> None:
     key = await service.create_agent("alice")
     async with connect(service, key, revision, "?tools=core") as alice:

@@ -18,9 +18,12 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
     async def reply(structured: dict[str, object], summary: str) -> ToolOutput:
         return answer(dict(structured), summary, await desk.notices())
 
-    async def directory(query: str | None = None, project: str | None = None) -> ToolOutput:
-        """The address book: agents by name, description, project or capability."""
-        found = await directory_service.search(desk.caller, query, project=project)
+    async def directory(
+        query: str | None = None, project: str | None = None, limit: int = 50
+    ) -> ToolOutput:
+        """The address book: agents by name, description, project or capability (by name, at
+        most `limit`)."""
+        found = await directory_service.search(desk.caller, query, project=project, limit=limit)
         lines = [f"- {a.name}: {a.description or '-'} ({a.project or 'no project'})" for a in found]
         return await reply(
             {"agents": [a.to_dict() for a in found]},
