@@ -306,7 +306,8 @@ async def test_a_webhook_made_by_another_office_hears_mail_sent_here(
     open_office: OpenOffice,
 ) -> None:
     """The dispatcher acts only on news of agents with webhooks, and learns of one made by
-    another process (replica) from that process's commit, or on PostgreSQL by polling."""
+    another process (replica) from that process's commit on SQLite, and on PostgreSQL (where
+    its commit concerns nobody's news) by reading again who has webhooks, every second."""
     office = await open_office()
     other = await open_office()  # another process on the same database
     alice, bob = await agents(office, "alice", "bob")

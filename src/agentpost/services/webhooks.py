@@ -61,8 +61,8 @@ ENQUEUE_PAGE = 500
 LEASE_EXTRA_S = 30.0
 """A claimed delivery is not due again for the timeout plus this (a dispatcher died mid-way)."""
 HOOKED_FRESH_S = 1.0
-"""How long, waiting, the dispatcher trusts its list of agents with webhooks while news of
-others keeps coming (about a round plus this since it was read)."""
+"""How long, waiting, the dispatcher trusts its list of agents with webhooks (about a round
+plus this since it was read): a webhook made by another replica is heard of within it."""
 MAX_SLEEP_S = 60.0
 UNAVAILABLE_RETRY_S = 5.0
 ERROR_CHARS = 500
@@ -351,24 +351,19 @@ class Webhooks:
     async def _until_work(self, news: Watch, sleep: float | None) -> None:
         """Wait until a commit concerns an agent with a webhook, or `sleep` seconds passed (a
         retry falls due). Mail between agents without webhooks, most of it, costs no look.
-        When a commit's reach is unknown (another process's), webhooks changed here, or
-        `HOOKED_FRESH_S` passed, go and look, and read afresh who has webhooks."""
+        When a commit's reach is unknown (another process's on SQLite), webhooks changed here,
+        or `HOOKED_FRESH_S` passed, go and look, and read afresh who has webhooks: a webhook
+        made by another replica concerns nobody's news, so nothing else tells of it."""
         start = time.monotonic()
-        deadline = None if sleep is None else start + sleep
+        until = start + HOOKED_FRESH_S if sleep is None else start + min(sleep, HOOKED_FRESH_S)
         while True:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            woken = await news.wait(timeout)
+            woken = await news.wait(max(0.0, until - time.monotonic()))
             reach = news.reach() if woken else None
             hooked = self._hooked
             if reach is None or hooked is None:
-                self._hooked = None
+                self._hooked = None  # read afresh who has webhooks
                 return
             if not hooked.isdisjoint(reach):
-                return
-            if time.monotonic() - start >= HOOKED_FRESH_S:
-                # On PostgreSQL another replica's webhook is otherwise never heard of while
-                # local news keeps every wait short of its poll.
-                self._hooked = None
                 return
 
     async def _round(self, client: httpx.AsyncClient) -> float | None:
