@@ -274,8 +274,9 @@ async def test_touches_names_the_agents_of_another_offices_commit(
 async def test_touches_hears_another_offices_news_while_local_news_keeps_coming(
     open_office: OpenOffice,
 ) -> None:
-    """On PostgreSQL another process's commit is never heard, and local news keeps every wait
-    short of its poll: the log must still be read."""
+    """Another process's news must reach the listener while local news keeps coming: heard of
+    (SQLite's change signal, PostgreSQL's NOTIFY), or, where it goes unheard (PostgreSQL while
+    its listening connection is lost), read from the log although no wait runs to its poll."""
     listening = await open_office()
     other = await open_office()  # another process (replica) on the same database
     alice, _bob, carol, _dave = await agents(listening, "alice", "bob", "carol", "dave")

@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-PG_POLL_S = 1.0
+LISTEN_START_S = 5.0
+"""How long opening a PostgreSQL store waits to hear the other replicas before it serves."""
 LOOK_AFTER_S = 0.005
 """After this process's commit, how long the writer's next transaction may take to come and look
 for another process's commit taken in with it, before a look is taken anyway."""
@@ -47,13 +48,15 @@ INDEX_AFTER_S = 1.0
 Clock = Callable[[], float]
 
 
-class LocalSignal:
-    """What PostgreSQL has until LISTEN/NOTIFY (scale-out): this process's commits wake
-    waiters at once, and every wait ends within `PG_POLL_S`, so waiters look again and see
-    other processes' commits too."""
+class ReplicaSignal:
+    """PostgreSQL's change signal: this replica's commits, and the other replicas' as
+    `LISTEN/NOTIFY` tells them (`store.postgres`), wake waiters at once. While the others
+    cannot be heard (`poll_s` set: the listening connection is lost), every wait ends within
+    `poll_s`, so waiters look again and see their commits too."""
 
     def __init__(self) -> None:
         self.version = 0
+        self.poll_s: float | None = None
         self._changed = asyncio.Event()
 
     def notify_local(self) -> None:
@@ -63,9 +66,11 @@ class LocalSignal:
 
     async def wait_changed(self, since: int, timeout: float | None) -> int:
         if self.version <= since:
-            poll = PG_POLL_S if timeout is None else min(timeout, PG_POLL_S)
+            poll = self.poll_s
+            if poll is not None:
+                timeout = poll if timeout is None else min(timeout, poll)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), poll)
+                await asyncio.wait_for(self._changed.wait(), timeout)
         return self.version
 
     async def aclose(self) -> None:
@@ -82,7 +87,7 @@ class Store:
         self._sqlite: SqliteRunner | None = None
         self._postgres: PostgresRunner | None = None
         # SQLite swaps in the file's change signal on start; both wake waiters after commits.
-        self._signal: ChangeSignal | LocalSignal = LocalSignal()
+        self._signal: ChangeSignal | ReplicaSignal = ReplicaSignal()
         self._wakeups = Wakeups()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._look_timer: asyncio.TimerHandle | None = None
@@ -90,6 +95,7 @@ class Store:
         self._changed_at = 0.0
         self._index_timer: asyncio.TimerHandle | None = None
         self._indexing: asyncio.Task[None] | None = None
+        self._listening: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, url: str, *, clock: Clock = time.time) -> Store:
@@ -103,8 +109,9 @@ class Store:
 
     @property
     def hears_other_processes(self) -> bool:
-        """Whether another process's commit wakes this one's watches (SQLite's change signal);
-        where not (PostgreSQL, until LISTEN/NOTIFY), waits end within a poll instead."""
+        """Whether another process's commit wakes this one's watches (SQLite's change signal,
+        PostgreSQL's LISTEN/NOTIFY); where not (PostgreSQL while its listening connection is
+        lost), waits end within a poll instead."""
         return self._wakeups.poll_s is None
 
     @property
@@ -141,15 +148,23 @@ class Store:
             from agentpost.store import postgres
 
             self.dialect = postgres
-            # Other processes' commits are not heard: every wait ends within PG_POLL_S.
-            self._wakeups.poll_s = PG_POLL_S
-            self._postgres = postgres.PostgresRunner(self.url, on_commit=self._committed)
+            self._hearing(False)  # until the other replicas are heard, waits end within a poll
+            self._postgres = postgres.PostgresRunner(
+                self.url,
+                on_commit=self._committed,
+                on_foreign=self._heard_elsewhere,
+                on_hearing=self._hearing,
+            )
             try:
                 with postgres.unavailable_when_unreachable():
                     await migrate.migrate_postgres(self._postgres.engine)
             except BaseException:
                 await self._postgres.aclose()
                 raise
+            first_try = asyncio.Event()
+            self._listening = asyncio.create_task(self._postgres.listen(first_try))
+            with contextlib.suppress(TimeoutError):  # polling meanwhile; it goes on trying
+                await asyncio.wait_for(first_try.wait(), LISTEN_START_S)
 
     async def write(
         self,
@@ -290,6 +305,25 @@ class Store:
             self._signal.changed_elsewhere()
         self._wakeups.wake_all()
 
+    def _heard_elsewhere(self, concerned: Reach | None) -> None:
+        """Another replica committed (its NOTIFY): wake whom it concerned (None: everyone)."""
+        self._signal.notify_local()
+        if concerned is None:
+            self._wakeups.wake_all()
+        else:
+            self._wakeups.publish(concerned)
+
+    def _hearing(self, hearing: bool) -> None:
+        """The other replicas are heard from now on, or no longer. Either way every waiter
+        looks again: what they committed unheard may concern it, and a wait begun without a
+        poll must now end within one."""
+        poll_s = None if hearing else self.dialect.PG_POLL_S
+        self._wakeups.poll_s = poll_s
+        if isinstance(self._signal, ReplicaSignal):
+            self._signal.poll_s = poll_s
+        self._signal.notify_local()
+        self._wakeups.wake_all()
+
     def watch(self, agent: str | None) -> Watch:
         """Register a waiter for `agent`'s news (None: for any news, i.e. any commit that wrote
         mail or events); register *before* looking, then `wait` on it. Use as a context
@@ -326,6 +360,10 @@ class Store:
         if self._indexing is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._indexing
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listening
         if self._sqlite is not None:
             # Joining the threads waits for their last transactions: not on the event loop.
             await anyio.to_thread.run_sync(self._sqlite.close)

@@ -1,15 +1,27 @@
-"""Everything PostgreSQL-specific: the asyncpg engine, upserts and text search.
+"""Everything PostgreSQL-specific: the asyncpg engine, upserts, text search, and hearing the
+other replicas' commits.
 
 Transactions run the same synchronous query functions as on SQLite, through SQLAlchemy's
 `run_sync` bridge over asyncpg, so there is one set of queries for both databases.
+
+Replicas share no file to watch. Each write transaction announces whom it concerned with
+`NOTIFY` (delivered only once it commits, and only if it does), and each replica `LISTEN`s
+on one connection of its own, so a long-poll on one replica wakes for a send made through
+another as it would for its own (`store.wakeups`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import asyncpg
 from sqlalchemy import Connection, func, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
@@ -22,8 +34,27 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import not_unicode
 from agentpost.store import schema, wakeups
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
+NEWS_CHANNEL = "agentpost_commits"
+"""The `LISTEN/NOTIFY` channel of commits; channels are the database's own, so two post
+offices on two databases of one server never hear each other."""
+MAX_ANNOUNCEMENT_BYTES = 7_900
+"""PostgreSQL refuses a payload of 8,000 bytes or more: a commit concerning more agents than
+fit (a broadcast to a big channel) is announced without names, and wakes every waiter."""
+LISTENER_NAME = "agentpost-listener"
+"""The `application_name` of each replica's listening connection."""
+LISTEN_RETRY_S = 0.25
+LISTEN_RETRY_MAX_S = 5.0
+PG_POLL_S = 1.0
+"""While the other replicas' commits cannot be heard, how often each waiter looks anyway."""
+LISTEN_CHECK_S = 10.0
+"""How often an idle listening connection is asked `SELECT 1`: a connection dropped without
+a word (a network gone) is found out within about this long, then opened again."""
+
+_ANNOUNCE = text("SELECT pg_notify(:channel, :payload)")
 _WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "agntwrit"
 
 
@@ -83,18 +114,52 @@ def _caused_by_encoding(exc: BaseException) -> bool:
     return False
 
 
-def _collecting(conn: Connection, fn: Callable[[Connection], T]) -> tuple[T, wakeups.Reach]:
-    """`fn`'s result and whom its writes concerned (`store.wakeups`). The connection returns
-    to the pool afterwards, so what an earlier, failed transaction noted is dropped first."""
-    wakeups.take(conn)
-    result = fn(conn)
-    return result, wakeups.take(conn)
+def announcement(replica: str, concerned: wakeups.Reach) -> str:
+    """The payload of a commit's NOTIFY: who committed, and whom it concerned (null: too many
+    to name)."""
+    payload = json.dumps([replica, dict(concerned)], separators=(",", ":"))
+    if len(payload.encode()) > MAX_ANNOUNCEMENT_BYTES:
+        payload = json.dumps([replica, None], separators=(",", ":"))
+    return payload
+
+
+def heard(payload: str) -> tuple[str | None, wakeups.Reach | None]:
+    """Who committed and whom it concerned, from a NOTIFY's payload. One this module did not
+    write (anyone who may connect can NOTIFY) concerns everyone: waiters look again."""
+    try:
+        replica, concerned = json.loads(payload)
+        if isinstance(concerned, dict) and all(
+            isinstance(a, str) and type(s) is int for a, s in concerned.items()
+        ):
+            return str(replica), concerned
+        return str(replica), None
+    except (ValueError, TypeError):
+        return None, None
 
 
 class PostgresRunner:
-    def __init__(self, url: str, on_commit: Callable[[wakeups.Reach], None]) -> None:
-        self.engine: AsyncEngine = create_async_engine(async_url(url), pool_size=10)
+    """The engine, and this replica's ear for the others (`listen`).
+
+    `on_commit(reach)` hears this replica's commits; `on_foreign(reach)` another replica's (None:
+    it cannot be told whom it concerned); `on_hearing(bool)` whether the others are heard now.
+    All three are called on the event loop."""
+
+    def __init__(
+        self,
+        url: str,
+        on_commit: Callable[[wakeups.Reach], None],
+        on_foreign: Callable[[wakeups.Reach | None], None],
+        on_hearing: Callable[[bool], None],
+    ) -> None:
+        # Pinged on checkout: after the server restarted, the pool's connections are dead, and
+        # each would fail one request before the pool noticed.
+        self.engine: AsyncEngine = create_async_engine(
+            async_url(url), pool_size=10, pool_pre_ping=True
+        )
+        self.replica = secrets.token_hex(8)
         self._on_commit = on_commit
+        self._on_foreign = on_foreign
+        self._on_hearing = on_hearing
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         with unavailable_when_unreachable():
@@ -102,17 +167,97 @@ class PostgresRunner:
                 # PostgreSQL's BEGIN IMMEDIATE: the services read, then write (caps, free names,
                 # new agents), so write transactions take turns, as on SQLite.
                 await conn.execute(_WRITE_LOCK)
-                result, concerned = await conn.run_sync(_collecting, fn)
+                result, concerned = await conn.run_sync(self._run_announced, fn)
         self._on_commit(concerned)
         return result
+
+    def _run_announced(
+        self, conn: Connection, fn: Callable[[Connection], T]
+    ) -> tuple[T, wakeups.Reach]:
+        """`fn`'s result and whom its writes concerned (`store.wakeups`), announced to the
+        other replicas. The connection returns to the pool afterwards, so what an earlier,
+        failed transaction noted is dropped first."""
+        wakeups.take(conn)
+        result = fn(conn)
+        concerned = wakeups.take(conn)
+        payload = announcement(self.replica, concerned)
+        conn.execute(_ANNOUNCE, {"channel": NEWS_CHANNEL, "payload": payload})
+        return result, concerned
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         with unavailable_when_unreachable():
             async with self.engine.connect() as conn:
                 return await conn.run_sync(fn)
 
+    async def listen(self, first_try: asyncio.Event) -> None:
+        """Forever (until cancelled): hear the other replicas' commits on a connection of its
+        own, opened again whenever it is lost. `first_try` is set once the first attempt
+        is over, heard or not. Whatever fails here is logged and tried again: meanwhile
+        every wait ends within a poll, so nothing goes unseen for long."""
+        delay = LISTEN_RETRY_S
+        while True:
+            try:
+                async with self._listening() as listening:
+                    delay = LISTEN_RETRY_S
+                    self._on_hearing(True)
+                    first_try.set()
+                    try:
+                        await self._until_lost(listening)
+                    finally:
+                        self._on_hearing(False)
+                log.warning("lost the connection that hears the other replicas; opening another")
+            except Exception as exc:
+                log.warning(
+                    "cannot hear the other replicas (%s); meanwhile each waiter looks again "
+                    "every %s s",
+                    exc,
+                    PG_POLL_S,
+                )
+            first_try.set()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LISTEN_RETRY_MAX_S)
+
+    @contextlib.asynccontextmanager
+    async def _listening(self) -> AsyncIterator[_Listening]:
+        """A pooled connection set aside to LISTEN; thrown away after, never pooled again."""
+        with unavailable_when_unreachable():
+            conn = await self.engine.connect()
+        try:
+            raw = await conn.get_raw_connection()
+            driver: asyncpg.Connection = raw.driver_connection
+            lost = asyncio.Event()
+            driver.add_termination_listener(lambda _conn: lost.set())
+            # Named for whoever reads pg_stat_activity; the connection is never pooled again.
+            await driver.execute(f"SET application_name = '{LISTENER_NAME}'")
+            await driver.add_listener(NEWS_CHANNEL, self._heard)
+            yield _Listening(driver, lost)
+        finally:
+            with unavailable_when_unreachable():
+                await conn.invalidate()
+                await conn.close()
+
+    async def _until_lost(self, listening: _Listening) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(listening.lost.wait(), LISTEN_CHECK_S)
+                return
+            await asyncio.wait_for(listening.driver.fetchval("SELECT 1"), LISTEN_CHECK_S)
+
+    def _heard(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        replica, concerned = heard(payload)
+        if replica != self.replica:
+            self._on_foreign(concerned)
+
     async def aclose(self) -> None:
         await self.engine.dispose()
+
+
+class _Listening:
+    __slots__ = ("driver", "lost")
+
+    def __init__(self, driver: asyncpg.Connection, lost: asyncio.Event) -> None:
+        self.driver = driver
+        self.lost = lost
 
 
 def insert_ignore(table: Table) -> Insert:

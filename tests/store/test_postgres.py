@@ -1,0 +1,215 @@
+"""Replicas on one PostgreSQL database hear each other's commits (LISTEN/NOTIFY).
+
+Each test opens two stores on the session's database, as two `agentpost serve` replicas
+would. While a replica hears the others, its waits have no poll at all: a wait that no
+NOTIFY reached would run into the test's deadline, so these tests fail when the announcement
+is lost rather than pass a second later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+import asyncpg
+import pytest
+from sqlalchemy import Connection
+
+from agentpost.store import wakeups
+from agentpost.store.database import Store
+from agentpost.store.postgres import (
+    LISTENER_NAME,
+    MAX_ANNOUNCEMENT_BYTES,
+    announcement,
+    heard,
+)
+from backends import PG_ADMIN_URL
+
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+DEADLINE_S = 10
+
+
+@pytest.fixture
+async def replicas(pg_session_database: str) -> AsyncIterator[tuple[Store, Store]]:
+    first = await Store.open(pg_session_database)
+    try:
+        second = await Store.open(pg_session_database)
+        try:
+            yield first, second
+        finally:
+            await second.aclose()
+    finally:
+        await first.aclose()
+
+
+def concerning(**news: int) -> Callable[[Connection], None]:
+    """A write transaction whose commit concerns these agents (as a send to them does)."""
+
+    def tx(conn: Connection) -> None:
+        wakeups.concern(conn, news.items())
+
+    return tx
+
+
+async def eventually(check: Callable[[], bool]) -> None:
+    with anyio.fail_after(DEADLINE_S):
+        while not check():  # noqa: ASYNC110 - a state change of another task, polled briefly
+            await anyio.sleep(0.02)
+
+
+async def test_an_opened_replica_hears_the_others(replicas: tuple[Store, Store]) -> None:
+    first, second = replicas
+    assert first.hears_other_processes
+    assert second.hears_other_processes
+
+
+async def test_a_commit_on_one_replica_wakes_the_waiter_it_concerns_on_another(
+    replicas: tuple[Store, Store],
+) -> None:
+    first, second = replicas
+    with second.watch("bob") as bobs, anyio.fail_after(DEADLINE_S):
+        await first.write(concerning(bob=7))
+        assert await bobs.wait(None)
+
+
+async def test_a_replica_learns_whom_another_replicas_commit_concerned(
+    replicas: tuple[Store, Store],
+) -> None:
+    """The push loop and the webhook dispatcher read no log to learn who has news."""
+    first, second = replicas
+    with second.watch(None) as news, anyio.fail_after(DEADLINE_S):
+        await first.write(concerning(bob=7, carol=8))
+        assert await news.wait(None)
+        assert news.reach() == {"bob": 7, "carol": 8}
+
+
+async def test_a_commit_that_concerns_nobody_wakes_only_who_waits_for_every_change(
+    replicas: tuple[Store, Store],
+) -> None:
+    """Leadership standing waits for any commit (a lease moved, say); mail waiters sleep on."""
+    first, second = replicas
+    version = second.version
+    with second.watch("bob") as bobs, anyio.fail_after(DEADLINE_S):
+        await first.write(concerning())
+        assert await second.wait_changed(version, None) > version
+        assert not await bobs.wait(0)
+
+
+async def test_a_rolled_back_transaction_announces_nothing(
+    replicas: tuple[Store, Store],
+) -> None:
+    first, second = replicas
+
+    def refused(conn: Connection) -> None:
+        wakeups.concern(conn, [("bob", 7)])
+        raise RuntimeError("refused")
+
+    with second.watch("bob") as bobs, second.watch("carol") as carols:
+        with pytest.raises(RuntimeError):
+            await first.write(refused)
+        await first.write(concerning(carol=9))  # announced after the refused one would be
+        with anyio.fail_after(DEADLINE_S):
+            assert await carols.wait(None)
+        assert not await bobs.wait(0)
+
+
+async def test_a_replica_is_not_woken_again_by_its_own_announcement(
+    replicas: tuple[Store, Store],
+) -> None:
+    """Its own commit woke its waiters already; each commit counts once."""
+    first, second = replicas
+    before = first.version
+    await first.write(concerning(bob=7))
+    with first.watch("carol") as carols, anyio.fail_after(DEADLINE_S):
+        await second.write(concerning(carol=8))
+        # Each connection hears in commit order: the echo of its own came first.
+        assert await carols.wait(None)
+    assert first.version == before + 2
+
+
+@contextlib.asynccontextmanager
+async def connected(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(database_url, timeout=5)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def terminate_listeners(database_url: str) -> int:
+    """What a restart of the server, or a network gone, does to the listening connections."""
+    async with connected(database_url) as conn:
+        killed = await conn.fetch(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE application_name = $1 AND datname = current_database()",
+            LISTENER_NAME,
+        )
+        return len(killed)
+
+
+async def test_a_lost_listening_connection_is_opened_again_and_every_waiter_looks_again(
+    replicas: tuple[Store, Store], pg_session_database: str
+) -> None:
+    first, second = replicas
+    with second.watch("bob") as bobs, anyio.fail_after(DEADLINE_S):
+        assert await terminate_listeners(pg_session_database) == 2
+        # What was committed while nobody listened may concern bob: he looks again.
+        assert await bobs.wait(None)
+        await eventually(lambda: second.hears_other_processes)
+        while await bobs.wait(0):  # the wake-ups of losing and hearing again
+            pass
+        await first.write(concerning(bob=7))
+        assert await bobs.wait(None)
+
+
+@contextlib.asynccontextmanager
+async def connections_refused(database_url: str) -> AsyncIterator[None]:
+    """The database refuses new connections, and those it had are gone: the server restarting,
+    as the replicas see it. Afterwards it takes connections again."""
+    name = database_url.rsplit("/", 1)[1]
+    async with connected(PG_ADMIN_URL) as admin:
+        await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        try:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name
+            )
+            yield
+        finally:
+            await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+
+async def test_while_the_others_cannot_be_heard_waits_end_within_a_poll_and_hearing_resumes(
+    replicas: tuple[Store, Store], pg_session_database: str
+) -> None:
+    first, second = replicas
+    with anyio.fail_after(DEADLINE_S):
+        async with connections_refused(pg_session_database):
+            await eventually(lambda: not second.hears_other_processes)
+            with second.watch("bob") as bobs:
+                while await bobs.wait(0):  # the wake-up of losing the others
+                    pass
+                # Nothing wakes it, and yet the wait ends, for its waiter to look again.
+                assert not await bobs.wait(None)
+        await eventually(lambda: second.hears_other_processes)
+        with second.watch("bob") as bobs:
+            await first.write(concerning(bob=7))  # the pool's lost connections are replaced
+            assert await bobs.wait(None)
+
+
+def test_an_announcement_names_whom_the_commit_concerned() -> None:
+    assert heard(announcement("r1", {"bob": 7})) == ("r1", {"bob": 7})
+
+
+def test_a_commit_concerning_too_many_to_name_is_announced_as_concerning_everyone() -> None:
+    many = {f"agent-{n:05d}": n for n in range(1_000)}
+    payload = announcement("r1", many)
+    assert len(payload.encode()) <= MAX_ANNOUNCEMENT_BYTES
+    assert heard(payload) == ("r1", None)
+
+
+@pytest.mark.parametrize("payload", ["", "not json", "[1]", '["r1", {"bob": "7"}]', "{}"])
+def test_a_notification_agentpost_did_not_write_wakes_everyone(payload: str) -> None:
+    _, concerned = heard(payload)
+    assert concerned is None
