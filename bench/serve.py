@@ -157,7 +157,7 @@ async def running(home: Path, name: str = "serve", **extra: str) -> AsyncIterato
         )
     try:
         port = await wait_for_port(process, log)
-        key = (home / "admin.key").read_text().strip()
+        key = extra.get("AGENTPOST_ADMIN_KEY") or (home / "admin.key").read_text().strip()
         server = Serve(home, log, process, port, key)
         try:
             yield server

@@ -55,7 +55,7 @@ async def _send(sender: httpx.AsyncClient, to: str, body: str) -> tuple[float, f
     return t_call, t_return, str(answer.json()["id"])
 
 
-async def _long_polls(sender: httpx.AsyncClient, poller: httpx.AsyncClient) -> Trials:
+async def long_polls(sender: httpx.AsyncClient, poller: httpx.AsyncClient) -> Trials:
     trials = Trials()
     for trial in range(WARMUP + TRIALS):
         body = f"wake up {trial}"
@@ -140,7 +140,7 @@ async def run() -> Report:
             poller = server.client(keys["bench-poller"])
             streamer = server.client(keys["bench-streamer"])
             log(NAME, f"{TRIALS} long-poll trials")
-            polls = await _long_polls(sender, poller)
+            polls = await long_polls(sender, poller)
             log(NAME, f"{TRIALS} SSE trials")
             events = await _sse(sender, streamer)
             _check_quiet(server)
