@@ -1,9 +1,9 @@
 """Replicas on one PostgreSQL database hear each other's commits (LISTEN/NOTIFY).
 
 Each test opens two stores on the session's database, as two `agentpost serve` replicas
-would. While a replica hears the others, its waits have no poll at all: a wait that no
-NOTIFY reached would run into the test's deadline, so these tests fail when the announcement
-is lost rather than pass a second later.
+would. While a replica hears the others, its waits poll only every `HEARING_POLL_S` (30 s): a
+wait that no NOTIFY reached would run into the tests' deadline first, so these tests fail when
+the announcement is lost rather than pass a second later.
 """
 
 from __future__ import annotations
@@ -16,19 +16,24 @@ import asyncpg
 import pytest
 from sqlalchemy import Connection
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import wakeups
 from agentpost.store.database import Store
 from agentpost.store.postgres import (
+    HEARING_POLL_S,
     LISTENER_NAME,
     MAX_ANNOUNCEMENT_BYTES,
-    announcement,
+    NEWS_CHANNEL,
+    announcements,
     heard,
 )
 from backends import PG_ADMIN_URL
+from service_process import eventually as eventually_true
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 DEADLINE_S = 10
+assert DEADLINE_S < HEARING_POLL_S
 
 
 @pytest.fixture
@@ -198,18 +203,86 @@ async def test_while_the_others_cannot_be_heard_waits_end_within_a_poll_and_hear
             assert await bobs.wait(None)
 
 
+async def test_a_commit_concerning_a_whole_big_channel_names_each_agent_to_the_others(
+    replicas: tuple[Store, Store],
+) -> None:
+    """Over several NOTIFYs when one cannot hold them all: the others wake no waiter more."""
+    first, second = replicas
+    members = {f"member-{n:04d}": n for n in range(1_000)}
+    heard_of: dict[str, int] = {}
+    with second.watch(None) as news, anyio.fail_after(DEADLINE_S):
+        await first.write(concerning(**members))
+        while heard_of != members:
+            assert await news.wait(None)
+            reach = news.reach()
+            assert reach is not None, "named, not everyone woken"
+            heard_of.update(reach)
+
+
+async def test_a_notification_agentpost_did_not_write_wakes_every_waiter(
+    replicas: tuple[Store, Store], pg_session_database: str
+) -> None:
+    _, second = replicas
+    with second.watch("bob") as bobs, anyio.fail_after(DEADLINE_S):
+        async with connected(pg_session_database) as conn:
+            await conn.execute("SELECT pg_notify($1, 'not ours')", NEWS_CHANNEL)
+        assert await bobs.wait(None)
+
+
+async def listeners(database_url: str) -> int:
+    async with connected(database_url) as conn:
+        count: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = $1 AND datname = current_database()",
+            LISTENER_NAME,
+        )
+        return count
+
+
+async def test_a_closed_replica_leaves_no_listening_connection_and_opens_no_other(
+    pg_session_database: str,
+) -> None:
+    before = await listeners(pg_session_database)
+    store = await Store.open(pg_session_database)
+    assert await listeners(pg_session_database) == before + 1
+    await store.aclose()
+
+    async def gone() -> bool:
+        return await listeners(pg_session_database) == before
+
+    await eventually_true(gone, DEADLINE_S)
+    with pytest.raises(AgentpostError) as refused:
+        await store.read(lambda conn: None)
+    assert refused.value.code is ErrorCode.UNAVAILABLE
+
+
 def test_an_announcement_names_whom_the_commit_concerned() -> None:
-    assert heard(announcement("r1", {"bob": 7})) == ("r1", {"bob": 7})
+    assert [heard(p) for p in announcements("r1", {"bob": 7})] == [("r1", {"bob": 7})]
+    assert [heard(p) for p in announcements("r1", {})] == [("r1", {})]
+
+
+def test_a_commit_concerning_many_is_announced_in_payloads_postgresql_takes() -> None:
+    many = {f"agent-{n:05d}": n for n in range(1_000)}
+    payloads = announcements("r1", many)
+    assert len(payloads) > 1
+    assert all(len(p.encode()) <= MAX_ANNOUNCEMENT_BYTES for p in payloads)
+    named: dict[str, int] = {}
+    for payload in payloads:
+        replica, concerned = heard(payload)
+        assert replica == "r1"
+        assert concerned is not None
+        named.update(concerned)
+    assert named == many
 
 
 def test_a_commit_concerning_too_many_to_name_is_announced_as_concerning_everyone() -> None:
-    many = {f"agent-{n:05d}": n for n in range(1_000)}
-    payload = announcement("r1", many)
-    assert len(payload.encode()) <= MAX_ANNOUNCEMENT_BYTES
-    assert heard(payload) == ("r1", None)
+    many = {f"agent-{n:05d}": n for n in range(20_000)}
+    assert [heard(p) for p in announcements("r1", many)] == [("r1", None)]
 
 
-@pytest.mark.parametrize("payload", ["", "not json", "[1]", '["r1", {"bob": "7"}]', "{}"])
-def test_a_notification_agentpost_did_not_write_wakes_everyone(payload: str) -> None:
+@pytest.mark.parametrize(
+    "payload", ["", "not json", "[1]", '["r1", {"bob": "7"}]', "{}", "[" * 5_000 + "]" * 5_000]
+)
+def test_a_notification_agentpost_did_not_write_concerns_everyone(payload: str) -> None:
     _, concerned = heard(payload)
     assert concerned is None

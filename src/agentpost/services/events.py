@@ -107,7 +107,8 @@ class Events:
         (or a wait bounded by polling), which cannot say whom it concerned; what was named
         already, either way, is not named again. The cursor does not move with local news, so
         once every `CATCH_UP_S` the log is read where other processes' commits go unheard
-        (PostgreSQL), and elsewhere when the cursor is more than `CATCH_UP_EVENTS` behind.
+        (PostgreSQL while it cannot hear the other replicas), and elsewhere when the cursor is
+        more than `CATCH_UP_EVENTS` behind.
         Watched before the first look, so nothing committed after the start goes unnamed. A
         refused look (a busy database) is tried again shortly from the same cursor: it skips
         nothing.

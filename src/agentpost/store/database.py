@@ -50,9 +50,9 @@ Clock = Callable[[], float]
 
 class ReplicaSignal:
     """PostgreSQL's change signal: this replica's commits, and the other replicas' as
-    `LISTEN/NOTIFY` tells them (`store.postgres`), wake waiters at once. While the others
-    cannot be heard (`poll_s` set: the listening connection is lost), every wait ends within
-    `poll_s`, so waiters look again and see their commits too."""
+    `LISTEN/NOTIFY` tells them (`store.postgres`), wake waiters at once. Every wait also ends
+    within `poll_s`, so waiters look again: each second while the others cannot be heard (the
+    listening connection is lost), rarely while they are."""
 
     def __init__(self) -> None:
         self.version = 0
@@ -96,6 +96,7 @@ class Store:
         self._index_timer: asyncio.TimerHandle | None = None
         self._indexing: asyncio.Task[None] | None = None
         self._listening: asyncio.Task[None] | None = None
+        self._hears_replicas = False
 
     @classmethod
     async def open(cls, url: str, *, clock: Clock = time.time) -> Store:
@@ -112,7 +113,7 @@ class Store:
         """Whether another process's commit wakes this one's watches (SQLite's change signal,
         PostgreSQL's LISTEN/NOTIFY); where not (PostgreSQL while its listening connection is
         lost), waits end within a poll instead."""
-        return self._wakeups.poll_s is None
+        return self._postgres is None or self._hears_replicas
 
     @property
     def path(self) -> Path | None:
@@ -163,8 +164,15 @@ class Store:
                 raise
             first_try = asyncio.Event()
             self._listening = asyncio.create_task(self._postgres.listen(first_try))
-            with contextlib.suppress(TimeoutError):  # polling meanwhile; it goes on trying
-                await asyncio.wait_for(first_try.wait(), LISTEN_START_S)
+            try:
+                with contextlib.suppress(TimeoutError):  # polling meanwhile; it goes on trying
+                    await asyncio.wait_for(first_try.wait(), LISTEN_START_S)
+            except BaseException:  # cancelled while opening: leave no task nor connection
+                self._listening.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._listening
+                await self._postgres.aclose()
+                raise
 
     async def write(
         self,
@@ -317,7 +325,8 @@ class Store:
         """The other replicas are heard from now on, or no longer. Either way every waiter
         looks again: what they committed unheard may concern it, and a wait begun without a
         poll must now end within one."""
-        poll_s = None if hearing else self.dialect.PG_POLL_S
+        self._hears_replicas = hearing
+        poll_s = self.dialect.HEARING_POLL_S if hearing else self.dialect.PG_POLL_S
         self._wakeups.poll_s = poll_s
         if isinstance(self._signal, ReplicaSignal):
             self._signal.poll_s = poll_s

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -43,16 +44,24 @@ NEWS_CHANNEL = "agentpost_commits"
 offices on two databases of one server never hear each other."""
 MAX_ANNOUNCEMENT_BYTES = 7_900
 """PostgreSQL refuses a payload of 8,000 bytes or more: a commit concerning more agents than
-fit (a broadcast to a big channel) is announced without names, and wakes every waiter."""
+fit (a broadcast to a big channel) is announced in several NOTIFYs."""
+MAX_ANNOUNCEMENTS = 16
+"""Beyond this many NOTIFYs (some 4,000 agents), one without names, which wakes every waiter."""
 LISTENER_NAME = "agentpost-listener"
 """The `application_name` of each replica's listening connection."""
 LISTEN_RETRY_S = 0.25
 LISTEN_RETRY_MAX_S = 5.0
+LISTEN_STEADY_S = 10.0
+"""A listening connection that lasted this long was a good one: the next loss retries at
+once again, rather than after the backoff that connections lost as soon as opened earn."""
 PG_POLL_S = 1.0
 """While the other replicas' commits cannot be heard, how often each waiter looks anyway."""
-LISTEN_CHECK_S = 10.0
-"""How often an idle listening connection is asked `SELECT 1`: a connection dropped without
-a word (a network gone) is found out within about this long, then opened again."""
+HEARING_POLL_S = 30.0
+"""While they are heard, how often each waiter looks all the same: a safety net for a
+notification that never comes (a pooler in transaction mode, which drops LISTEN)."""
+LISTEN_CHECK_S = 2.0
+"""How long a listening connection may stay quiet before it is asked `SELECT 1` (and how long
+that may take): one dropped without a word (a network gone) is found out within twice this."""
 
 _ANNOUNCE = text("SELECT pg_notify(:channel, :payload)")
 _WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "agntwrit"
@@ -114,13 +123,30 @@ def _caused_by_encoding(exc: BaseException) -> bool:
     return False
 
 
-def announcement(replica: str, concerned: wakeups.Reach) -> str:
-    """The payload of a commit's NOTIFY: who committed, and whom it concerned (null: too many
-    to name)."""
-    payload = json.dumps([replica, dict(concerned)], separators=(",", ":"))
-    if len(payload.encode()) > MAX_ANNOUNCEMENT_BYTES:
-        payload = json.dumps([replica, None], separators=(",", ":"))
-    return payload
+def announcements(replica: str, concerned: wakeups.Reach) -> list[str]:
+    """The payloads of a commit's NOTIFYs: who committed, and whom it concerned, as many to a
+    payload as fit (one naming nobody when they are too many to name). ASCII JSON: a
+    character is a byte."""
+
+    def payload(chunk: dict[str, int] | None) -> str:
+        return json.dumps([replica, chunk], separators=(",", ":"))
+
+    empty = len(payload({}))
+    payloads: list[str] = []
+    chunk: dict[str, int] = {}
+    size = empty
+    for agent, seq in concerned.items():
+        entry = len(json.dumps(agent)) + len(str(seq)) + 2  # "name":seq,
+        if chunk and size + entry > MAX_ANNOUNCEMENT_BYTES:
+            payloads.append(payload(chunk))
+            chunk, size = {}, empty
+        chunk[agent] = seq
+        size += entry
+    if chunk or not payloads:
+        payloads.append(payload(chunk))
+    if len(payloads) > MAX_ANNOUNCEMENTS or any(len(p) > MAX_ANNOUNCEMENT_BYTES for p in payloads):
+        return [payload(None)]
+    return payloads
 
 
 def heard(payload: str) -> tuple[str | None, wakeups.Reach | None]:
@@ -133,7 +159,7 @@ def heard(payload: str) -> tuple[str | None, wakeups.Reach | None]:
         ):
             return str(replica), concerned
         return str(replica), None
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return None, None
 
 
@@ -151,17 +177,20 @@ class PostgresRunner:
         on_foreign: Callable[[wakeups.Reach | None], None],
         on_hearing: Callable[[bool], None],
     ) -> None:
-        # Pinged on checkout: after the server restarted, the pool's connections are dead, and
-        # each would fail one request before the pool noticed.
-        self.engine: AsyncEngine = create_async_engine(
-            async_url(url), pool_size=10, pool_pre_ping=True
-        )
+        self.engine: AsyncEngine = create_async_engine(async_url(url), pool_size=10)
         self.replica = secrets.token_hex(8)
+        self._closed = False
         self._on_commit = on_commit
         self._on_foreign = on_foreign
         self._on_hearing = on_hearing
 
+    def _refuse_when_closed(self) -> None:
+        """Closed, the engine would open new connections for whoever still asks."""
+        if self._closed:
+            raise AgentpostError(ErrorCode.UNAVAILABLE, "the post office is closing")
+
     async def write(self, fn: Callable[[Connection], T]) -> T:
+        self._refuse_when_closed()
         with unavailable_when_unreachable():
             async with self.engine.begin() as conn:
                 # PostgreSQL's BEGIN IMMEDIATE: the services read, then write (caps, free names,
@@ -180,11 +209,12 @@ class PostgresRunner:
         wakeups.take(conn)
         result = fn(conn)
         concerned = wakeups.take(conn)
-        payload = announcement(self.replica, concerned)
-        conn.execute(_ANNOUNCE, {"channel": NEWS_CHANNEL, "payload": payload})
+        for payload in announcements(self.replica, concerned):
+            conn.execute(_ANNOUNCE, {"channel": NEWS_CHANNEL, "payload": payload})
         return result, concerned
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
+        self._refuse_when_closed()
         with unavailable_when_unreachable():
             async with self.engine.connect() as conn:
                 return await conn.run_sync(fn)
@@ -193,12 +223,13 @@ class PostgresRunner:
         """Forever (until cancelled): hear the other replicas' commits on a connection of its
         own, opened again whenever it is lost. `first_try` is set once the first attempt
         is over, heard or not. Whatever fails here is logged and tried again: meanwhile
-        every wait ends within a poll, so nothing goes unseen for long."""
+        every wait ends within `PG_POLL_S`, so nothing goes unseen for long."""
         delay = LISTEN_RETRY_S
         while True:
+            opened_at: float | None = None
             try:
                 async with self._listening() as listening:
-                    delay = LISTEN_RETRY_S
+                    opened_at = time.monotonic()
                     self._on_hearing(True)
                     first_try.set()
                     try:
@@ -214,6 +245,12 @@ class PostgresRunner:
                     PG_POLL_S,
                 )
             first_try.set()
+            if opened_at is not None:
+                # Most likely the server restarted: the pool's connections are as dead as this
+                # one, and each would fail a request of its own before the pool knew.
+                await self.engine.dispose()
+                if time.monotonic() - opened_at >= LISTEN_STEADY_S:
+                    delay = LISTEN_RETRY_S
             await asyncio.sleep(delay)
             delay = min(delay * 2, LISTEN_RETRY_MAX_S)
 
@@ -249,6 +286,7 @@ class PostgresRunner:
             self._on_foreign(concerned)
 
     async def aclose(self) -> None:
+        self._closed = True
         await self.engine.dispose()
 
 

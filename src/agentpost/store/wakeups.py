@@ -5,9 +5,10 @@ events. Waking every waiter on every commit costs waiters × commits looks at an
 is what a server holding a thousand waits spends its time on. So a write transaction notes
 the agents it wrote news for (`concern`: the recipients of the deliveries and events it
 wrote, collected on the connection beside the writes), and once it has committed the store
-wakes only their watches (`Wakeups.publish`). A commit made by another process is seen through
-the file's change signal and tells nobody what it touched, so it wakes every watch
-(`Wakeups.wake_all`).
+wakes only their watches (`Wakeups.publish`). On SQLite a commit made by another process is
+seen through the file's change signal and tells nobody what it touched, so it wakes every watch
+(`Wakeups.wake_all`); PostgreSQL replicas announce whom their commits concerned
+(`store.postgres`), and wake only those.
 
 No wake-up is lost: a waiter registers its `Watch` *before* it looks at the database, and a
 wake-up that lands between its look and its `wait` is kept in the watch, so that `wait`
@@ -165,8 +166,8 @@ class Watch:
 class Wakeups:
     """This process's watches, by agent. Lives on the event loop thread.
 
-    `poll_s` bounds every wait where other processes' commits cannot be heard at all
-    (PostgreSQL, until LISTEN/NOTIFY): waiters then look again at least that often.
+    `poll_s` bounds every wait where other processes' commits may go unheard (PostgreSQL,
+    see `Store._hearing`): waiters then look again at least that often.
     """
 
     def __init__(self, poll_s: float | None = None) -> None:
