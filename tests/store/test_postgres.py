@@ -15,17 +15,21 @@ import anyio
 import asyncpg
 import pytest
 from sqlalchemy import Connection
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import wakeups
 from agentpost.store.database import Store
 from agentpost.store.postgres import (
     HEARING_POLL_S,
+    IDLE_IN_TRANSACTION_S,
     LISTENER_NAME,
+    LOCK_TIMEOUT_S,
     MAX_ANNOUNCEMENT_BYTES,
     NEWS_CHANNEL,
     announcements,
     heard,
+    unavailable_when_unreachable,
 )
 from backends import PG_ADMIN_URL
 from service_process import eventually as eventually_true
@@ -33,6 +37,7 @@ from service_process import eventually as eventually_true
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
 DEADLINE_S = 10
+WRITE_LOCK_KEY = 0x61676E7477726974  # the store's write lock ("agntwrit")
 assert DEADLINE_S < HEARING_POLL_S
 
 
@@ -286,3 +291,53 @@ def test_a_commit_concerning_too_many_to_name_is_announced_as_concerning_everyon
 def test_a_notification_agentpost_did_not_write_concerns_everyone(payload: str) -> None:
     _, concerned = heard(payload)
     assert concerned is None
+
+
+async def test_a_replica_that_froze_holding_the_write_lock_makes_the_others_unavailable_not_hang(
+    replicas: tuple[Store, Store], pg_session_database: str
+) -> None:
+    """A paused VM, a network gone: the lock's holder neither commits nor goes away."""
+    first, _ = replicas
+    async with connected(pg_session_database) as frozen, frozen.transaction():
+        await frozen.execute(f"SELECT pg_advisory_xact_lock({WRITE_LOCK_KEY})")
+        with anyio.fail_after(LOCK_TIMEOUT_S + DEADLINE_S):
+            with pytest.raises(AgentpostError) as refused:
+                await first.write(concerning(bob=7))
+    assert refused.value.code is ErrorCode.UNAVAILABLE
+    assert "pg_advisory" not in refused.value.message  # no statement told to the caller
+    await first.write(concerning(bob=7))  # and once it is released, writes go on
+
+
+async def test_postgresql_ends_a_transaction_left_idle_by_a_frozen_replica(
+    replicas: tuple[Store, Store],
+) -> None:
+    first, _ = replicas
+
+    def setting(conn: Connection) -> str:
+        return str(conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar())
+
+    assert await first.read(setting) == f"{IDLE_IN_TRANSACTION_S}s"
+
+
+async def test_a_database_restart_fails_no_waiter_that_looks_again(
+    replicas: tuple[Store, Store], pg_session_database: str
+) -> None:
+    """Every connection of the database ends at once: the waiters wake to look again, on
+    connections that work, not on the pool's dead ones."""
+    _, second = replicas
+    async with connected(pg_session_database) as conn:
+        with second.watch("bob") as bobs, anyio.fail_after(DEADLINE_S):
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            assert await bobs.wait(None)
+            assert await second.read(lambda c: c.exec_driver_sql("SELECT 1").scalar()) == 1
+
+
+def test_no_free_pooled_connection_in_time_is_unavailable_not_a_crash() -> None:
+    """Every pooled connection waiting on a frozen replica's lock: the next request, and the
+    webhook dispatcher's next look, must hear `unavailable`, which they retry."""
+    with pytest.raises(AgentpostError) as refused, unavailable_when_unreachable():
+        raise PoolTimeout("QueuePool limit of size 10 overflow 10 reached")
+    assert refused.value.code is ErrorCode.UNAVAILABLE

@@ -85,6 +85,8 @@ async def migrate_postgres(engine: AsyncEngine) -> bool:
         if await conn.run_sync(current_revision) == SCHEMA_HEAD:
             return False
     async with engine.begin() as conn:
+        # Another replica's migration may take longer than the lock timeout: wait it out.
+        await conn.execute(text("SET LOCAL lock_timeout = 0"))
         await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
         if await conn.run_sync(_revision_in_savepoint) == SCHEMA_HEAD:
             return False

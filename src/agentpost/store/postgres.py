@@ -26,6 +26,7 @@ import asyncpg
 from sqlalchemy import Connection, func, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
@@ -89,23 +90,44 @@ _partial_indexes_alike()
 
 _UNSTORABLE_TEXT = frozenset({"22021", "22P05"})
 """SQLSTATEs of text PostgreSQL cannot hold (a NUL character): the caller's input, not a bug."""
+_BUSY = frozenset({"55P03", "57014", "53300"})
+"""Waited too long for a lock or a statement, or no connection slot free: busy, try again."""
+_GONE_CLASSES = ("08", "57P")
+"""SQLSTATE classes of a connection lost or a server shutting down or starting up."""
+LOCK_TIMEOUT_S = 10
+"""How long a transaction waits for a lock (the write lock above all) before it answers
+`unavailable`: a replica that froze holding the write lock holds up the others no longer."""
+IDLE_IN_TRANSACTION_S = 15
+"""How long PostgreSQL lets a transaction sit idle before it ends the session: a replica that
+froze mid-transaction (a paused VM, a network gone) releases the write lock after this."""
 
 
 @contextmanager
 def unavailable_when_unreachable() -> Iterator[None]:
-    """A server that is down, restarting or dropped the connection: `unavailable`, try again.
-    Text the database cannot hold: `invalid_argument`.
+    """A server that is down, restarting, busy past the lock timeout, or dropped the
+    connection: `unavailable`, try again. Text the database cannot hold: `invalid_argument`.
 
+    The caller hears a fixed sentence: the driver's own message quotes the statement and its
+    parameters (a key's digest, an address), which are the server log's to keep.
     Errors of our own SQL (constraint violations, bad queries) stay what they are: bugs.
     """
     try:
         yield
+    except PoolTimeout as exc:
+        log.warning("no database connection free in time: %s", exc)
+        raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is busy; try again") from exc
     except (OperationalError, InterfaceError, OSError) as exc:
-        raise AgentpostError(ErrorCode.UNAVAILABLE, f"the database is unreachable ({exc})") from exc
+        log.warning("the database is unreachable: %s", exc)
+        raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is unreachable") from exc
     except DBAPIError as exc:
-        if exc.connection_invalidated:
+        state = str(getattr(exc.orig, "sqlstate", None) or "")
+        if exc.connection_invalidated or state.startswith(_GONE_CLASSES):
+            log.warning("database connection lost: %s", exc)
             raise AgentpostError(ErrorCode.UNAVAILABLE, "database connection lost") from exc
-        if getattr(exc.orig, "sqlstate", None) in _UNSTORABLE_TEXT:
+        if state in _BUSY:
+            log.warning("the database is busy: %s", exc)
+            raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is busy; try again") from exc
+        if state in _UNSTORABLE_TEXT:
             raise AgentpostError(
                 ErrorCode.INVALID_ARGUMENT, "text may not contain NUL characters"
             ) from exc
@@ -177,7 +199,13 @@ class PostgresRunner:
         on_foreign: Callable[[wakeups.Reach | None], None],
         on_hearing: Callable[[bool], None],
     ) -> None:
-        self.engine: AsyncEngine = create_async_engine(async_url(url), pool_size=10)
+        settings = {
+            "lock_timeout": str(LOCK_TIMEOUT_S * 1000),
+            "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_S * 1000),
+        }
+        self.engine: AsyncEngine = create_async_engine(
+            async_url(url), pool_size=10, connect_args={"server_settings": settings}
+        )
         self.replica = secrets.token_hex(8)
         self._closed = False
         self._on_commit = on_commit
@@ -235,7 +263,7 @@ class PostgresRunner:
                     try:
                         await self._until_lost(listening)
                     finally:
-                        self._on_hearing(False)
+                        await self._deaf()
                 log.warning("lost the connection that hears the other replicas; opening another")
             except Exception as exc:
                 log.warning(
@@ -245,14 +273,22 @@ class PostgresRunner:
                     PG_POLL_S,
                 )
             first_try.set()
-            if opened_at is not None:
-                # Most likely the server restarted: the pool's connections are as dead as this
-                # one, and each would fail a request of its own before the pool knew.
-                await self.engine.dispose()
-                if time.monotonic() - opened_at >= LISTEN_STEADY_S:
-                    delay = LISTEN_RETRY_S
+            if opened_at is not None and time.monotonic() - opened_at >= LISTEN_STEADY_S:
+                delay = LISTEN_RETRY_S
             await asyncio.sleep(delay)
             delay = min(delay * 2, LISTEN_RETRY_MAX_S)
+
+    async def _deaf(self) -> None:
+        """The listening connection is gone. Most likely the server restarted, and the pool's
+        connections are as dead as it: they go first, before the waiters, woken to look
+        again, would each fail on one of them."""
+        task = asyncio.current_task()
+        try:
+            if task is None or not task.cancelling():
+                with unavailable_when_unreachable():
+                    await self.engine.dispose()
+        finally:
+            self._on_hearing(False)
 
     @contextlib.asynccontextmanager
     async def _listening(self) -> AsyncIterator[_Listening]:
