@@ -99,6 +99,11 @@ class Service:
         self.office: PostOffice | None = None
         self.refused_to_start: AgentpostError | None = None
         """Why the post office would not open (a database that is not there, say)."""
+        self.failed: BaseException | None = None
+        """What stopped the post office while it served (a background task that died)."""
+        self.on_failure: Callable[[], None] = lambda: None
+        """Told when the post office stopped while serving: the server should exit too, so
+        that whoever supervises it starts another, rather than keep a door to a closed office."""
         self._rest: ASGIApp | None = None
         self._mcp: ASGIApp | None = None
         self._guard = Guard(
@@ -162,13 +167,20 @@ class Service:
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         await receive()  # lifespan.startup
-        started = False
+        started = stopping = False
         try:
             async with self._running():
                 await send({"type": "lifespan.startup.complete"})
                 started = True
                 await receive()  # lifespan.shutdown
+                stopping = True
         except Exception as exc:
+            if started and not stopping:
+                cause = _sole(exc)
+                log.critical("agentpost stopped serving: %s", cause, exc_info=exc)
+                self.failed = cause
+                self.on_failure()
+                return
             doing = "stop cleanly" if started else "start"
             if isinstance(exc, AgentpostError):  # a refusal, said in its words: no traceback
                 log.error("agentpost could not %s: %s", doing, exc)
@@ -213,6 +225,13 @@ class Service:
         finally:
             with anyio.CancelScope(shield=True):
                 await office.aclose()
+
+
+def _sole(exc: BaseException) -> BaseException:
+    """The one failure inside task groups' wrappings, when there is one."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _query_value(scope: Scope, name: str) -> str | None:
@@ -305,8 +324,17 @@ def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = Fals
     )
     server = _Server(config)
     server.on_shutdown = app.stop_waiting
+
+    def stop() -> None:
+        server.should_exit = True
+
+    app.on_failure = stop
     try:
         server.run()
+        if app.failed is not None:
+            raise AgentpostError(
+                ErrorCode.UNAVAILABLE, f"the post office stopped while serving: {app.failed}"
+            )
     except SystemExit:
         if server.started:
             raise
