@@ -88,6 +88,18 @@ def drop_pg_database(name: str) -> None:
     asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+async def refuse_connections(url: str, refuse: bool = True) -> None:
+    """Have PostgreSQL refuse every new connection to `url`'s database and end those open (as
+    a database gone out of reach does), or take them again."""
+    name = url.rsplit("/", 1)[1]
+    await _admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {"false" if refuse else "true"}')
+    if refuse:
+        await _admin(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+        )
+
+
 _session_db: dict[str, str] = {}
 
 

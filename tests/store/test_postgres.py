@@ -31,7 +31,7 @@ from agentpost.store.postgres import (
     heard,
     unavailable_when_unreachable,
 )
-from backends import PG_ADMIN_URL
+from backends import PG_ADMIN_URL, refuse_connections
 from service_process import eventually as eventually_true
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -341,3 +341,25 @@ def test_no_free_pooled_connection_in_time_is_unavailable_not_a_crash() -> None:
     with pytest.raises(AgentpostError) as refused, unavailable_when_unreachable():
         raise PoolTimeout("QueuePool limit of size 10 overflow 10 reached")
     assert refused.value.code is ErrorCode.UNAVAILABLE
+
+
+async def test_a_database_that_refuses_connections_is_unavailable_not_a_crash(
+    fresh_pg_url: str,
+) -> None:
+    """Connecting refused (the database closed to connections, dropped, or its password
+    changed): every read and write hears `unavailable`, the answer a replica's clients retry,
+    until the database takes connections again."""
+    store = await Store.open(fresh_pg_url)
+    try:
+        await refuse_connections(fresh_pg_url)
+        try:
+            for attempt in (store.read, store.write):
+                with pytest.raises(AgentpostError) as refused:
+                    await attempt(lambda c: c.exec_driver_sql("SELECT 1").scalar())
+                assert refused.value.code is ErrorCode.UNAVAILABLE
+                assert refused.value.message == "the database is unreachable"
+        finally:
+            await refuse_connections(fresh_pg_url, refuse=False)
+        assert await store.read(lambda c: c.exec_driver_sql("SELECT 1").scalar()) == 1
+    finally:
+        await store.aclose()

@@ -104,8 +104,9 @@ froze mid-transaction (a paused VM, a network gone) releases the write lock afte
 
 @contextmanager
 def unavailable_when_unreachable() -> Iterator[None]:
-    """A server that is down, restarting, busy past the lock timeout, or dropped the
-    connection: `unavailable`, try again. Text the database cannot hold: `invalid_argument`.
+    """A server that is down, restarting, refusing connections, busy past the lock timeout,
+    or dropped the connection: `unavailable`, try again. Text the database cannot hold:
+    `invalid_argument`.
 
     The caller hears a fixed sentence: the driver's own message quotes the statement and its
     parameters (a key's digest, an address), which are the server log's to keep.
@@ -121,6 +122,9 @@ def unavailable_when_unreachable() -> Iterator[None]:
         raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is unreachable") from exc
     except DBAPIError as exc:
         state = str(getattr(exc.orig, "sqlstate", None) or "")
+        if exc.statement is None:  # no statement of ours: connecting (or ending) was refused
+            log.warning("the database refused the connection: %s", exc)
+            raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is unreachable") from exc
         if exc.connection_invalidated or state.startswith(_GONE_CLASSES):
             log.warning("database connection lost: %s", exc)
             raise AgentpostError(ErrorCode.UNAVAILABLE, "database connection lost") from exc
