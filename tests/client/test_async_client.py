@@ -239,3 +239,8 @@ async def test_the_owner_creates_an_agent_and_revokes_its_key(office: Office) ->
 async def test_the_health_check_needs_no_key(office: Office) -> None:
     health = await office.client(None).health()
     assert health["status"] == "ok"
+
+
+async def test_the_readiness_check_needs_no_key(office: Office) -> None:
+    ready = await office.client(None).ready()
+    assert ready["status"] == "ready"

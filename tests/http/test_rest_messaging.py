@@ -146,12 +146,6 @@ async def test_wait_times_out_with_timed_out_true_never_an_error(service: Servic
     assert answer.json() == {"messages": [], "unread": 0, "timed_out": True}
 
 
-async def test_health_answers_without_a_key(service: Service) -> None:
-    answer = await service.client().get("/health")
-    assert answer.status_code == 200
-    assert answer.json()["status"] == "ok"
-
-
 async def test_openapi_and_docs_are_served(service: Service) -> None:
     anonymous = service.client()
     spec = (await anonymous.get("/openapi.json")).json()

@@ -126,6 +126,12 @@ def health() -> Request[dict[str, Any]]:
     return Request(dict)
 
 
+def ready() -> Request[dict[str, Any]]:
+    """Readiness: whether the service can read its database now (`unavailable` when not);
+    answers without a key."""
+    return Request(dict)
+
+
 class AdminOperations:
     """The owner's REST operations, and the two that need no key, by OpenAPI operation id."""
 
@@ -145,3 +151,4 @@ class AdminOperations:
 
     register = Operation("POST", "/v1/register", register)
     health = Operation("GET", "/health", health)
+    ready = Operation("GET", "/ready", ready)

@@ -17,6 +17,7 @@ from agentpost.http import (
     reservations,
     tasks,
 )
+from agentpost.http.deps import Office
 from agentpost.http.errors import install_error_handlers
 from agentpost.http.routing import UnicodeJsonRoute
 from agentpost.services import PostOffice
@@ -44,7 +45,13 @@ def build_rest_app(office: PostOffice) -> FastAPI:
 
     @app.get("/health", tags=["service"], operation_id="health")
     async def health() -> dict[str, Any]:
-        """Liveness: answers without a key."""
+        """Liveness: answers without a key, whatever the database's state."""
         return {"status": "ok", "version": __version__}
+
+    @app.get("/ready", tags=["service"], operation_id="ready")
+    async def ready(office: Office) -> dict[str, Any]:
+        """Readiness, for a load balancer: 200 while this replica can read its database,
+        503 `unavailable` while it cannot. Answers without a key."""
+        return (await office.readiness()).to_dict()
 
     return app

@@ -28,7 +28,9 @@ CONNECTION_HEADER = "mcp-session-id"
 """A 2025-era MCP connection's transport session: which session `register` bound it to, never
 who is calling."""
 
-OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+OPEN_PATHS = frozenset(
+    {"/health", "/ready", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+)
 OPEN_POSTS = frozenset({"/v1/register"})
 
 SESSIONS = "/v1/sessions"

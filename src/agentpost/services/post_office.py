@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
 
 from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.services.admin import Admin
 from agentpost.services.channels import Channels
 from agentpost.services.directory import Directory
@@ -19,6 +24,28 @@ from agentpost.services.sweeper import Sweeper
 from agentpost.services.tasks import Tasks
 from agentpost.services.webhooks import Webhooks
 from agentpost.store.database import Clock, Store
+
+READY_WITHIN_S = 5.0
+"""How long a readiness check waits for the database: a load balancer's own check gives up
+after a few seconds, and a replica whose database takes longer should be passed over."""
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    database: str
+    """`sqlite` or `postgresql`."""
+    schema: str
+    """The schema revision the database holds."""
+    hears_other_processes: bool
+    """False while a replica cannot hear the others' commits (it then polls each second)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": "ready",
+            "database": self.database,
+            "schema": self.schema,
+            "hears_other_processes": self.hears_other_processes,
+        }
 
 
 class PostOffice:
@@ -43,6 +70,26 @@ class PostOffice:
     async def open(cls, settings: Settings, *, clock: Clock = time.time) -> PostOffice:
         store = await Store.open(settings.resolved_database_url, clock=clock)
         return cls(store, settings)
+
+    async def readiness(self) -> Readiness:
+        """Whether this process can serve requests now: its database answers a read, within
+        `READY_WITHIN_S`, and holds agentpost's schema. Raises `unavailable` otherwise, for a
+        load balancer to send requests to another replica meanwhile."""
+        try:
+            with anyio.fail_after(READY_WITHIN_S):
+                schema = await self.store.schema_revision()
+        except TimeoutError:
+            raise AgentpostError(
+                ErrorCode.UNAVAILABLE,
+                f"the database did not answer within {READY_WITHIN_S:g} s",
+            ) from None
+        if schema is None:
+            raise AgentpostError(ErrorCode.UNAVAILABLE, "the database holds no agentpost schema")
+        return Readiness(
+            database="sqlite" if self.store.is_sqlite else "postgresql",
+            schema=schema,
+            hears_other_processes=self.store.hears_other_processes,
+        )
 
     def stop_waiting(self) -> None:
         """Shutting down: long-polls and requests that wait answer now, as timed out."""

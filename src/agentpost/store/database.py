@@ -214,6 +214,11 @@ class Store:
         assert self._postgres is not None
         return await self._postgres.read(fn)
 
+    async def schema_revision(self) -> str | None:
+        """The schema revision the database holds (None: no agentpost schema there). A read
+        like any other, so it also tells whether the database can be read at all."""
+        return await self.read(migrate.current_revision)
+
     async def glance(self, fn: Callable[[Connection], T]) -> T:
         """A read of a few indexed rows, done without a thread hand-off where that is cheaper."""
         if self._sqlite is not None:
