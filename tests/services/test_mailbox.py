@@ -910,6 +910,30 @@ async def test_mail_someone_has_not_acknowledged_is_kept_however_old(
     assert len(await office.mailbox.sent(alice)) == 3
 
 
+async def test_mail_withheld_by_a_block_is_kept_as_long_as_unread_mail_would_be(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A blocked sender must not tell the block from a recipient who never reads, not even
+    after the retention: what is withheld is kept while its silent receipt is open (no TTL),
+    and goes once that receipt has expired, as unread mail does."""
+    alice, _bob, carol, dave = await agents(office, "alice", "bob", "carol", "dave")
+    for member in (alice, carol, dave):
+        await office.channels.join(member, "#quiet")
+    await office.directory.block(carol, "alice")
+    await office.directory.block(dave, "alice")
+    await office.mailbox.send(alice, "bob", "bob never reads")
+    await office.mailbox.send(alice, "carol", "carol blocks alice")
+    await office.mailbox.send(alice, "#quiet", "dave and carol block alice")
+    await office.mailbox.send(alice, "carol", "withheld, and stale soon", ttl_s=60)
+    clock.advance(365 * DAY)
+    assert await office.mailbox.sweep() == 1
+    assert sorted(s.message.body for s in await office.mailbox.sent(alice)) == [
+        "bob never reads",
+        "carol blocks alice",
+        "dave and carol block alice",
+    ]
+
+
 async def test_expired_mail_is_purged_once_old_enough_tombstone_and_all(
     office: PostOffice, clock: FakeClock
 ) -> None:

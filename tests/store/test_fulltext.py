@@ -82,7 +82,7 @@ async def test_mail_stored_after_every_message_was_purged_is_indexed(
     mid, seq = await put(lite, "alice", ["bob"], "purged words")
     await lite.index_for_search()
     await lite.write(lambda c: mail.ack(c, "bob", [mid], time.time()))
-    assert await lite.write(lambda c: mail.purge_handled(c, time.time() + 1, 100)) == 1
+    assert await lite.write(lambda c: mail.purge_handled(c, time.time() + 1, 100, time.time())) == 1
     _, again = await put(lite, "alice", ["bob"], "words after the purge")
     assert again > seq  # never handed out again
     assert [r.body for r in await search(lite, "bob", ["words"])] == ["words after the purge"]

@@ -186,8 +186,7 @@ def store_message(
         )
     if addressing.dropped:
         # As the receipts tell it (outbox.with_silent_receipts): unread, then expired.
-        if message.channel is not None:
-            withheld.record(conn, seq, addressing.dropped)
+        withheld.record(conn, seq, addressing.dropped)
         if expires_at is not None:
             expiry.withhold(conn, seq, addressing.dropped, expires_at)
     result = SendResult(mid, thread_of or mid, addressing.to, message.channel, addressing.full)

@@ -444,7 +444,7 @@ class Mailbox:
             def tx(conn: Connection) -> int:
                 now = self.store.clock()
                 expiry.expire_due(conn, now)
-                return mail.purge_handled(conn, now - keep_s, batch)
+                return mail.purge_handled(conn, now - keep_s, batch, now)
 
             purged = await self.store.write(tx, lengthy=True)
             total += purged

@@ -44,6 +44,7 @@ from agentpost.domain.models import (
 from agentpost.store import events, withheld
 from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
 from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions, silent_expiries
+from agentpost.store.schema import withheld as withheld_rows
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
 # Written as ORs of constants, not `in_(list)`: SQLite reads them as an IN on the index, and
@@ -512,20 +513,26 @@ def newest_seq(conn: Connection) -> int:
     return int(conn.execute(select(func.max(messages.c.seq))).scalar() or 0)
 
 
-def purge_handled(conn: Connection, before: float, limit: int) -> int:
+def purge_handled(conn: Connection, before: float, limit: int, now: float) -> int:
     """Retention: delete up to `limit` messages created before `before` that nobody still has
     to handle (every delivery acked or expired, or none at all); returns how many went.
 
-    Unread and read-but-unacked mail stays, so must_read mail stays until it is acked. On
-    SQLite the full-text index follows through its delete trigger.
+    Unread and read-but-unacked mail stays, so must_read mail stays until it is acked. So does
+    mail withheld by a block until its TTL (if any) has passed: its sender's receipt shows it
+    unread till then, and it must stay for as long as unread mail would. On SQLite the
+    full-text index follows through its delete trigger.
     """
     still_open = exists().where(
         deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
     )
+    still_withheld = and_(
+        exists().where(withheld_rows.c.message_seq == messages.c.seq),
+        or_(messages.c.expires_at.is_(None), messages.c.expires_at > now),
+    )
     seqs = list(
         conn.execute(
             select(messages.c.seq)
-            .where(messages.c.created_at < before, ~still_open)
+            .where(messages.c.created_at < before, ~still_open, ~still_withheld)
             .order_by(messages.c.seq)
             .limit(limit)
         ).scalars()

@@ -1,9 +1,11 @@
-"""Whom a broadcast was withheld from: the channel members who block its sender.
+"""Whom a message was withheld from: the recipients (or channel members) who block its sender.
 
 A direct message names its recipients, so its receipts can show a blocker as unread without
 a record; a broadcast names only its channel, whose members change. These rows keep the
 blockers of each broadcast, so that its receipts tell the sender no more than a member who
-never reads would (`services.outbox.with_silent_receipts`).
+never reads would (`services.outbox.with_silent_receipts`). Direct mail's blockers are kept
+too, for retention: mail withheld from someone stays as long as mail they never read would
+(`store.mail.purge_handled`), or its vanishing would give the block away.
 """
 
 from __future__ import annotations
