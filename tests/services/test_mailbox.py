@@ -1410,6 +1410,19 @@ async def test_with_clear_on_ack_content_is_wiped_once_every_recipient_acked(
     assert await office.mailbox.search(alice, "burn") == []
 
 
+async def test_with_clear_on_ack_mail_withheld_by_a_block_keeps_its_content_for_its_sender(
+    open_office: OpenOffice,
+) -> None:
+    """A blocker's receipt reads unread: the content stays, as it does while any recipient
+    has not acked, or the wiped body would tell the sender of the block."""
+    office = await open_office(clear_on_ack=True)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(carol, "alice")
+    sent = await office.mailbox.send(alice, ["bob", "carol"], "kept while carol has not acked")
+    await office.mailbox.ack(bob, [sent.id])
+    assert (await office.mailbox.get(alice, sent.id)).body == "kept while carol has not acked"
+
+
 async def test_without_clear_on_ack_acknowledged_mail_keeps_its_content(
     office: PostOffice,
 ) -> None:

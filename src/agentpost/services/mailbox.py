@@ -349,7 +349,7 @@ class Mailbox:
             expiry.expire_due(conn, now, caller.agent)  # mail past its TTL is a tombstone now
             acked = mail.ack(conn, caller.agent, wanted, now)
             if self.settings.clear_on_ack:
-                clearing.clear_handled(conn, acked)
+                clearing.clear_handled(conn, acked, now)
             return AckResult(acked, [i for i in wanted if i not in acked])
 
         return await self.store.write(tx)

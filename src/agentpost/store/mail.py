@@ -44,7 +44,6 @@ from agentpost.domain.models import (
 from agentpost.store import events, withheld
 from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
 from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions, silent_expiries
-from agentpost.store.schema import withheld as withheld_rows
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
 # Written as ORs of constants, not `in_(list)`: SQLite reads them as an IN on the index, and
@@ -525,14 +524,10 @@ def purge_handled(conn: Connection, before: float, limit: int, now: float) -> in
     still_open = exists().where(
         deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
     )
-    still_withheld = and_(
-        exists().where(withheld_rows.c.message_seq == messages.c.seq),
-        or_(messages.c.expires_at.is_(None), messages.c.expires_at > now),
-    )
     seqs = list(
         conn.execute(
             select(messages.c.seq)
-            .where(messages.c.created_at < before, ~still_open, ~still_withheld)
+            .where(messages.c.created_at < before, ~still_open, ~withheld.still_withheld(now))
             .order_by(messages.c.seq)
             .limit(limit)
         ).scalars()

@@ -11,10 +11,11 @@ too, for retention: mail withheld from someone stays as long as mail they never 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, and_, delete, exists, insert, or_, select
 
-from agentpost.store.schema import withheld
+from agentpost.store.schema import messages, withheld
 
 
 def record(conn: Connection, seq: int, recipients: Sequence[str]) -> None:
@@ -39,3 +40,13 @@ def of_messages(conn: Connection, seqs: Sequence[int]) -> dict[int, list[str]]:
 def forget(conn: Connection, seqs: Sequence[int]) -> None:
     """Retention purges these messages."""
     conn.execute(delete(withheld).where(withheld.c.message_seq.in_(list(seqs))))
+
+
+def still_withheld(now: float) -> Any:
+    """Whether a message (a condition on `messages`) is withheld from someone whose silent
+    receipt still reads unread: no TTL, or one not yet passed (must_read mail has none). Such
+    mail is kept and keeps its content as long as mail someone has not acked does."""
+    return and_(
+        exists().where(withheld.c.message_seq == messages.c.seq),
+        or_(messages.c.expires_at.is_(None), messages.c.expires_at > now),
+    )
