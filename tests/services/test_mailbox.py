@@ -1127,6 +1127,39 @@ async def test_concurrent_answers_tell_an_urgent_message_only_once(office: PostO
     assert (await office.mailbox.notices(bob)).urgent == []
 
 
+async def test_an_answer_that_looked_before_urgent_mail_came_tells_only_what_it_moved_past(
+    office: PostOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two answers look, newer urgent mail lands between their looks, and the one that saw
+    less moves the cursor first: the other tells only what lies beyond that."""
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.mailbox.send(alice, "bob", "first fire", priority="urgent")
+    looked = [asyncio.Event(), asyncio.Event()]
+    go_on = [asyncio.Event(), asyncio.Event()]
+    glance = office.store.glance
+
+    async def held_glance(fn: Any) -> Any:
+        turn = sum(event.is_set() for event in looked)
+        found = await glance(fn)
+        looked[turn].set()
+        await go_on[turn].wait()
+        return found
+
+    monkeypatch.setattr(office.store, "glance", held_glance)
+    early = asyncio.ensure_future(office.mailbox.notices(bob))
+    await looked[0].wait()
+    await office.mailbox.send(alice, "bob", "second fire", priority="urgent")
+    late = asyncio.ensure_future(office.mailbox.notices(bob))
+    await looked[1].wait()
+    go_on[0].set()
+    told_early = await early
+    go_on[1].set()
+    told_late = await late
+    assert [m.body for m in told_early.urgent] == ["first fire"]
+    assert [m.body for m in told_late.urgent] == ["second fire"]
+
+
 # -- retries: idempotency keys ---------------------------------------------------------------
 
 

@@ -490,12 +490,12 @@ class Mailbox:
         if urgent and caller.session_id is not None:
             newest = max(r.seq for r in urgent)
             session_id = caller.session_id
-            # Whoever moves the cursor tells; a concurrent call that lost the race stays quiet.
-            told = await self.store.write(
+            # Whoever moves the cursor tells what it moved past; a concurrent call that moved
+            # it before us told the rest, and one that moved it further leaves us nothing.
+            before = await self.store.write(
                 lambda conn: agent_rows.advance_urgent_cursor(conn, session_id, newest)
             )
-            if not told:
-                urgent = []
+            urgent = [] if before is None else [r for r in urgent if r.seq > before]
         return Notices(unread, [mail.message_from_row(r, r.delivery_state) for r in urgent])
 
     async def arrivals(self, caller: Callable[[], Caller], *, after: int) -> AsyncIterator[int]:

@@ -151,14 +151,17 @@ def update_session(conn: Connection, session_id: str, **values: Any) -> None:
     conn.execute(update(sessions).where(sessions.c.id == session_id).values(**values))
 
 
-def advance_urgent_cursor(conn: Connection, session_id: str, newest: int) -> bool:
-    """Move the session's urgent cursor forward to `newest`; False when it already was there."""
-    result = conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id, sessions.c.urgent_cursor < newest)
-        .values(urgent_cursor=newest)
-    )
-    return bool(result.rowcount)
+def advance_urgent_cursor(conn: Connection, session_id: str, newest: int) -> int | None:
+    """Move the session's urgent cursor forward to `newest`; returns where it was, None when
+    it already was there. What lies up to that was told by whoever moved it there: a caller
+    that looked before the move may have seen some of it too."""
+    before = conn.execute(
+        select(sessions.c.urgent_cursor).where(sessions.c.id == session_id)
+    ).scalar()
+    if before is None or before >= newest:
+        return None
+    conn.execute(update(sessions).where(sessions.c.id == session_id).values(urgent_cursor=newest))
+    return int(before)
 
 
 def end_sessions(conn: Connection, session_ids: Sequence[str], now: float) -> None:
