@@ -366,6 +366,22 @@ async def test_the_sweep_forgets_failures_and_locks_that_no_longer_count(
     assert kept.startswith("authfail:198.51.100.2|")
 
 
+async def test_the_sweep_forgets_registration_and_send_windows_that_ended(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """A window per address that ever registered would pile up for good."""
+    office = await open_office(open_registration=True)
+    await office.keys.self_register("first", ip=ADDRESS)
+    await office.keys.self_register("second", ip="198.51.100.1")
+    alice, _ = await keyed(office, "alice")
+    await office.mailbox.send(alice, "alice", "note to self")
+    clock.advance(3600)
+    await office.keys.self_register("third", ip="198.51.100.2")  # a window that still counts
+    await office.mailbox.sweep()
+    windows = [row[0] for row in (await snapshot(office.store))["rate_windows"]]
+    assert [key for key in windows if not key.startswith("auth")] == ["register:198.51.100.2"]
+
+
 # -- sessions over HTTP --------------------------------------------------------------------------
 
 

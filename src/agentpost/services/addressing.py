@@ -16,6 +16,8 @@ from agentpost.store import mail, rates
 from agentpost.store.database import Connection
 
 SEND_WINDOW_S = 60
+SEND_RATE_KEY = "send:"
+"""Prefix of each agent's send-rate window in the store."""
 
 
 def admit_sender(
@@ -36,7 +38,7 @@ def admit_sender(
 
 def count_send(conn: Connection, dialect: Any, caller: Caller, now: float, limit: int) -> None:
     """One more send in the caller's window of a minute; refused past `limit`."""
-    count, reset_s = rates.hit(conn, dialect, f"send:{caller.agent}", now, SEND_WINDOW_S)
+    count, reset_s = rates.hit(conn, dialect, f"{SEND_RATE_KEY}{caller.agent}", now, SEND_WINDOW_S)
     if count > limit:
         raise AgentpostError(
             ErrorCode.RATE_LIMITED,

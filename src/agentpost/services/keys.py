@@ -54,6 +54,8 @@ NO_ADDRESS = "-"
 ANONYMOUS = "-"
 """The audit's actor before anyone is authenticated."""
 REGISTER_WINDOW_S = 3600.0
+REGISTER_RATE_KEY = "register:"
+"""Prefix of each address's self-registration window in the store."""
 MAX_BOUND_CONNECTIONS = 10_000
 """Connections remembered with their session; past this, the longest unused is forgotten (its
 requests then speak for the key's own session again)."""
@@ -493,7 +495,7 @@ class Keys:
                 project=project,
             )
             count, reset_s = rates.hit(
-                conn, self.store.dialect, f"register:{address}", now, REGISTER_WINDOW_S
+                conn, self.store.dialect, f"{REGISTER_RATE_KEY}{address}", now, REGISTER_WINDOW_S
             )
             if count > limit:
                 raise AgentpostError(

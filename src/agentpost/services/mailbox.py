@@ -31,9 +31,20 @@ from agentpost.domain.names import POST_OFFICE, SYSTEM
 from agentpost.services import accounts, addressing, drafts, outbox
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
+from agentpost.services.keys import REGISTER_RATE_KEY, REGISTER_WINDOW_S
 from agentpost.services.presence import Heartbeat, check_identity, check_standing
 from agentpost.store import agents as agent_rows
-from agentpost.store import audit, blocks, clearing, expiry, idempotency, lockouts, mail, withheld
+from agentpost.store import (
+    audit,
+    blocks,
+    clearing,
+    expiry,
+    idempotency,
+    lockouts,
+    mail,
+    rates,
+    withheld,
+)
 from agentpost.store.database import Connection, Store
 
 
@@ -468,11 +479,14 @@ class Mailbox:
         return await self.store.write(tx, lengthy=True)
 
     def _forget_old_records(self, conn: Connection) -> None:
-        """What matters only for a while: idempotency keys (a day), failed authentications
-        and lockouts (their window), the audit rows of sends (as long as the mail is kept)."""
+        """What matters only for a while: idempotency keys (a day), failed authentications,
+        lockouts and rate windows (their window), the audit rows of sends (as long as the
+        mail is kept)."""
         now = self.store.clock()
         idempotency.purge(conn, now - outbox.IDEMPOTENCY_S)
         lockouts.purge(conn, now - self.settings.lockout_s)
+        rates.forget_ended(conn, addressing.SEND_RATE_KEY, now - addressing.SEND_WINDOW_S)
+        rates.forget_ended(conn, REGISTER_RATE_KEY, now - REGISTER_WINDOW_S)
         audit.purge(conn, "message.sent", now - self.settings.retention_days * 86_400)
 
     # -- piggyback ---------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cache
 from types import ModuleType
 
-from sqlalchemy import BindParameter, Connection, bindparam, case, select
+from sqlalchemy import BindParameter, Connection, bindparam, case, delete, select
 
 from agentpost.store.prepared import Prepared
 from agentpost.store.schema import rate_windows
@@ -47,3 +47,15 @@ def peek(conn: Connection, key: str, now: float, window_s: float) -> int:
         return 0
     window_start, count = row
     return int(count) if window_start == start else 0
+
+
+def forget_ended(conn: Connection, prefix: str, until: float) -> int:
+    """Forget the `prefix` windows that began at `until` or earlier (a window's length ago):
+    a hit there starts a new window anyway. Keys carrying an address (`register:<ip>`) would
+    otherwise pile up a row for every address that ever came."""
+    result = conn.execute(
+        delete(rate_windows).where(
+            rate_windows.c.window_start <= until, rate_windows.c.key.startswith(prefix)
+        )
+    )
+    return int(result.rowcount)
