@@ -142,7 +142,7 @@ def test_a_service_url_that_is_no_http_url_is_an_invalid_argument(url: str) -> N
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
 
 
-@pytest.mark.parametrize("key", ["ap_\u00e9", "ap_secret\n", "ap_\x00"])
+@pytest.mark.parametrize("key", ["ap_\u00e9", "ap_secret\n", "ap_\x00", "ap_secret ", " ap_secret"])
 def test_a_key_no_header_can_carry_is_refused_without_repeating_it(key: str) -> None:
     with pytest.raises(AgentpostError) as caught:
         Client("http://agentpost.test", key)
@@ -157,10 +157,11 @@ def test_a_key_no_header_can_carry_is_refused_without_repeating_it(key: str) -> 
         (lambda c: c.send("bob", "x", data={1, 2}), "not JSON"),
         (lambda c: c.send("bob", "caf\udce9"), "must be Unicode text"),
         (lambda c: c.send("bob", "x", idempotency_key="retry-\u00e9"), "Idempotency-Key"),
+        (lambda c: c.send("bob", "x", idempotency_key=" "), "Idempotency-Key"),
         (lambda c: c.thread("t\udcff"), "thread_id must be Unicode text"),
         (lambda c: c.search("\udcff"), "must be Unicode text"),
     ],
-    ids=["nan", "set", "body-not-utf8", "idempotency-key", "path", "query"],
+    ids=["nan", "set", "body-not-utf8", "idempotency-key", "blank-key", "path", "query"],
 )
 def test_what_no_request_can_carry_is_refused_before_anything_is_sent(call: Any, says: str) -> None:
     sent, transport = recording()

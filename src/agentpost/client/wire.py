@@ -103,9 +103,14 @@ def _check_service_url(url: str) -> None:
 def header_value(what: str, value: str) -> str:
     """A value for an HTTP header: printable ASCII, which is all a key, a session id or an
     idempotency key holds. Anything else (a line break read from a file with the key, say) is
-    refused without repeating the value, which may be a secret."""
-    if not (value.isascii() and value.isprintable()):
-        raise invalid(f"{what} holds characters an HTTP header cannot carry (printable ASCII only)")
+    refused without repeating the value, which may be a secret. So is a space at either end
+    (pasted with the key, say): httpx would refuse that header only as it sends it, as if the
+    service could not be reached, with the value, the key too, in its message."""
+    if not (value.isascii() and value.isprintable()) or value != value.strip():
+        raise invalid(
+            f"{what} holds characters an HTTP header cannot carry"
+            " (printable ASCII only, no space at either end)"
+        )
     return value
 
 
