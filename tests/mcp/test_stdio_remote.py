@@ -21,7 +21,7 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from remote_office import Office
-from service_process import Service, serve_command
+from service_process import Service, eventually, serve_command
 from stdio_agents import INBOX_URI, LEGACY, WAKE_TIMEOUT_S, Agent, Agents
 
 pytestmark = pytest.mark.anyio
@@ -170,6 +170,40 @@ async def test_a_refused_key_ends_the_server_with_its_code(service: Service) -> 
     )
     assert done.returncode == 3, done.stderr
     assert b"error: unauthenticated" in done.stderr
+
+
+async def test_a_key_revoked_mid_session_ends_the_server_before_its_address_is_locked_out(
+    service: Service,
+) -> None:
+    """Each request with a revoked key is a failed authentication, and ten lock the address
+    out: a heartbeat and an event stream knocking on with it would lock every agent of this
+    machine out within a minute. The server exits with the refusal's code instead."""
+    office = Office(service)
+    try:
+        alice_key = await office.new_key("alice")
+        command = serve_command()[:-1]  # the console script, without `serve`
+        process = await anyio.open_process(
+            [*command, "mcp", "--url", service.url, "--key", alice_key],
+            stdin=subprocess.PIPE,  # held open: the client never goes
+            stderr=subprocess.PIPE,
+        )
+        async with process:
+
+            async def at_work() -> bool:
+                return any(p.name == "alice" for p in await office.admin.who())
+
+            await eventually(at_work, within_s=60)
+            [key] = await office.admin.admin_list_keys("alice")
+            await office.admin.admin_revoke_key(key.id)
+            with anyio.fail_after(30):
+                assert await process.wait() == 3
+            assert process.stderr is not None
+            assert b"error: unauthenticated" in await process.stderr.receive()
+        failures = await office.admin.admin_audit_log(action="auth.failed")
+        assert len(failures) <= 2
+        assert (await office.admin.me()).name  # the owner is not locked out
+    finally:
+        await office.aclose()
 
 
 def test_the_local_server_never_loads_the_client() -> None:

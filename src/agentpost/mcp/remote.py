@@ -6,12 +6,15 @@ key's agent with this worktree's project and branch, heartbeats it, pushes `agen
 updates and Claude Code channel notifications from the service's event stream (new mail only:
 receipts do not change the inbox), and ends the session when the client closes stdin or the
 process is told to stop. As with a local session, mail that comes before Claude Code's
-`initialize` is pushed once it has connected (the newest `HELD` of it, if ever that many).
+`initialize` is pushed once it has connected (the newest `HELD` of it, if ever that many). Once
+the service refuses the key (revoked, or its agent disabled), the process exits with
+`unauthenticated`, as it does when the key is refused at the start.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 
 import anyio
@@ -19,6 +22,7 @@ import anyio
 from agentpost.client import AsyncClient
 from agentpost.client.desk import RemoteDesk
 from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.events import EventType
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
@@ -60,23 +64,54 @@ class _ChannelPush:
         self.open = True  # no await since the last look: nothing can slip in between
 
 
+class _KeyWatch:
+    """Ends the session once the service refuses the key, and says why.
+
+    Every refused key is a failed authentication, and failures lock their address out: a
+    heartbeat and an event stream that kept knocking with a revoked key would lock out every
+    agent (and the owner) on this machine within a minute, for as long as the process lives."""
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.scope = scope
+        self.refused: AgentpostError | None = None
+
+    async def checked(self, action: Callable[[], Awaitable[None]]) -> None:
+        """`action`; a refusal of the key stops the session (and still raises)."""
+        try:
+            await action()
+        except AgentpostError as err:
+            if err.code is ErrorCode.UNAUTHENTICATED and self.refused is None:
+                self.refused = err
+                self.scope.cancel()
+            raise
+
+
 async def _push_new_mail(
-    client: AsyncClient, server: MailboxServer, listening: anyio.Event, push: _ChannelPush
+    client: AsyncClient,
+    server: MailboxServer,
+    listening: anyio.Event,
+    push: _ChannelPush,
+    watch: _KeyWatch,
 ) -> None:
     """Tell the client its inbox changed on every `message.created` event, and push that message
     to Claude Code's channel (a peek: `get_message` reads no delivery). The stream reopens itself
-    after a dropped connection, after the last event seen, so each message is pushed once; a
-    refusal (the key was revoked) is retried slowly."""
+    after a dropped connection, after the last event seen, so each message is pushed once; any
+    other refusal (a locked-out address) is retried slowly, a refused key ends the session."""
     cursor: int | None = None
+
+    async def follow() -> None:
+        nonlocal cursor
+        async with aclosing(client.events(after=cursor, on_open=listening.set)) as events:
+            async for event in events:
+                cursor = event.seq
+                if event.type == EventType.MESSAGE_CREATED:
+                    await server.notify_resource_updated(INBOX_URI)
+                    if event.message_id is not None:
+                        await push.arrived(event.message_id)
+
     while True:
         with survive("following the service's events"):
-            async with aclosing(client.events(after=cursor, on_open=listening.set)) as events:
-                async for event in events:
-                    cursor = event.seq
-                    if event.type == EventType.MESSAGE_CREATED:
-                        await server.notify_resource_updated(INBOX_URI)
-                        if event.message_id is not None:
-                            await push.arrived(event.message_id)
+            await watch.checked(follow)
         await anyio.sleep(5)  # after a refusal only
 
 
@@ -94,6 +129,8 @@ async def serve_remote_stdio(settings: Settings) -> None:
         desk = await RemoteDesk.open(
             client, project=context.project, worktree=context.worktree, branch=context.branch
         )
+        serving = anyio.CancelScope()
+        watch = _KeyWatch(serving)
         try:
             agents = await client.directory(limit=DIRECTORY_NAMES)
             others = [a.name for a in agents if a.name != desk.agent]
@@ -106,16 +143,22 @@ async def serve_remote_stdio(settings: Settings) -> None:
                 with anyio.move_on_after(LISTEN_S):
                     await listening.wait()
 
-            await run_session(
-                server,
-                [
-                    lambda: every(settings.heartbeat_s, "heartbeat", desk.heartbeat),
-                    lambda: _push_new_mail(client, server, listening, push),
-                    push.release_when_connected,
-                ],
-                ready=push_is_listening,
-            )
+            with serving:
+                await run_session(
+                    server,
+                    [
+                        lambda: every(
+                            settings.heartbeat_s, "heartbeat", lambda: watch.checked(desk.heartbeat)
+                        ),
+                        lambda: _push_new_mail(client, server, listening, push, watch),
+                        push.release_when_connected,
+                    ],
+                    ready=push_is_listening,
+                )
+            if watch.refused is not None:
+                raise watch.refused
         finally:
-            with anyio.CancelScope(shield=True) as scope, survive("ending the session"):
-                scope.deadline = anyio.current_time() + GOODBYE_S
-                await desk.close()
+            if watch.refused is None:  # a refused key would be one more failure to count
+                with anyio.CancelScope(shield=True) as scope, survive("ending the session"):
+                    scope.deadline = anyio.current_time() + GOODBYE_S
+                    await desk.close()
