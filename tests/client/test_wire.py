@@ -6,6 +6,7 @@ from __future__ import annotations
 import email.utils
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -140,6 +141,26 @@ def test_a_service_url_that_is_no_http_url_is_an_invalid_argument(url: str) -> N
     with pytest.raises(AgentpostError) as caught:
         Client(url, "ap_x")
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [({"AGENTPOST_HEARTBEAT_S": "soon"}, "heartbeat_s"), ({"AGENTPOST_CONFIG": "broken"}, "TOML")],
+)
+def test_a_configuration_mistake_is_an_invalid_argument_naming_it(
+    env: dict[str, str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client reads the settings for a URL or key left out, as the command line does: a
+    mistake there is the caller's to fix, told as one, not pydantic's or tomllib's traceback."""
+    (tmp_path / "broken").write_text("url = ")
+    monkeypatch.chdir(tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(tmp_path / value) if name == "AGENTPOST_CONFIG" else value)
+    for make in (Client, AsyncClient):
+        with pytest.raises(AgentpostError) as caught:
+            make("http://agentpost.test")
+        assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+        assert says in caught.value.message
 
 
 @pytest.mark.parametrize("key", ["ap_\u00e9", "ap_secret\n", "ap_\x00", "ap_secret ", " ap_secret"])

@@ -20,7 +20,7 @@ import httpx
 
 from agentpost import __version__
 from agentpost.client.operation import Request
-from agentpost.config import Settings
+from agentpost.config import load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.events import Event
 from agentpost.domain.limits import is_decimal, not_unicode, utf8_size
@@ -59,9 +59,10 @@ class Target:
     def resolve(cls, url: str | None, key: str | None, session: str | None) -> Target:
         """The given URL and key, else the settings' (`AGENTPOST_URL`, `AGENTPOST_KEY`). The
         configured key goes only to the configured service: a client made for another URL
-        without a key sends none, rather than hand that service the key of this one."""
+        without a key sends none, rather than hand that service the key of this one. A mistake
+        in the settings is `invalid_argument`, as the command line says it."""
         if url is None or key is None:
-            settings = Settings()
+            settings = load_settings()
             if key is None:
                 key = settings.key_for(url)
             url = url or settings.url
