@@ -172,6 +172,27 @@ async def test_a_refused_key_ends_the_server_with_its_code(service: Service) -> 
     assert b"error: unauthenticated" in done.stderr
 
 
+async def test_a_wait_the_stopping_service_answers_is_timed_out_not_an_error(
+    agents: Agents, service: Service
+) -> None:
+    """A stopping service answers open long-polls `timed_out` at once; the unread count that
+    rides along is a request of its own, which the stopped service no longer answers. What the
+    call did stands: the answer is the wait's, with the count said to be unknown."""
+    alice = await start_remote(agents, service, await service.create_agent("alice"))
+    answers: list[dict[str, Any]] = []
+
+    async def wait() -> None:
+        answers.append(await alice.call("wait", timeout_s=120))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait)
+        await anyio.sleep(1)  # the long-poll is held open
+        await service.stop()
+    [answer] = answers
+    assert (answer["messages"], answer["timed_out"]) == ([], True)
+    assert "unread" not in answer
+
+
 async def test_a_key_revoked_mid_session_ends_the_server_before_its_address_is_locked_out(
     service: Service,
 ) -> None:

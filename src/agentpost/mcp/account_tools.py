@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.desk import LocalDesk
-from agentpost.mcp.presenting import answer
+from agentpost.mcp.presenting import answer, notices_of
 
 ToolFn = Callable[..., Awaitable[ToolOutput]]
 
@@ -16,7 +16,7 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
     directory_service = desk.office.directory
 
     async def reply(structured: dict[str, object], summary: str) -> ToolOutput:
-        return answer(dict(structured), summary, await desk.notices())
+        return answer(dict(structured), summary, await notices_of(desk))
 
     async def directory(
         query: str | None = None, project: str | None = None, limit: int = 50
@@ -70,7 +70,7 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
     admin, keys = desk.office.admin, desk.office.keys
 
     async def reply(structured: dict[str, object], summary: str) -> ToolOutput:
-        return answer(dict(structured), summary, await desk.notices())
+        return answer(dict(structured), summary, await notices_of(desk))
 
     async def admin_create_agent(
         name: str,

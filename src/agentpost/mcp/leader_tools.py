@@ -5,7 +5,7 @@ from __future__ import annotations
 from agentpost.domain.desk import Desk
 from agentpost.domain.leadership import Leader
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer
+from agentpost.mcp.presenting import answer, notices_of
 
 
 def _describe(seat: Leader) -> str:
@@ -17,7 +17,7 @@ def _describe(seat: Leader) -> str:
 
 def register_leader_tools(server: MailboxServer, desk: Desk) -> None:
     async def reply(seat: Leader) -> ToolOutput:
-        return answer(seat.to_dict(), _describe(seat), await desk.notices())
+        return answer(seat.to_dict(), _describe(seat), await notices_of(desk))
 
     async def leader(project: str | None = None) -> ToolOutput:
         """Who leads a project (default: yours), under which term. The term grows with every

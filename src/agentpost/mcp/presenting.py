@@ -7,14 +7,18 @@ message inside a fresh frame (domain.framing) so its words stay a colleague's.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from agentpost.domain.desk import Desk
+from agentpost.domain.errors import AgentpostError
 from agentpost.domain.framing import frame_messages
 from agentpost.domain.models import Message, Notices
 from agentpost.mcp.adapter import ToolOutput
+
+log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 200
 INBOX_URI = "agentpost://inbox"
@@ -57,16 +61,32 @@ def preview(message: Message) -> dict[str, Any]:
     }
 
 
+async def notices_of(desk: Desk) -> Notices | None:
+    """What rides along on an answer, or None when it cannot be read. The call it rides on is
+    done by then (mail marked read, a message sent): reported as failed for the piggyback, a
+    model would send again, or never see the mail it was just handed. A remote desk reads it
+    with a request of its own, which fails alone when the service stops between the two."""
+    try:
+        return await desk.notices()
+    except AgentpostError as err:
+        log.warning("the unread count could not be read: %s", err)
+        return None
+
+
 def answer(
     structured: dict[str, Any],
     summary: str,
-    notices: Notices,
+    notices: Notices | None,
     messages: Sequence[Message] = (),
 ) -> ToolOutput:
-    """One tool answer: `summary`, then framed `messages`, then what rides along."""
+    """One tool answer: `summary`, then framed `messages`, then what rides along (when it
+    could be read: else the answer says the count is unknown)."""
     out = dict(structured)
-    out["unread"] = notices.unread
     lines = [frame_messages(messages, title=summary)] if messages else [summary]
+    if notices is None:
+        lines.append("[agentpost] unread: unknown (the post office did not answer)")
+        return ToolOutput(text="\n\n".join(lines), structured=out)
+    out["unread"] = notices.unread
     if notices.urgent:
         out["urgent"] = [preview(m) for m in notices.urgent]
         lines.append(

@@ -10,7 +10,7 @@ from typing import Any
 from agentpost.domain.desk import Desk
 from agentpost.domain.reservations import Reservation, ReservationsChanged
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer
+from agentpost.mcp.presenting import answer, notices_of
 
 
 def until(expires_at: float) -> str:
@@ -34,7 +34,7 @@ def _listed(paths: list[str] | str | None) -> list[str] | None:
 
 def register_reservation_tools(server: MailboxServer, desk: Desk) -> None:
     async def reply(structured: dict[str, Any], summary: str) -> ToolOutput:
-        return answer(structured, summary, await desk.notices())
+        return answer(structured, summary, await notices_of(desk))
 
     def changed(verb: str, done: ReservationsChanged) -> str:
         text = _listing(f"{verb} {len(done.reservations)}.", done.reservations)

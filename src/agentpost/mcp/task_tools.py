@@ -37,7 +37,7 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
     async def reply(
         structured: dict[str, Any], summary: str, messages: Sequence[Message] = ()
     ) -> ToolOutput:
-        return presenting.answer(structured, summary, await desk.notices(), messages)
+        return presenting.answer(structured, summary, await presenting.notices_of(desk), messages)
 
     async def told(found: RequestAnswer) -> ToolOutput:
         shown = [] if found.response is None else [found.response]

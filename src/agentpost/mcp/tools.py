@@ -14,7 +14,7 @@ from agentpost.domain.desk import Desk
 from agentpost.domain.models import Message
 from agentpost.domain.names import channel_tag
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer, messages_json
+from agentpost.mcp.presenting import answer, messages_json, notices_of
 
 JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
 
@@ -27,7 +27,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
     async def reply(
         structured: dict[str, Any], summary: str, messages: list[Message] | None = None
     ) -> ToolOutput:
-        return answer(structured, summary, await desk.notices(), messages or [])
+        return answer(structured, summary, await notices_of(desk), messages or [])
 
     tools: list[Callable[..., Awaitable[ToolOutput]]] = []
 
