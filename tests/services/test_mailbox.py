@@ -1175,6 +1175,19 @@ async def test_a_retried_send_with_the_same_idempotency_key_is_stored_once(
     assert await bodies(office, bob) == ["once"]
 
 
+async def test_a_retry_whose_data_lists_the_same_keys_in_another_order_is_the_same_send(
+    office: PostOffice,
+) -> None:
+    """Another client, or another JSON library, may serialise the object anew."""
+    alice, bob = await agents(office, "alice", "bob")
+    data = {"pr": 42, "checks": {"lint": "ok", "tests": "ok"}}
+    first = await office.mailbox.send(alice, "bob", "done", data=data, idempotency_key="r-2")
+    reordered = {"checks": {"tests": "ok", "lint": "ok"}, "pr": 42}
+    again = await office.mailbox.send(alice, "bob", "done", data=reordered, idempotency_key="r-2")
+    assert again == first
+    assert await bodies(office, bob) == ["done"]
+
+
 async def test_a_retried_broadcast_answers_as_the_first_did(office: PostOffice) -> None:
     alice, _bob, _carol = await agents(office, "alice", "bob", "carol")
     first = await office.mailbox.send(alice, "#general", "news", idempotency_key="b-1")

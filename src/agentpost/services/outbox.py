@@ -42,8 +42,12 @@ def check_idempotency_key(key: str | None) -> str | None:
 
 
 def request_hash(request: dict[str, Any]) -> str:
-    """A fingerprint of everything a send was asked to do (after its checks)."""
-    text = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """A fingerprint of everything a send was asked to do (after its checks). `data` counts
+    by its value: a retry that serialised the same object with its keys in another order (a
+    client library of another language, say) asks the same."""
+    data = request.get("data")
+    canonical = request if data is None else {**request, "data": json.loads(data)}
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
