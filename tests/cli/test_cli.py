@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -364,6 +365,15 @@ def test_a_refusal_prints_its_code_exits_with_its_status_and_changes_nothing(
     refused(done, code)
     assert done.stdout == ""
     assert database(isolated_home) == before
+
+
+def test_a_refusal_that_waiting_cures_says_how_long_to_wait() -> None:
+    arrange("alice", "bob")
+    limited = {"AGENTPOST_SEND_RATE_PER_MINUTE": "1"}
+    assert agentpost("send", "bob", "first", "--as", "alice", **limited).returncode == 0
+    done = agentpost("send", "bob", "second", "--as", "alice", **limited)
+    refused(done, "rate_limited")
+    assert re.search(r"\(try again in \d+ s\)$", done.stderr.strip()), done.stderr
 
 
 def test_a_name_refused_once_becomes_an_agent_with_its_first_good_send() -> None:

@@ -9,6 +9,7 @@ colours are spans of `Text` (`styled`), never markup in a string.
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -52,12 +53,16 @@ def emit_json(value: Any) -> None:
 
 
 def refusal(err: AgentpostError, *, as_json: bool = False) -> typer.Exit:
-    """Show a refusal (`error: <code>: <message>` on stderr, or `{"error": …}` on stdout for a
-    script); the exit to raise with the code's status."""
+    """Show a refusal (`error: <code>: <message>` on stderr, with how long to wait where
+    waiting helps, or `{"error": …}` on stdout for a script); the exit to raise with the code's
+    status."""
     if as_json:
         emit_json({"error": err.to_dict()})
     else:
-        errors.print(styled(("error:", "red"), f" {err.code.value}: {err.message}"))
+        text = f" {err.code.value}: {err.message}"
+        if err.retry_after_s is not None:
+            text += f" (try again in {max(1, math.ceil(err.retry_after_s))} s)"
+        errors.print(styled(("error:", "red"), text))
     return typer.Exit(EXIT_CODES[err.code])
 
 
