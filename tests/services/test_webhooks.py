@@ -18,6 +18,7 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute
 
+from account_helpers import owner
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.events import MAX_WEBHOOKS, HookState, WebhookDelivery
 from agentpost.domain.models import Caller
@@ -392,6 +393,38 @@ async def test_a_deleted_webhook_receives_nothing_more_and_its_pending_deliverie
     assert [(d.id, d.state, d.last_error) for d in failed] == [
         (pending.id, HookState.FAILED, "webhook deleted")
     ]
+
+
+async def test_a_disabled_agents_webhook_is_told_nothing_more_and_its_pending_deliveries_fail(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    admin = await owner(office)
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver(answers=[(500, {})])
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver, "message.created", "message.read")
+        await office.mailbox.send(alice, "bob", "fails once")
+        await office.mailbox.send(bob, "alice", "read after bob is disabled")
+        (pending,) = await until(office, log_when(office, bob, webhook, lambda d: d.attempts == 1))
+        await office.admin.disable_agent(admin, "bob")
+        await office.mailbox.inbox(alice)  # news for bob's log: a read receipt
+        clock.advance(60)
+        done = await until(
+            office, lambda: office.store.read(lambda conn: _all_done(conn, webhook, 2))
+        )
+        await anyio.sleep(0.3)
+    assert len(receiver.requests) == 1
+    assert [(d.id, d.event, d.state, d.last_error) for d in done] == [
+        (done[0].id, "message.read", HookState.FAILED, "agent disabled"),
+        (pending.id, "message.created", HookState.FAILED, "agent disabled"),
+    ]
+
+
+def _all_done(conn: Any, webhook: str, count: int) -> list[WebhookDelivery] | None:
+    """A webhook's deliveries (even a deleted one's), once there are `count`, none pending."""
+    found = webhook_rows.deliveries_of(conn, webhook, 10)
+    done = len(found) == count and all(d.state is not HookState.PENDING for d in found)
+    return found if done else None
 
 
 # -- creating, listing, deleting ----------------------------------------------------------------

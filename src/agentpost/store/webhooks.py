@@ -27,7 +27,7 @@ from sqlalchemy import (
 from agentpost.domain.events import HookState, Webhook, WebhookDelivery, retry_delay_s
 from agentpost.domain.ids import delivery_id
 from agentpost.store import events as event_rows
-from agentpost.store.schema import events, webhook_deliveries, webhooks
+from agentpost.store.schema import agents, events, webhook_deliveries, webhooks
 
 _LIVE = webhooks.c.deleted_at.is_(None)
 _PENDING = webhook_deliveries.c.state == HookState.PENDING.value
@@ -181,15 +181,26 @@ def claim_due(conn: Connection, now: float, lease_s: float, limit: int) -> list[
     another dispatcher leaves it alone while it is in flight (and retries it, should this one
     die before it records the outcome).
 
+    A due delivery of a disabled agent fails instead, unsent: a disabled agent is told
+    nothing more, by a webhook no more than by its event stream.
+
     Rows: id, event, payload, attempts (those made before this one), url, secret."""
-    due = list(
+    found = conn.execute(
+        select(webhook_deliveries.c.id, agents.c.disabled_at)
+        .join(webhooks, webhooks.c.id == webhook_deliveries.c.webhook_id)
+        .join(agents, agents.c.name == webhooks.c.agent)
+        .where(_PENDING, webhook_deliveries.c.next_attempt_at <= now)
+        .order_by(webhook_deliveries.c.next_attempt_at, webhook_deliveries.c.event_seq)
+        .limit(limit)
+    ).all()
+    disabled = [row.id for row in found if row.disabled_at is not None]
+    if disabled:
         conn.execute(
-            select(webhook_deliveries.c.id)
-            .where(_PENDING, webhook_deliveries.c.next_attempt_at <= now)
-            .order_by(webhook_deliveries.c.next_attempt_at, webhook_deliveries.c.event_seq)
-            .limit(limit)
-        ).scalars()
-    )
+            update(webhook_deliveries)
+            .where(webhook_deliveries.c.id.in_(disabled))
+            .values(state=HookState.FAILED.value, next_attempt_at=None, last_error="agent disabled")
+        )
+    due = [row.id for row in found if row.disabled_at is None]
     if not due:
         return []
     conn.execute(
