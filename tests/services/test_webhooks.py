@@ -251,6 +251,35 @@ async def test_an_unreachable_receiver_is_recorded_as_an_error_and_retried(
     assert failed.next_attempt_at == clock() + 1
 
 
+async def test_a_receiver_that_never_answers_holds_up_no_other_webhook(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(webhook_timeout_s=30)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    held = anyio.Event()
+
+    async def tarpit(stream: Any) -> None:  # takes the request, never answers
+        held.set()
+        async with stream:
+            await anyio.sleep_forever()
+
+    silent = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = silent.extra(SocketAttribute.local_port)
+    receiver = Receiver()
+    async with silent, running(office, receiver), anyio.create_task_group() as tg:
+        tg.start_soon(silent.serve, tarpit)
+        await office.webhooks.create(bob, f"http://127.0.0.1:{port}/", ["message.created"])
+        webhook = await hook(office, alice, receiver)
+        await office.mailbox.send(carol, "bob", "into the void")
+        with anyio.fail_after(10):
+            await held.wait()
+        await office.mailbox.send(carol, "alice", "meanwhile")
+        with anyio.fail_after(5):  # not after bob's receiver times out, 30 s from now
+            await until(office, log_when(office, alice, webhook, delivered))
+        tg.cancel_scope.cancel()
+    assert [r.payload["data"]["from"] for r in receiver.requests] == ["carol"]
+
+
 async def test_a_name_is_resolved_checked_and_the_checked_address_is_the_one_used(
     office: PostOffice, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -51,12 +51,16 @@ from agentpost.store.wakeups import Watch
 
 if TYPE_CHECKING:
     import httpx
+    from anyio.abc import TaskGroup
 
 log = logging.getLogger(__name__)
 
 SECRET_PREFIX = "whsec_"
 CLAIM_BATCH = 16
-"""Deliveries POSTed at once by one dispatcher."""
+"""Deliveries claimed at once by one dispatcher."""
+MAX_IN_FLIGHT = 64
+"""Deliveries one dispatcher has on their way at once: each POST runs beside the others and
+beside the claiming, so a receiver that takes its time holds up only its own deliveries."""
 ENQUEUE_PAGE = 500
 LEASE_EXTRA_S = 30.0
 """A claimed delivery is not due again for the timeout plus this (a dispatcher died mid-way)."""
@@ -246,6 +250,10 @@ class Webhooks:
         commits, whose reach is unknown, and at least every `HOOKED_FRESH_S` under traffic."""
         self._news: Watch | None = None
         """The dispatcher's watch, woken when this process creates or deletes a webhook."""
+        self._in_flight = 0
+        """Claimed deliveries whose outcome is not recorded yet."""
+        self._recorded = False
+        """An outcome was recorded since the dispatcher last looked (a retry may be due)."""
 
     async def create(
         self, caller: Caller, url: str, events: builtins.list[str]
@@ -318,18 +326,21 @@ class Webhooks:
 
         # No proxies from the environment, no redirects; and no kept-alive connections, which
         # are pooled by address alone and could carry one name's TLS session to another name.
-        async with httpx.AsyncClient(
-            timeout=self.settings.webhook_timeout_s,
-            follow_redirects=False,
-            trust_env=False,
-            limits=httpx.Limits(max_keepalive_connections=0),
-        ) as client:
+        async with (
+            httpx.AsyncClient(
+                timeout=self.settings.webhook_timeout_s,
+                follow_redirects=False,
+                trust_env=False,
+                limits=httpx.Limits(max_keepalive_connections=0),
+            ) as client,
+            anyio.create_task_group() as posting,
+        ):
             with self.store.watch(None) as news:
                 self._news = news
                 try:
                     while True:
                         try:
-                            sleep = await self._round(client)
+                            sleep = await self._round(client, posting)
                         except AgentpostError as err:
                             if err.code is not ErrorCode.UNAVAILABLE:
                                 raise
@@ -358,6 +369,9 @@ class Webhooks:
         until = start + HOOKED_FRESH_S if sleep is None else start + min(sleep, HOOKED_FRESH_S)
         while True:
             woken = await news.wait(max(0.0, until - time.monotonic()))
+            if self._recorded:  # a delivery ended here: its retry may be due before `sleep`
+                self._recorded = False
+                return
             reach = news.reach() if woken else None
             hooked = self._hooked
             if reach is None or hooked is None:
@@ -366,9 +380,9 @@ class Webhooks:
             if not hooked.isdisjoint(reach):
                 return
 
-    async def _round(self, client: httpx.AsyncClient) -> float | None:
-        """Enqueue, then deliver until nothing is due; returns how long to sleep (None: until
-        the store changes)."""
+    async def _round(self, client: httpx.AsyncClient, posting: TaskGroup) -> float | None:
+        """Enqueue, then claim until nothing is due, each claimed delivery POSTed in `posting`
+        (not awaited); returns how long to sleep (None: until the store changes)."""
         if self._hooked is None:
             changes = self._changes
             hooked = await self.store.glance(webhook_rows.hooked_agents)
@@ -381,49 +395,52 @@ class Webhooks:
             )
         lease = self.settings.webhook_timeout_s + LEASE_EXTRA_S
         while True:
+            room = min(CLAIM_BATCH, MAX_IN_FLIGHT - self._in_flight)
+            if room <= 0:
+                return None  # the next delivery to end wakes the dispatcher
             due = await self.store.glance(webhook_rows.next_due)
             if due is None:
                 return None
             wait = due - self.store.clock()
             if wait > 0:
                 return min(wait, MAX_SLEEP_S)
-            claimed = await self.store.write(
-                lambda conn: webhook_rows.claim_due(conn, self.store.clock(), lease, CLAIM_BATCH)
-            )
-            if claimed:  # else another dispatcher took them
-                await self._deliver(client, claimed)
 
-    async def _deliver(self, client: httpx.AsyncClient, claimed: builtins.list[Row[Any]]) -> None:
-        """POST the claimed deliveries at once, then record every outcome in one transaction."""
-        outcomes: dict[str, tuple[bool, int | None, str | None]] = {}
+            def claim(conn: Connection, limit: int = room) -> builtins.list[Row[Any]]:
+                return webhook_rows.claim_due(conn, self.store.clock(), lease, limit)
 
-        async def attempt(row: Row[Any]) -> None:
-            outcomes[row.id] = await self._attempt(client, row)
-
-        async with anyio.create_task_group() as group:
+            claimed = await self.store.write(claim)
+            # None claimed: another dispatcher took them.
             for row in claimed:
-                group.start_soon(attempt, row)
-        await self.store.write(lambda conn: self._record(conn, claimed, outcomes))
+                self._in_flight += 1
+                posting.start_soon(self._deliver, client, row)
 
-    def _record(
-        self,
-        conn: Connection,
-        claimed: builtins.list[Row[Any]],
-        outcomes: dict[str, tuple[bool, int | None, str | None]],
-    ) -> None:
-        now = self.store.clock()
-        for row in claimed:
-            ok, status, error = outcomes[row.id]
-            webhook_rows.record_attempt(
-                conn,
-                row.id,
-                row.attempts + 1,
-                now,
-                ok=ok,
-                status=status,
-                error=error,
-                max_attempts=self.settings.webhook_max_attempts,
+    async def _deliver(self, client: httpx.AsyncClient, row: Row[Any]) -> None:
+        """POST one claimed delivery and record the outcome; then wake the dispatcher, for its
+        retry may be due sooner than anything it knew of, and there is room for another."""
+        try:
+            ok, status, error = await self._attempt(client, row)
+            await self.store.write(
+                lambda conn: webhook_rows.record_attempt(
+                    conn,
+                    row.id,
+                    row.attempts + 1,
+                    self.store.clock(),
+                    ok=ok,
+                    status=status,
+                    error=error,
+                    max_attempts=self.settings.webhook_max_attempts,
+                )
             )
+        except AgentpostError as err:
+            if err.code is not ErrorCode.UNAVAILABLE:
+                raise
+            # Unrecorded: the delivery is due again when its lease runs out.
+            log.warning("webhook dispatcher: %s; %s is tried again later", err, row.id)
+        finally:
+            self._in_flight -= 1
+            self._recorded = True
+            if self._news is not None:
+                self._news.wake()
 
     async def _attempt(
         self, client: httpx.AsyncClient, row: Row[Any]
