@@ -305,6 +305,32 @@ async def test_a_name_is_resolved_checked_and_the_checked_address_is_the_one_use
     assert request.signed
 
 
+async def test_a_name_whose_first_address_refuses_is_delivered_at_its_next(
+    office: PostOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`localhost` is often ::1 first, then 127.0.0.1, and a receiver may listen on one only."""
+    alice, bob = await agents(office, "alice", "bob")
+    real = anyio.getaddrinfo
+
+    async def resolve(host: Any, port: Any, **options: Any) -> Any:
+        if host == "receiver.test":
+            return [*await real("::1", port, **options), *await real("127.0.0.1", port, **options)]
+        return await real(host, port, **options)
+
+    monkeypatch.setattr(anyio, "getaddrinfo", resolve)
+    receiver = Receiver()  # on 127.0.0.1 only: nothing listens at [::1] on its port
+    async with running(office, receiver):
+        created, receiver.secret = await office.webhooks.create(
+            bob, f"http://receiver.test:{receiver.port}/named", ["message.created"]
+        )
+        await office.mailbox.send(alice, "bob", "by name")
+        (done,) = await until(office, log_when(office, bob, created.id, lambda d: d.attempts == 1))
+    assert (done.state, done.last_error) == (HookState.DELIVERED, None)
+    (request,) = receiver.requests
+    assert request.headers["host"] == f"receiver.test:{receiver.port}"
+    assert request.signed
+
+
 async def test_a_name_that_resolves_to_a_forbidden_address_is_refused_at_delivery(
     open_office: OpenOffice, monkeypatch: pytest.MonkeyPatch
 ) -> None:

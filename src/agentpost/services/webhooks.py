@@ -213,8 +213,9 @@ def check_url(url: str) -> str:
     return url
 
 
-async def _allowed_address(url: httpx.URL) -> str:
-    """Resolve the URL's host; refuse it if any of its addresses is forbidden; else the first."""
+async def _allowed_addresses(url: httpx.URL) -> list[str]:
+    """Resolve the URL's host; refuse it if any of its addresses is forbidden; else all of
+    them, in the resolver's order (without repeats)."""
     host = url.raw_host.decode("ascii")
     if host.lower().rstrip(".") in METADATA_NAMES:
         raise _refuse(str(url), "a cloud metadata address")
@@ -226,7 +227,7 @@ async def _allowed_address(url: httpx.URL) -> str:
         reason = refused_address(address)
         if reason:
             raise _refuse(str(url), f"{reason} ({host} is {address})")
-    return addresses[0].split("%", 1)[0]
+    return list(dict.fromkeys(address.split("%", 1)[0] for address in addresses))
 
 
 def sign(secret: str, timestamp: int, body: str) -> str:
@@ -460,15 +461,28 @@ class Webhooks:
         try:
             with anyio.fail_after(timeout):
                 url = _parse(row.url)
-                address = await _allowed_address(url)
+                addresses = await _allowed_addresses(url)
                 headers["Host"] = url.netloc.decode("ascii")
-                # To the address just checked; TLS still verifies the certificate by name.
+                # To an address just checked; TLS still verifies the certificate by name.
                 extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
-                target = url.copy_with(host=address)
-                async with client.stream(
-                    "POST", target, content=body.encode(), headers=headers, extensions=extensions
-                ) as response:
-                    status = response.status_code
+                for address in addresses:
+                    target = url.copy_with(host=address)
+                    try:
+                        async with client.stream(
+                            "POST",
+                            target,
+                            content=body.encode(),
+                            headers=headers,
+                            extensions=extensions,
+                        ) as response:
+                            status = response.status_code
+                        break
+                    except httpx.ConnectError:
+                        # Nothing listens there (`localhost` is often ::1 first, and a
+                        # receiver may listen on 127.0.0.1 alone): the next address, as a
+                        # browser or curl would.
+                        if address == addresses[-1]:
+                            raise
         except AgentpostError as err:
             return False, None, err.message[:ERROR_CHARS]
         except TimeoutError:
