@@ -567,6 +567,17 @@ async def test_a_url_that_is_no_http_url_is_refused(office: PostOffice, url: Any
 
 
 @pytest.mark.parametrize(
+    "url", ["http://example.com:0/", "http://example.com:-1/", "https://10.1.2.3:65536/"]
+)
+async def test_a_url_with_a_port_no_connection_can_reach_is_refused(
+    office: PostOffice, url: str
+) -> None:
+    (bob,) = await agents(office, "bob")
+    create = office.webhooks.create(bob, url, ["message.created"])
+    await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, create)
+
+
+@pytest.mark.parametrize(
     "url",
     [
         "http://localhost:8080/hook",
