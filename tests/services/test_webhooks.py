@@ -23,6 +23,7 @@ from agentpost.domain.errors import ErrorCode
 from agentpost.domain.events import MAX_WEBHOOKS, HookState, WebhookDelivery
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
+from agentpost.services.webhooks import MAX_IN_FLIGHT
 from agentpost.store import webhooks as webhook_rows
 from backends import FakeClock, OpenOffice, refused_without_change
 from webhook_receiver import Receiver, listening
@@ -251,7 +252,7 @@ async def test_an_unreachable_receiver_is_recorded_as_an_error_and_retried(
     assert failed.next_attempt_at == clock() + 1
 
 
-async def test_a_receiver_that_never_answers_holds_up_no_other_webhook(
+async def test_receivers_that_never_answer_hold_up_no_other_agents_webhook(
     open_office: OpenOffice,
 ) -> None:
     office = await open_office(webhook_timeout_s=30)
@@ -268,13 +269,16 @@ async def test_a_receiver_that_never_answers_holds_up_no_other_webhook(
     receiver = Receiver()
     async with silent, running(office, receiver), anyio.create_task_group() as tg:
         tg.start_soon(silent.serve, tarpit)
-        await office.webhooks.create(bob, f"http://127.0.0.1:{port}/", ["message.created"])
+        for n in range(MAX_WEBHOOKS):  # bob's every webhook, each its own receiver's way
+            await office.webhooks.create(bob, f"http://127.0.0.1:{port}/{n}", ["message.created"])
         webhook = await hook(office, alice, receiver)
-        await office.mailbox.send(carol, "bob", "into the void")
+        # More deliveries to bob's receivers than the dispatcher takes on at once.
+        for _ in range(MAX_IN_FLIGHT // MAX_WEBHOOKS + 1):
+            await office.mailbox.send(carol, "bob", "into the void")
         with anyio.fail_after(10):
             await held.wait()
         await office.mailbox.send(carol, "alice", "meanwhile")
-        with anyio.fail_after(5):  # not after bob's receiver times out, 30 s from now
+        with anyio.fail_after(5):  # not after bob's receivers time out, 30 s from now
             await until(office, log_when(office, alice, webhook, delivered))
         tg.cancel_scope.cancel()
     assert [r.payload["data"]["from"] for r in receiver.requests] == ["carol"]

@@ -27,6 +27,8 @@ import logging
 import secrets
 import socket
 import time
+from collections import Counter
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -58,9 +60,11 @@ log = logging.getLogger(__name__)
 SECRET_PREFIX = "whsec_"
 CLAIM_BATCH = 16
 """Deliveries claimed at once by one dispatcher."""
-MAX_IN_FLIGHT = 64
+MAX_IN_FLIGHT = 256
 """Deliveries one dispatcher has on their way at once: each POST runs beside the others and
 beside the claiming, so a receiver that takes its time holds up only its own deliveries."""
+MAX_IN_FLIGHT_PER_AGENT = 8
+"""Of those, one agent's (all its webhooks'): receivers that never answer take no more."""
 ENQUEUE_PAGE = 500
 LEASE_EXTRA_S = 30.0
 """A claimed delivery is not due again for the timeout plus this (a dispatcher died mid-way)."""
@@ -253,8 +257,8 @@ class Webhooks:
         commits, whose reach is unknown, and at least every `HOOKED_FRESH_S` under traffic."""
         self._news: Watch | None = None
         """The dispatcher's watch, woken when this process creates or deletes a webhook."""
-        self._in_flight = 0
-        """Claimed deliveries whose outcome is not recorded yet."""
+        self._in_flight: Counter[str] = Counter()
+        """Claimed deliveries whose outcome is not recorded yet, by agent."""
         self._recorded = False
         """An outcome was recorded since the dispatcher last looked (a retry may be due)."""
 
@@ -398,23 +402,30 @@ class Webhooks:
             )
         lease = self.settings.webhook_timeout_s + LEASE_EXTRA_S
         while True:
-            room = min(CLAIM_BATCH, MAX_IN_FLIGHT - self._in_flight)
+            room = min(CLAIM_BATCH, MAX_IN_FLIGHT - self._in_flight.total())
             if room <= 0:
                 return None  # the next delivery to end wakes the dispatcher
-            due = await self.store.glance(webhook_rows.next_due)
+            busy = dict(self._in_flight)
+            full = [a for a, count in busy.items() if count >= MAX_IN_FLIGHT_PER_AGENT]
+            due = await self.store.glance(partial(webhook_rows.next_due, full=full))
             if due is None:
                 return None
             wait = due - self.store.clock()
             if wait > 0:
                 return min(wait, MAX_SLEEP_S)
 
-            def claim(conn: Connection, limit: int = room) -> builtins.list[Row[Any]]:
-                return webhook_rows.claim_due(conn, self.store.clock(), lease, limit)
+            def claim(
+                conn: Connection, limit: int = room, busy: dict[str, int] = busy
+            ) -> builtins.list[Row[Any]]:
+                now = self.store.clock()
+                return webhook_rows.claim_due(
+                    conn, now, lease, limit, busy, MAX_IN_FLIGHT_PER_AGENT
+                )
 
             claimed = await self.store.write(claim)
             # None claimed: another dispatcher took them.
             for row in claimed:
-                self._in_flight += 1
+                self._in_flight[row.agent] += 1
                 posting.start_soon(self._deliver, client, row)
 
     async def _deliver(self, client: httpx.AsyncClient, row: Row[Any]) -> None:
@@ -440,7 +451,9 @@ class Webhooks:
             # Unrecorded: the delivery is due again when its lease runs out.
             log.warning("webhook dispatcher: %s; %s is tried again later", err, row.id)
         finally:
-            self._in_flight -= 1
+            self._in_flight[row.agent] -= 1
+            if not self._in_flight[row.agent]:
+                del self._in_flight[row.agent]
             self._recorded = True
             if self._news is not None:
                 self._news.wake()

@@ -9,7 +9,8 @@ Retries live in the rows (`next_attempt_at`), so they survive restarts.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -21,6 +22,7 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    true,
     update,
 )
 
@@ -170,26 +172,45 @@ def enqueue(conn: Connection, now: float, page: int) -> int:
 _NEXT_DUE = select(func.min(webhook_deliveries.c.next_attempt_at)).where(_PENDING)
 
 
-def next_due(conn: Connection) -> float | None:
-    """When the earliest pending delivery is due (None: nothing is pending)."""
-    value = conn.execute(_NEXT_DUE).scalar()
+def _not_of(full: Collection[str]) -> Any:
+    """Deliveries of webhooks of agents not in `full`."""
+    if not full:
+        return true()
+    theirs = select(webhooks.c.id).where(webhooks.c.agent.in_(list(full)))
+    return webhook_deliveries.c.webhook_id.not_in(theirs)
+
+
+def next_due(conn: Connection, full: Collection[str] = ()) -> float | None:
+    """When the earliest pending delivery of an agent not in `full` is due (None: nothing is
+    pending)."""
+    value = conn.execute(_NEXT_DUE.where(_not_of(full))).scalar()
     return None if value is None else float(value)
 
 
-def claim_due(conn: Connection, now: float, lease_s: float, limit: int) -> list[Row[Any]]:
-    """Take up to `limit` due deliveries for an attempt: none is due again for `lease_s`, so
-    another dispatcher leaves it alone while it is in flight (and retries it, should this one
-    die before it records the outcome).
+def claim_due(
+    conn: Connection,
+    now: float,
+    lease_s: float,
+    limit: int,
+    busy: Mapping[str, int] | None = None,
+    per_agent: int = 1 << 30,
+) -> list[Row[Any]]:
+    """Take up to `limit` due deliveries for an attempt, so many of each agent's that its
+    deliveries in flight (`busy`, by agent) stay within `per_agent`: none is due again for
+    `lease_s`, so another dispatcher leaves it alone while it is in flight (and retries it,
+    should this one die before it records the outcome).
 
     A due delivery of a disabled agent fails instead, unsent: a disabled agent is told
     nothing more, by a webhook no more than by its event stream.
 
-    Rows: id, event, payload, attempts (those made before this one), url, secret."""
+    Rows: id, agent, event, payload, attempts (those made before this one), url, secret."""
+    busy = busy or {}
+    full = [agent for agent, count in busy.items() if count >= per_agent]
     found = conn.execute(
-        select(webhook_deliveries.c.id, agents.c.disabled_at)
+        select(webhook_deliveries.c.id, webhooks.c.agent, agents.c.disabled_at)
         .join(webhooks, webhooks.c.id == webhook_deliveries.c.webhook_id)
         .join(agents, agents.c.name == webhooks.c.agent)
-        .where(_PENDING, webhook_deliveries.c.next_attempt_at <= now)
+        .where(_PENDING, webhook_deliveries.c.next_attempt_at <= now, _not_of(full))
         .order_by(webhook_deliveries.c.next_attempt_at, webhook_deliveries.c.event_seq)
         .limit(limit)
     ).all()
@@ -200,7 +221,12 @@ def claim_due(conn: Connection, now: float, lease_s: float, limit: int) -> list[
             .where(webhook_deliveries.c.id.in_(disabled))
             .values(state=HookState.FAILED.value, next_attempt_at=None, last_error="agent disabled")
         )
-    due = [row.id for row in found if row.disabled_at is None]
+    taken: Counter[str] = Counter()
+    due = []
+    for row in found:
+        if row.disabled_at is None and busy.get(row.agent, 0) + taken[row.agent] < per_agent:
+            taken[row.agent] += 1
+            due.append(row.id)
     if not due:
         return []
     conn.execute(
@@ -212,6 +238,7 @@ def claim_due(conn: Connection, now: float, lease_s: float, limit: int) -> list[
         conn.execute(
             select(
                 webhook_deliveries.c.id,
+                webhooks.c.agent,
                 webhook_deliveries.c.event,
                 webhook_deliveries.c.payload,
                 webhook_deliveries.c.attempts,
