@@ -91,3 +91,17 @@ async def test_a_last_event_id_that_is_no_ascii_number_is_an_invalid_argument(
     answer = await bob.get("/v1/events", headers={"Last-Event-ID": cursor})
     assert answer.status_code == 400, answer.text
     assert answer.json()["error"]["code"] == "invalid_argument"
+
+
+async def test_a_stream_ends_cleanly_when_the_server_stops(service: Service) -> None:
+    """The stream's body is finished (no cut-off chunked read for the client, no error in the
+    server's log), so a client sees an end and resumes with its Last-Event-ID elsewhere."""
+    bob = await service.agent("bob")
+    with anyio.fail_after(20):
+        async with bob.stream("GET", "/v1/events") as stream:
+            lines = stream.aiter_lines()
+            assert (await anext(lines)).startswith(":")
+            await service.stop()
+            rest = [line async for line in lines]  # a cut-off body raises here
+    assert all(not line.startswith("data:") for line in rest)
+    assert b"without completing response" not in service.log.read_bytes()

@@ -24,6 +24,7 @@ from agentpost.http.schemas import WebhookBody
 router = api_router(prefix="/v1", tags=["events"])
 
 KEEPALIVE_S = 15
+SHUTDOWN_GRACE_S = 5.0
 
 
 def _cursor(last_event_id: str | None, after: int | None) -> int | None:
@@ -67,7 +68,9 @@ async def events(
         except AgentpostError as err:  # the key was revoked meanwhile: why, and the end
             yield ServerSentEvent(data=json.dumps({"error": err.to_dict()}), event="error")
 
-    return EventSourceResponse(stream(), ping=KEEPALIVE_S)
+    # On shutdown the stream ends by itself (`follow` returns), and its body is finished; the
+    # grace keeps sse-starlette, which hears of the shutdown too, from cutting it off first.
+    return EventSourceResponse(stream(), ping=KEEPALIVE_S, shutdown_grace_period=SHUTDOWN_GRACE_S)
 
 
 @router.post("/webhooks", status_code=201, operation_id="create_webhook")

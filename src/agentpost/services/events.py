@@ -59,7 +59,9 @@ class Events:
     async def follow(
         self, caller: Caller, after: int, *, heartbeat_s: float | None = None
     ) -> AsyncIterator[Event]:
-        """The caller's events after `after`, then each new one as it is committed, forever.
+        """The caller's events after `after`, then each new one as it is committed, until the
+        process stops (`Store.stop_waiting`): then it ends, once it has told what was there, so
+        its client resumes after the last event elsewhere.
 
         Woken by the commits that write the caller's events (and by other processes'
         commits), so a quiet stream costs nothing while it waits. With `heartbeat_s`, the open
@@ -82,6 +84,8 @@ class Events:
                     cursor = event.seq
                     yield event
                 if len(found) < FOLLOW_PAGE:
+                    if news.closing:
+                        return
                     await news.wait(None if heartbeat is None else heartbeat.timeout(None))
 
     async def touched(self, after: int, limit: int = 1000) -> tuple[dict[str, int], int]:
