@@ -101,3 +101,26 @@ async def test_another_agent_cannot_read_your_webhooks_log(service: Service) -> 
     ).json()
     assert (await mallory.get(f"/v1/webhooks/{hook['id']}/deliveries")).status_code == 404
     assert (await mallory.delete(f"/v1/webhooks/{hook['id']}")).status_code == 404
+
+
+async def test_a_revoked_keys_webhook_is_gone_and_the_agents_other_keys_keep_theirs(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    leaked = service.client(await service.create_agent("bob"))
+    issued = await service.admin.post("/v1/admin/agents/bob/keys", json={"label": "laptop"})
+    assert issued.status_code == 201, issued.text
+    laptop = service.client(issued.json()["key"])
+    keys = (await service.admin.get("/v1/admin/keys", params={"agent": "bob"})).json()["keys"]
+    [key_id] = [k["id"] for k in keys if k["id"] != issued.json()["id"]]
+    leaked_url = {"url": "http://127.0.0.1:9/leaked", "events": ["message.created"]}
+    kept_url = {"url": "http://127.0.0.1:9/kept", "events": ["message.created"]}
+    made = (await leaked.post("/v1/webhooks", json=leaked_url)).json()
+    kept = (await laptop.post("/v1/webhooks", json=kept_url)).json()
+
+    assert (await service.admin.delete(f"/v1/admin/keys/{key_id}")).status_code == 200
+    listed = (await laptop.get("/v1/webhooks")).json()["webhooks"]
+    assert [w["id"] for w in listed] == [kept["id"]]
+    assert (await laptop.get(f"/v1/webhooks/{made['id']}/deliveries")).status_code == 404
+    sent = await alice.post("/v1/messages", json={"to": "bob", "body": "still heard"})
+    assert sent.status_code == 201

@@ -18,7 +18,7 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute
 
-from account_helpers import owner
+from account_helpers import ADDRESS, keyed, owner
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.events import MAX_WEBHOOKS, HookState, WebhookDelivery
 from agentpost.domain.models import Caller
@@ -477,6 +477,40 @@ async def test_a_disabled_agents_webhook_is_told_nothing_more_and_its_pending_de
         (done[0].id, "message.read", HookState.FAILED, "agent disabled"),
         (pending.id, "message.created", HookState.FAILED, "agent disabled"),
     ]
+
+
+async def test_revoking_the_key_that_made_a_webhook_deletes_it_and_fails_what_it_had_pending(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A leaked key, revoked: the webhook it made would go on sending the agent's mail."""
+    admin = await owner(office)
+    alice, _ = await keyed(office, "alice")
+    bob, _ = await keyed(office, "bob")
+    second = await office.keys.issue(admin, "bob", label="laptop")
+    bob_elsewhere = await office.keys.authenticate(second.key, ip=ADDRESS)
+    receiver = Receiver(answers=[(500, {})])
+    kept_receiver = Receiver()
+    async with running(office, receiver), listening(kept_receiver):
+        leaked = await hook(office, bob, receiver)
+        kept = await hook(office, bob_elsewhere, kept_receiver)
+        await office.mailbox.send(alice, "bob", "fails once")
+        (pending,) = await until(office, log_when(office, bob, leaked, lambda d: d.attempts == 1))
+        assert bob.key_id is not None
+        await office.keys.revoke(admin, bob.key_id)
+        clock.advance(60)
+        await office.mailbox.send(alice, "bob", "after the revocation")
+        await until(
+            office,
+            log_when(office, bob_elsewhere, kept, lambda d: d.state is HookState.DELIVERED, 2),
+        )
+    assert len(receiver.requests) == 1
+    assert [w.id for w in await office.webhooks.list(bob_elsewhere)] == [kept]
+    failed = await office.store.read(lambda conn: webhook_rows.deliveries_of(conn, leaked, 10))
+    assert [(d.id, d.state, d.last_error) for d in failed] == [
+        (pending.id, HookState.FAILED, "webhook deleted")
+    ]
+    [revoked] = await office.admin.audit_log(admin, action="key.revoked")
+    assert revoked.detail == {"agent": "bob", "webhooks_deleted": 1}
 
 
 def _all_done(conn: Any, webhook: str, count: int) -> list[WebhookDelivery] | None:

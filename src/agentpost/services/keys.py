@@ -47,6 +47,7 @@ from agentpost.services.presence import http_session
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit, lockouts, rates
 from agentpost.store import keys as key_rows
+from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Row, Store
 
 NO_ADDRESS = "-"
@@ -424,7 +425,8 @@ class Keys:
         return await self.store.write(tx)
 
     async def revoke(self, admin: Caller, key_id: str) -> KeyInfo:
-        """Revoke a key for good; the owner's last working admin key cannot go."""
+        """Revoke a key for good, and the webhooks made with it (a leaked key's would go on
+        sending the agent's mail); the owner's last working admin key cannot go."""
         accounts.require_admin(admin)
 
         def tx(conn: Connection) -> KeyInfo:
@@ -440,13 +442,14 @@ class Keys:
                     "this is the last admin key; issue another before revoking it",
                 )
             key_rows.revoke(conn, key_id, now)
+            hooks = webhook_rows.delete_made_with(conn, key_id, now)
             audit.record(
                 conn,
                 at=now,
                 actor=admin.agent,
                 action="key.revoked",
                 target=key_id,
-                detail={"agent": row.agent},
+                detail={"agent": row.agent, "webhooks_deleted": hooks},
             )
             revoked = key_rows.get_key(conn, key_id)
             assert revoked is not None

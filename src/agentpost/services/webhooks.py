@@ -266,7 +266,7 @@ class Webhooks:
         self, caller: Caller, url: str, events: builtins.list[str]
     ) -> tuple[Webhook, str]:
         """A new webhook for the caller's events of these types; returns it and its signing
-        secret (`whsec_…`), which is shown this once."""
+        secret (`whsec_…`), which is shown this once. Revoking the caller's key deletes it."""
         url = check_url(url)
         types = check_event_types(events)
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
@@ -289,6 +289,7 @@ class Webhooks:
                 events=types,
                 secret=secret,
                 now=now,
+                key_id=caller.key_id,
             )
             return Webhook(hook_id, url, types, now)
 

@@ -237,7 +237,9 @@ webhooks = Table(
     Column("created_at", Float, nullable=False),
     Column("deleted_at", Float),
     Column("cursor", SeqType, nullable=False, server_default="0"),  # events.seq enqueued so far
+    Column("key_id", String(40)),  # the key that made it: revoking the key deletes it
     Index("ix_webhooks_agent", "agent"),
+    Index("ix_webhooks_key", "key_id"),
 )
 
 webhook_deliveries = Table(

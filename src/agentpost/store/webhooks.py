@@ -45,12 +45,15 @@ def insert_webhook(
     events: Sequence[str],
     secret: str,
     now: float,
+    key_id: str | None,
 ) -> None:
-    """A webhook hears only what happens from now on: its cursor starts at the newest event."""
+    """A webhook hears only what happens from now on: its cursor starts at the newest event.
+    It lives as long as `key_id`, the key that made it, stands (see `delete_made_with`)."""
     conn.execute(
         insert(webhooks).values(
             id=id,
             agent=agent,
+            key_id=key_id,
             url=url,
             events=json.dumps(list(events)),
             secret=secret,
@@ -87,10 +90,26 @@ def live_webhook(conn: Connection, agent: str, webhook_id: str) -> Row[Any] | No
 
 def delete_webhook(conn: Connection, webhook_id: str, now: float) -> None:
     """Stop a webhook: its pending deliveries fail; the rows stay for the log until retention."""
-    conn.execute(update(webhooks).where(webhooks.c.id == webhook_id).values(deleted_at=now))
+    _delete(conn, [webhook_id], now)
+
+
+def delete_made_with(conn: Connection, key_id: str, now: float) -> int:
+    """Stop the live webhooks made with a key being revoked: a leaked key's webhook would go
+    on sending the agent's mail to its URL. Returns how many."""
+    made = list(
+        conn.execute(select(webhooks.c.id).where(webhooks.c.key_id == key_id, _LIVE)).scalars()
+    )
+    _delete(conn, made, now)
+    return len(made)
+
+
+def _delete(conn: Connection, webhook_ids: Sequence[str], now: float) -> None:
+    if not webhook_ids:
+        return
+    conn.execute(update(webhooks).where(webhooks.c.id.in_(webhook_ids)).values(deleted_at=now))
     conn.execute(
         update(webhook_deliveries)
-        .where(webhook_deliveries.c.webhook_id == webhook_id, _PENDING)
+        .where(webhook_deliveries.c.webhook_id.in_(webhook_ids), _PENDING)
         .values(state=HookState.FAILED.value, next_attempt_at=None, last_error="webhook deleted")
     )
 
