@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -52,3 +53,24 @@ def test_a_database_that_cannot_open_says_why_with_its_code(tmp_path: Path) -> N
     )
     assert done.returncode == 2
     assert f"error: invalid_argument: the database {tmp_path} is not a file" in done.stderr
+
+
+def test_a_database_a_newer_agentpost_migrated_is_refused_untouched(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    database = home / "agentpost.db"
+    home.mkdir(mode=0o700)
+    with sqlite3.connect(database) as conn:  # as a newer release would have left it
+        conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+        conn.execute("INSERT INTO alembic_version VALUES ('9999')")
+    done = subprocess.run(
+        serve_command("--port", "0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTPOST_HOME": str(home)},
+    )
+    assert done.returncode == 8
+    assert "error: unavailable: the database's schema (9999) is newer" in done.stderr
+    with sqlite3.connect(database) as conn:
+        tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    assert tables == [("alembic_version",)]

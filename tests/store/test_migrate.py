@@ -19,6 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, create_engine, inspect, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import migrate
 from agentpost.store.database import Store
 from agentpost.store.postgres import async_url
@@ -314,3 +315,27 @@ def test_0006_keeps_every_task_in_view_and_its_downgrade_keeps_every_task(
         assert db.execute("SELECT task_id FROM task_history").fetchall() == [("t_1",)]
         columns = [row[1] for row in db.execute("PRAGMA table_info(tasks)")]
         assert "withheld" not in columns
+
+
+async def test_a_schema_newer_than_this_agentpost_knows_is_refused_with_the_way_out(
+    fresh_database_url: str,
+) -> None:
+    """A newer replica migrated the database: an older one says so, and leaves it alone."""
+    assert await revision(fresh_database_url) == migrate.SCHEMA_HEAD
+    await inspected(fresh_database_url, _pretend_newer)
+    with pytest.raises(AgentpostError) as refused:
+        await Store.open(fresh_database_url)
+    assert refused.value.code is ErrorCode.UNAVAILABLE
+    assert "schema (9999) is newer than this agentpost knows" in refused.value.message
+    assert "upgrade agentpost" in refused.value.message
+    assert await inspected(fresh_database_url, migrate.current_revision) == "9999"
+
+
+def _pretend_newer(conn: Connection) -> None:
+    conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    conn.commit()
+
+
+def test_the_known_revisions_are_the_migration_files() -> None:
+    assert migrate.SCHEMA_HEAD in migrate.known_revisions()
+    assert len(migrate.known_revisions()) == int(migrate.SCHEMA_HEAD)

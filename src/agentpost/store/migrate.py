@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError, ProgrammingError
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import sqlite
 
 if TYPE_CHECKING:
@@ -32,6 +33,22 @@ def current_revision(conn: Connection) -> str | None:
         return conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
     except (OperationalError, ProgrammingError):
         return None
+
+
+def known_revisions() -> frozenset[str]:
+    """The revisions this agentpost's migrations hold (their files are named `NNNN_…`)."""
+    return frozenset(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*.py"))
+
+
+def _refuse_unknown(found: str | None) -> None:
+    """A schema newer than this agentpost knows (a newer replica migrated it) is refused, with
+    the way out: an older program would otherwise fail deep in Alembic."""
+    if found is not None and found not in known_revisions():
+        raise AgentpostError(
+            ErrorCode.UNAVAILABLE,
+            f"the database's schema ({found}) is newer than this agentpost knows"
+            f" ({SCHEMA_HEAD}); upgrade agentpost to open it",
+        )
 
 
 def upgrade(conn: Connection) -> None:
@@ -63,8 +80,10 @@ def migrate_sqlite(path: Path) -> bool:
         engine = sqlite.make_engine(path, pooled=False)
         try:
             with engine.connect() as conn, sqlite.transaction(conn, immediate=True):
-                if current_revision(conn) == SCHEMA_HEAD:
+                found = current_revision(conn)
+                if found == SCHEMA_HEAD:
                     return False
+                _refuse_unknown(found)
                 upgrade(conn)
                 return True
         finally:
@@ -88,8 +107,10 @@ async def migrate_postgres(engine: AsyncEngine) -> bool:
         # Another replica's migration may take longer than the lock timeout: wait it out.
         await conn.execute(text("SET LOCAL lock_timeout = 0"))
         await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_LOCK_KEY})
-        if await conn.run_sync(_revision_in_savepoint) == SCHEMA_HEAD:
+        found = await conn.run_sync(_revision_in_savepoint)
+        if found == SCHEMA_HEAD:
             return False
+        _refuse_unknown(found)
         await conn.run_sync(upgrade)
         return True
 
