@@ -1,5 +1,6 @@
 """docs/SERVICE.md is checked against the service: its REST table must list exactly the
-operations of the OpenAPI, and its tool-group table exactly the groups `/mcp` offers."""
+operations of the OpenAPI, and its tool-group table exactly the groups `/mcp` offers. The
+README's error table, which SERVICE.md sends REST users to, must give each code its status."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ from pathlib import Path
 import pytest
 
 from agentpost.config import Settings
+from agentpost.domain.errors import ErrorCode
 from agentpost.http.app import build_rest_app
+from agentpost.http.errors import STATUS
 from agentpost.mcp.http import GROUPS
 from agentpost.services import PostOffice
 from test_docs import code, section, table
 
-SERVICE_DOC = Path(__file__).resolve().parents[1] / "docs" / "SERVICE.md"
+ROOT = Path(__file__).resolve().parents[1]
+SERVICE_DOC = ROOT / "docs" / "SERVICE.md"
+README = ROOT / "README.md"
 
 
 @pytest.mark.anyio
@@ -38,3 +43,9 @@ def test_the_tool_group_table_lists_exactly_the_groups() -> None:
         for row in rows
     }
     assert documented == GROUPS
+
+
+def test_the_readme_error_table_gives_each_code_its_http_status() -> None:
+    rows = table(section(README, "Errors"))
+    documented = {code(row["code"]): int(row["HTTP"]) for row in rows}
+    assert documented == {c.value: STATUS[c] for c in ErrorCode}
