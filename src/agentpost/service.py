@@ -250,29 +250,60 @@ def check_bind(host: str, allow_remote: bool) -> None:
 
 class _BoundedHeadProtocol(HttpToolsProtocol):
     """uvicorn's HTTP protocol, answering 431 and closing the connection once a request's
-    head outgrows MAX_HEAD_BYTES, so a client without a key cannot fill the memory with it."""
+    head outgrows MAX_HEAD_BYTES, so a client without a key cannot fill the memory with it.
+
+    Two counts, as a head arrives in two ways: the bytes read while the head is still open
+    (a head trickling in, or one huge header the parser buffers whole), and the request line
+    and headers the parser hands over, checked when the head is complete (a head read in one
+    go ends within the read that takes it over, so the first count never sees it open)."""
 
     _in_head = True
     _head_bytes = 0
+    _head_parsed = 0
+    _head_refused = False
 
     def data_received(self, data: bytes) -> None:
+        if self._head_refused:
+            return
         if self._in_head:
             self._head_bytes += len(data)
         super().data_received(data)
         # Still in the head after taking all of that: every byte of it was head.
-        if self._in_head and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+        if self._in_head and self._head_bytes > MAX_HEAD_BYTES:
+            self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        self._head_refused = True
+        if not self.transport.is_closing():
             self.transport.write(
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
                 b"content-length: 0\r\nconnection: close\r\n\r\n"
             )
             self.transport.close()
 
+    def on_url(self, url: bytes) -> None:
+        self._head_parsed += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_parsed += len(name) + len(value) + 4  # ": " and the line's end
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
         self._in_head = False
+        if self._head_refused or self._head_parsed > MAX_HEAD_BYTES:
+            self._refuse_head()  # before the app sees the request: no cycle is made for it
+            return
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if not self._head_refused:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
-        self._in_head, self._head_bytes = True, 0
+        if self._head_refused:
+            return
+        self._in_head, self._head_bytes, self._head_parsed = True, 0, 0
         super().on_message_complete()
 
 

@@ -146,6 +146,17 @@ async def test_a_request_head_over_64_kib_is_refused_before_anything_reads_it(
     assert (await service.client().get("/health", headers={"X-Filler": ordinary})).is_success
 
 
+async def test_a_head_over_64_kib_sent_in_one_write_is_refused(service: Service) -> None:
+    """A client sends its head at once, and the server may read all of it in one go: the
+    bound holds for a head that ends in the same read that takes it past 64 KiB."""
+    filler = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"a" * 1000) for i in range(100))
+    request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + filler + b"\r\n"
+    assert 64 * 1024 < len(request) < 128 * 1024
+    answer = await raw_exchange(service.port, request)
+    assert answer.startswith(b"HTTP/1.1 431 ")
+    assert b"200 OK" not in answer
+
+
 async def test_a_body_arriving_with_its_head_is_not_counted_as_head(service: Service) -> None:
     key = await service.create_agent("alice")
     await service.create_agent("bob")
