@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agentpost.config import Settings, load_settings
+from agentpost.config import TOOL_GROUPS, Settings, load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import Limits
+from agentpost.mcp.http import GROUPS
 
 
 @pytest.fixture
@@ -85,6 +86,7 @@ def test_a_missing_config_file_means_defaults(config_file: Path) -> None:
         ("DATABASE_URL", "sqlite:///:memory:"),  # processes share the post office
         ("DATABASE_URL", "sqlite:////tmp/x.db?mode=ro"),
         ("AGENT", "Bad Name"),
+        ("TOOL_GROUPS", '["core", "nope"]'),  # else serve starts, and refuses every /mcp
     ],
 )
 def test_invalid_values_in_the_environment_are_refused(
@@ -162,3 +164,7 @@ def test_the_roster_must_hold_valid_agent_names(roster: list[str]) -> None:
 
 def test_a_valid_roster_is_kept_in_order() -> None:
     assert Settings(agents=["zed", "alice"]).agents == ["zed", "alice"]
+
+
+def test_the_tool_groups_a_setting_may_name_are_the_groups_mcp_serves() -> None:
+    assert tuple(GROUPS) == TOOL_GROUPS

@@ -54,6 +54,9 @@ POSTGRES_SCHEMES = ("postgresql+asyncpg://", "postgresql://", "postgres://")
 """The spellings of a PostgreSQL URL the store takes (it reaches each through asyncpg)."""
 DATABASE_SCHEMES = ("sqlite:///", *POSTGRES_SCHEMES)
 
+TOOL_GROUPS = ("core", "channels", "profile", "coord", "admin")
+"""The MCP tool groups `/mcp` serves (agentpost.mcp.http.GROUPS; a test keeps them equal)."""
+
 
 class Settings(BaseSettings):
     """Every key here is documented in docs/CONFIG.md."""
@@ -136,6 +139,18 @@ class Settings(BaseSettings):
     @classmethod
     def _roster_names(cls, names: list[str] | None) -> list[str] | None:
         return None if names is None else [_agent_name(n) for n in names]
+
+    @field_validator("tool_groups")
+    @classmethod
+    def _known_groups(cls, groups: list[str]) -> list[str]:
+        """A group no connection can get is a mistake of the setting: refused when `serve`
+        starts, not at every `/mcp` connection as if the client had asked for it."""
+        unknown = [g for g in groups if g not in TOOL_GROUPS]
+        if unknown:
+            raise ValueError(
+                f"unknown tool group {', '.join(unknown)}; the groups are {', '.join(TOOL_GROUPS)}"
+            )
+        return groups
 
     @field_validator("agent")
     @classmethod
