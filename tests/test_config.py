@@ -87,6 +87,9 @@ def test_a_missing_config_file_means_defaults(config_file: Path) -> None:
         ("DATABASE_URL", "sqlite:////tmp/x.db?mode=ro"),
         ("AGENT", "Bad Name"),
         ("TOOL_GROUPS", '["core", "nope"]'),  # else serve starts, and refuses every /mcp
+        ("TRUSTED_PROXIES", '["proxy.internal"]'),  # else no proxy would be believed
+        ("TRUSTED_PROXIES", '["10.0.0.1/8"]'),  # host bits set: no network
+        ("TRUSTED_PROXIES", '["*"]'),  # every client could name its own address
     ],
 )
 def test_invalid_values_in_the_environment_are_refused(
@@ -168,3 +171,8 @@ def test_a_valid_roster_is_kept_in_order() -> None:
 
 def test_the_tool_groups_a_setting_may_name_are_the_groups_mcp_serves() -> None:
     assert tuple(GROUPS) == TOOL_GROUPS
+
+
+def test_trusted_proxies_are_addresses_or_networks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTPOST_TRUSTED_PROXIES", '["10.0.0.0/8", "127.0.0.1", "::1"]')
+    assert Settings().trusted_proxies == ["10.0.0.0/8", "127.0.0.1", "::1"]

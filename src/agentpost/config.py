@@ -6,6 +6,7 @@ lists every key; a test keeps the two equal.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
@@ -151,6 +152,24 @@ class Settings(BaseSettings):
                 f"unknown tool group {', '.join(unknown)}; the groups are {', '.join(TOOL_GROUPS)}"
             )
         return groups
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, proxies: list[str]) -> list[str]:
+        """Addresses or networks only: uvicorn takes anything else as a literal it never
+        meets, so a typo believed no proxy and every client behind it shared its address
+        (one lockout for all), while `*` would let any client name its own address."""
+        for proxy in proxies:
+            try:
+                if "/" in proxy:
+                    ipaddress.ip_network(proxy)
+                else:
+                    ipaddress.ip_address(proxy)
+            except ValueError:
+                raise ValueError(
+                    f"{proxy!r} is no IP address or network (such as 10.0.0.0/8)"
+                ) from None
+        return proxies
 
     @field_validator("agent")
     @classmethod
