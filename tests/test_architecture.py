@@ -21,7 +21,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "agentpost"
 ROOT = "agentpost"
 
 # What each layer may import of ours. `agentpost` itself holds the version and, lazily, the
-# client's two classes (it imports nothing else of ours), so every layer but the domain may read it.
+# client's two classes and the error they raise (it imports nothing else of ours), so every layer
+# but the domain may read it.
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "domain": frozenset({"domain"}),
     "config": frozenset({"config", "domain"}),
@@ -36,8 +37,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "service": frozenset({"http", "mcp", "services", "domain", "config", ROOT}),
     # `agentpost.Client` and `agentpost.AsyncClient`: imported on first use (the package's
     # `__getattr__`) and for type checkers; tests/test_public_api.py checks that importing
-    # `agentpost` does not load the client.
-    ROOT: frozenset({"client"}),
+    # `agentpost` does not load the client. `AgentpostError` and `ErrorCode` come the same way.
+    ROOT: frozenset({"client", "domain"}),
 }
 FACES = frozenset({"mcp", "http", "cli"})
 

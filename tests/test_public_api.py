@@ -11,7 +11,7 @@ import agentpost.client
 import agentpost.services
 
 PUBLIC = {
-    agentpost: ["AsyncClient", "Client", "__version__"],
+    agentpost: ["AgentpostError", "AsyncClient", "Client", "ErrorCode", "__version__"],
     agentpost.client: ["AsyncClient", "Client"],
     agentpost.services: [
         "Admin",
@@ -44,6 +44,18 @@ def test_the_version_is_the_distributions() -> None:
 def test_the_clients_are_the_packages_own() -> None:
     assert agentpost.Client is agentpost.client.Client
     assert agentpost.AsyncClient is agentpost.client.AsyncClient
+
+
+def test_the_error_the_clients_raise_is_importable_from_the_package() -> None:
+    """The README says the clients raise `AgentpostError` with a stable code: a program
+    catches it, and reads its code, as `agentpost.AgentpostError` and `agentpost.ErrorCode`."""
+    from agentpost.domain.errors import AgentpostError, ErrorCode
+
+    assert agentpost.AgentpostError is AgentpostError
+    assert agentpost.ErrorCode is ErrorCode
+    with pytest.raises(agentpost.AgentpostError) as caught:
+        agentpost.Client("ftp://nowhere", "ap_x")
+    assert caught.value.code is agentpost.ErrorCode.INVALID_ARGUMENT
 
 
 def test_importing_agentpost_does_not_load_the_client() -> None:
