@@ -135,12 +135,29 @@ def recording() -> tuple[list[httpx.Request], httpx.MockTransport]:
 
 
 @pytest.mark.parametrize(
-    "url", ["not a url", "127.0.0.1:8470", "ftp://127.0.0.1", "http://", "http://h:99999"]
+    "url",
+    [
+        "not a url",
+        "127.0.0.1:8470",
+        "ftp://127.0.0.1",
+        "http://",
+        "http://h:99999",
+        "http://127.0.0.1:8470/v1",  # the REST root, as `serve` prints it: every call a 404
+        "http://127.0.0.1:8470/mcp",
+        "http://127.0.0.1:8470?x=1",
+    ],
 )
 def test_a_service_url_that_is_no_http_url_is_an_invalid_argument(url: str) -> None:
     with pytest.raises(AgentpostError) as caught:
         Client(url, "ap_x")
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8470", "https://post.example/", "http://[::1]:1"]
+)
+def test_a_service_url_of_scheme_host_and_port_is_taken(url: str) -> None:
+    Client(url, "ap_x").close()
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,12 @@ def _check_service_url(url: str) -> None:
         raise invalid(f"the service URL {url!r} is no URL: {exc}") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise invalid(f"the service URL must be http(s)://host[:port], not {url!r}")
+    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+        # The routes are the client's to add: `…:8470/v1`, as `serve` prints the REST root,
+        # would answer every call 404 `not_found` as if what was asked for did not exist.
+        raise invalid(
+            f"the service URL is http(s)://host[:port] alone, without a path: not {url!r}"
+        )
     if port is not None and not 0 < port < 65536:
         raise invalid(f"the service URL's port must be from 1 to 65535, not {port}")
 
