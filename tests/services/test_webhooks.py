@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +24,7 @@ from agentpost.domain.errors import ErrorCode
 from agentpost.domain.events import MAX_WEBHOOKS, HookState, WebhookDelivery
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
+from agentpost.services import webhooks as webhooks_service
 from agentpost.services.webhooks import MAX_IN_FLIGHT
 from agentpost.store import webhooks as webhook_rows
 from backends import FakeClock, OpenOffice, refused_without_change
@@ -284,18 +286,56 @@ async def test_receivers_that_never_answer_hold_up_no_other_agents_webhook(
     assert [r.payload["data"]["from"] for r in receiver.requests] == ["carol"]
 
 
+def resolving(
+    monkeypatch: pytest.MonkeyPatch,
+    names: dict[str, list[str]],
+    slow: Callable[[str], None] = lambda host: None,
+) -> None:
+    """The dispatcher's name lookups answer `names` (after `slow(host)`, on their thread);
+    other names go to the real resolver. No nameserver here answers for test names."""
+    real = webhooks_service.lookup
+
+    def lookup(host: str, port: int) -> list[str]:
+        slow(host)
+        return names[host] if host in names else real(host, port)
+
+    monkeypatch.setattr(webhooks_service, "lookup", lookup)
+
+
+async def test_one_agents_slow_nameserver_holds_up_no_other_agents_webhook(
+    office: PostOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight lookups stuck at once (one agent's share of the deliveries in flight) would fill
+    the event loop's few default executor threads."""
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    answer = threading.Event()
+
+    def stuck(host: str) -> None:
+        if host == "slow.test":
+            answer.wait(20)
+
+    resolving(monkeypatch, {"slow.test": ["127.0.0.1"], "fast.test": ["127.0.0.1"]}, stuck)
+    receiver = Receiver()
+    try:
+        async with running(office, receiver):
+            for n in range(8):
+                await office.webhooks.create(bob, f"http://slow.test:9/{n}", ["message.created"])
+            created, receiver.secret = await office.webhooks.create(
+                carol, f"http://fast.test:{receiver.port}/hook", ["message.created"]
+            )
+            await office.mailbox.send(alice, "bob", "stuck in a lookup")
+            await office.mailbox.send(alice, "carol", "not behind it")
+            await until(office, log_when(office, carol, created.id, delivered))
+    finally:
+        answer.set()
+    assert [r.path for r in receiver.requests] == ["/hook"]
+
+
 async def test_a_name_is_resolved_checked_and_the_checked_address_is_the_one_used(
     office: PostOffice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     alice, bob = await agents(office, "alice", "bob")
-    real = anyio.getaddrinfo
-
-    async def resolve(host: Any, port: Any, **options: Any) -> Any:
-        if host == "receiver.test":
-            return await real("127.0.0.1", port, **options)
-        return await real(host, port, **options)
-
-    monkeypatch.setattr(anyio, "getaddrinfo", resolve)
+    resolving(monkeypatch, {"receiver.test": ["127.0.0.1"]})
     receiver = Receiver()
     async with running(office, receiver):
         created, receiver.secret = await office.webhooks.create(
@@ -314,14 +354,7 @@ async def test_a_name_whose_first_address_refuses_is_delivered_at_its_next(
 ) -> None:
     """`localhost` is often ::1 first, then 127.0.0.1, and a receiver may listen on one only."""
     alice, bob = await agents(office, "alice", "bob")
-    real = anyio.getaddrinfo
-
-    async def resolve(host: Any, port: Any, **options: Any) -> Any:
-        if host == "receiver.test":
-            return [*await real("::1", port, **options), *await real("127.0.0.1", port, **options)]
-        return await real(host, port, **options)
-
-    monkeypatch.setattr(anyio, "getaddrinfo", resolve)
+    resolving(monkeypatch, {"receiver.test": ["::1", "127.0.0.1"]})
     receiver = Receiver()  # on 127.0.0.1 only: nothing listens at [::1] on its port
     async with running(office, receiver):
         created, receiver.secret = await office.webhooks.create(
@@ -340,14 +373,8 @@ async def test_a_name_that_resolves_to_a_forbidden_address_is_refused_at_deliver
 ) -> None:
     office = await open_office(webhook_max_attempts=1)
     alice, bob = await agents(office, "alice", "bob")
-    real = anyio.getaddrinfo
-
-    async def resolve(host: Any, port: Any, **options: Any) -> Any:
-        if host == "sneaky.test":  # a name that points at the metadata service
-            return await real("169.254.169.254", port, **options)
-        return await real(host, port, **options)
-
-    monkeypatch.setattr(anyio, "getaddrinfo", resolve)
+    # A name that points at the metadata service.
+    resolving(monkeypatch, {"sneaky.test": ["169.254.169.254"]})
     receiver = Receiver()
     async with running(office, receiver):
         created, _ = await office.webhooks.create(
@@ -511,6 +538,22 @@ async def test_revoking_the_key_that_made_a_webhook_deletes_it_and_fails_what_it
     ]
     [revoked] = await office.admin.audit_log(admin, action="key.revoked")
     assert revoked.detail == {"agent": "bob", "webhooks_deleted": 1}
+
+
+async def test_a_webhook_asked_for_with_a_key_revoked_meanwhile_is_not_made(
+    office: PostOffice,
+) -> None:
+    """Authenticated, then revoked before its transaction: the revocation found no webhook
+    to delete, so none may come after it."""
+    admin = await owner(office)
+    bob, _ = await keyed(office, "bob")
+    assert bob.key_id is not None
+    await office.keys.revoke(admin, bob.key_id)
+    await refused_without_change(
+        office,
+        ErrorCode.UNAUTHENTICATED,
+        office.webhooks.create(bob, "http://127.0.0.1:9/late", ["message.created"]),
+    )
 
 
 def _all_done(conn: Any, webhook: str, count: int) -> list[WebhookDelivery] | None:

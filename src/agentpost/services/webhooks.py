@@ -32,6 +32,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.to_thread
 
 from agentpost import __version__
 from agentpost.config import Settings
@@ -47,6 +48,7 @@ from agentpost.domain.events import (
 from agentpost.domain.ids import webhook_id as new_webhook_id
 from agentpost.domain.models import Caller
 from agentpost.store import agents as agent_rows
+from agentpost.store import keys as key_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Row, Store
 from agentpost.store.wakeups import Watch
@@ -65,6 +67,10 @@ MAX_IN_FLIGHT = 256
 beside the claiming, so a receiver that takes its time holds up only its own deliveries."""
 MAX_IN_FLIGHT_PER_AGENT = 8
 """Of those, one agent's (all its webhooks'): receivers that never answer take no more."""
+MAX_LOOKUPS = 64
+"""Name lookups under way at once, on threads of their own: the event loop's few default
+executor threads, filled by one agent's slow nameserver, would hold up everyone's deliveries
+(and a lookup its attempt gave up on keeps its thread till the resolver answers)."""
 ENQUEUE_PAGE = 500
 LEASE_EXTRA_S = 30.0
 """A claimed delivery is not due again for the timeout plus this (a dispatcher died mid-way)."""
@@ -219,14 +225,27 @@ def check_url(url: str) -> str:
     return url
 
 
-async def _allowed_addresses(url: httpx.URL) -> list[str]:
+def lookup(host: str, port: int) -> list[str]:
+    """The addresses of a name, in the resolver's order (blocking: run on a thread)."""
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+
+
+async def _allowed_addresses(url: httpx.URL, lookups: anyio.CapacityLimiter) -> list[str]:
     """Resolve the URL's host; refuse it if any of its addresses is forbidden; else all of
     them, in the resolver's order (without repeats)."""
     host = url.raw_host.decode("ascii")
     if host.lower().rstrip(".") in METADATA_NAMES:
         raise _refuse(str(url), "a cloud metadata address")
-    infos = await anyio.getaddrinfo(host, _port(url), type=socket.SOCK_STREAM)
-    addresses = [str(info[4][0]) for info in infos]
+    try:
+        addresses = [str(ipaddress.ip_address(host.split("%", 1)[0]))]  # no lookup for a literal
+    except ValueError:
+        addresses = await anyio.to_thread.run_sync(
+            lookup,
+            host,
+            _port(url),
+            abandon_on_cancel=True,  # the attempt's deadline does not wait for a slow resolver
+            limiter=lookups,
+        )
     if not addresses:
         raise AgentpostError(ErrorCode.UNAVAILABLE, f"{host} has no address")
     for address in addresses:
@@ -257,6 +276,7 @@ class Webhooks:
         commits, whose reach is unknown, and at least every `HOOKED_FRESH_S` under traffic."""
         self._news: Watch | None = None
         """The dispatcher's watch, woken when this process creates or deletes a webhook."""
+        self._lookups = anyio.CapacityLimiter(MAX_LOOKUPS)
         self._in_flight: Counter[str] = Counter()
         """Claimed deliveries whose outcome is not recorded yet, by agent."""
         self._recorded = False
@@ -477,7 +497,7 @@ class Webhooks:
         try:
             with anyio.fail_after(timeout):
                 url = _parse(row.url)
-                addresses = await _allowed_addresses(url)
+                addresses = await _allowed_addresses(url, self._lookups)
                 headers["Host"] = url.netloc.decode("ascii")
                 # To an address just checked; TLS still verifies the certificate by name.
                 extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
@@ -513,11 +533,15 @@ class Webhooks:
 
 
 def _check_agent(conn: Connection, caller: Caller) -> None:
+    """In the transaction that makes the webhook: a key revoked since its request was
+    authenticated must not leave behind a webhook its revocation did not find."""
     known = agent_rows.existing_names(conn, [caller.agent])
     if caller.agent not in known:
         raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
     if not known[caller.agent]:
         raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
+    if caller.key_id is not None and not key_rows.stands(conn, caller.key_id):
+        raise AgentpostError(ErrorCode.UNAUTHENTICATED, "the key of this request was revoked")
 
 
 def _no_webhook(webhook_id: str) -> AgentpostError:
