@@ -339,3 +339,32 @@ def _pretend_newer(conn: Connection) -> None:
 def test_the_known_revisions_are_the_migration_files() -> None:
     assert migrate.SCHEMA_HEAD in migrate.known_revisions()
     assert len(migrate.known_revisions()) == int(migrate.SCHEMA_HEAD)
+
+
+def test_0009_keeps_every_webhook_and_its_downgrade_keeps_them_and_their_deliveries(
+    tmp_path: Path,
+) -> None:
+    """Webhooks made before it have no key (revoking one deletes none of them); going back
+    drops only the new column, which a webhook with deliveries must not stop."""
+    from store.test_fulltext import alembic_on
+
+    path = tmp_path / "agentpost.db"
+    alembic_on(path, "upgrade", "0008")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("INSERT INTO agents (name, created_at) VALUES ('bob', 1.0)")
+        db.execute(
+            "INSERT INTO webhooks (id, agent, url, events, secret, created_at)"
+            " VALUES ('wh_1', 'bob', 'http://127.0.0.1:9/', '[]', 'whsec_x', 1.0)"
+        )
+        db.execute(
+            "INSERT INTO webhook_deliveries (id, webhook_id, event_seq, event, payload, state,"
+            " created_at) VALUES ('d_1', 'wh_1', 1, 'message.created', '{}', 'pending', 1.0)"
+        )
+    alembic_on(path, "upgrade", "0009")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT id, key_id FROM webhooks").fetchall() == [("wh_1", None)]
+    alembic_on(path, "downgrade", "0008")
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT id FROM webhooks").fetchall() == [("wh_1",)]
+        assert db.execute("SELECT webhook_id FROM webhook_deliveries").fetchall() == [("wh_1",)]
+        assert "key_id" not in [row[1] for row in db.execute("PRAGMA table_info(webhooks)")]

@@ -20,12 +20,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("webhooks") as batch:
-        batch.add_column(sa.Column("key_id", sa.String(40)))
+    op.add_column("webhooks", sa.Column("key_id", sa.String(40)))
     op.create_index("ix_webhooks_key", "webhooks", ["key_id"])
 
 
 def downgrade() -> None:
+    # Plain ALTER on both databases (SQLite 3.35+): a batch would rebuild the table, which
+    # the deliveries' foreign key forbids.
     op.drop_index("ix_webhooks_key", table_name="webhooks")
-    with op.batch_alter_table("webhooks") as batch:
-        batch.drop_column("key_id")
+    op.drop_column("webhooks", "key_id")
