@@ -7,16 +7,20 @@ Every refusal is checked twice: the stable code a caller acts on, and that nothi
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections.abc import Awaitable
 from typing import Any
 
 import anyio
 import pytest
+from sqlalchemy import update
 
 from account_helpers import owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, DeliveryState, Kind, Priority, Trust
-from agentpost.services import PostOffice
+from agentpost.services import PostOffice, drafts
+from agentpost.store.schema import idempotency
 from backends import (
     FakeClock,
     OpenOffice,
@@ -1184,6 +1188,24 @@ async def test_a_retry_whose_data_lists_the_same_keys_in_another_order_is_the_sa
     first = await office.mailbox.send(alice, "bob", "done", data=data, idempotency_key="r-2")
     reordered = {"checks": {"tests": "ok", "lint": "ok"}, "pr": 42}
     again = await office.mailbox.send(alice, "bob", "done", data=reordered, idempotency_key="r-2")
+    assert again == first
+    assert await bodies(office, bob) == ["done"]
+
+
+async def test_a_key_remembered_when_data_counted_as_sent_still_replays_a_retry_sent_alike(
+    office: PostOffice,
+) -> None:
+    """A rolling upgrade: the first try went to a replica of the release before."""
+    alice, bob = await agents(office, "alice", "bob")
+    data = {"pr": 42, "checks": {"lint": "ok"}}
+    first = await office.mailbox.send(alice, "bob", "done", data=data, idempotency_key="r-3")
+    request = drafts.draft(office.settings, "bob", "done", data=data).request
+    text = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    as_sent = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    await office.store.write(
+        lambda conn: conn.execute(update(idempotency).values(request_hash=as_sent))
+    )
+    again = await office.mailbox.send(alice, "bob", "done", data=data, idempotency_key="r-3")
     assert again == first
     assert await bodies(office, bob) == ["done"]
 

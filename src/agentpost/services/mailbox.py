@@ -116,7 +116,9 @@ class Mailbox:
             addressing.admit_sender(
                 conn, caller, known, create=create_sender, now=self.store.clock()
             )
-            first = outbox.replay(conn, caller.agent, retry_key, fingerprint, self.store.clock())
+            first = outbox.replay(
+                conn, caller.agent, retry_key, message.request, self.store.clock()
+            )
             if first is not None:
                 return first
             result = self._send_draft(conn, caller, message)

@@ -46,19 +46,25 @@ def request_hash(request: dict[str, Any]) -> str:
     by its value: a retry that serialised the same object with its keys in another order (a
     client library of another language, say) asks the same."""
     data = request.get("data")
-    canonical = request if data is None else {**request, "data": json.loads(data)}
-    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _hash(request if data is None else {**request, "data": json.loads(data)})
+
+
+def _hash(request: dict[str, Any]) -> str:
+    text = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def replay(
-    conn: Connection, agent: str, key: str, fingerprint: str, now: float
+    conn: Connection, agent: str, key: str, request: dict[str, Any], now: float
 ) -> SendResult | None:
-    """The first answer under `key`, if there is one; `conflict` if it answered another request."""
+    """The first answer under `key`, if there is one; `conflict` if it answered another request.
+
+    A key remembered before `data` counted by value holds the hash of `data` as sent: a retry
+    sent alike matches that too, for the day such a key lives (a rolling upgrade's retries)."""
     row = idempotency.find(conn, agent, key, newer_than=now - IDEMPOTENCY_S)
     if row is None:
         return None
-    if row.request_hash != fingerprint:
+    if row.request_hash not in (request_hash(request), _hash(request)):
         raise AgentpostError(
             ErrorCode.CONFLICT,
             "this idempotency key was used for a different request in the last 24 hours",

@@ -92,6 +92,9 @@ _UNSTORABLE_TEXT = frozenset({"22021", "22P05"})
 """SQLSTATEs of text PostgreSQL cannot hold (a NUL character): the caller's input, not a bug."""
 _BUSY = frozenset({"55P03", "57014", "53300"})
 """Waited too long for a lock or a statement, or no connection slot free: busy, try again."""
+_REFUSED_CONNECTION = ("28", "3D", "55000")
+"""SQLSTATEs of a connection refused as it opens (no statement of ours ran): a password or
+role refused, a database that is not there, one closed to connections."""
 _GONE_CLASSES = ("08", "57P")
 """SQLSTATE classes of a connection lost or a server shutting down or starting up."""
 LOCK_TIMEOUT_S = 10
@@ -122,7 +125,7 @@ def unavailable_when_unreachable() -> Iterator[None]:
         raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is unreachable") from exc
     except DBAPIError as exc:
         state = str(getattr(exc.orig, "sqlstate", None) or "")
-        if exc.statement is None:  # no statement of ours: connecting (or ending) was refused
+        if exc.statement is None and state.startswith(_REFUSED_CONNECTION):
             log.warning("the database refused the connection: %s", exc)
             raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is unreachable") from exc
         if exc.connection_invalidated or state.startswith(_GONE_CLASSES):

@@ -137,9 +137,9 @@ silent_expiries = Table(
 withheld = Table(
     "withheld",
     metadata,
-    # Channel members a broadcast was withheld from because they block its sender: its
-    # receipts show them as unread, as for members who never read, so the block stays silent.
-    # Direct mail needs no rows: its recipients are named in the message.
+    # Recipients (or channel members) a message was withheld from because they block its
+    # sender: a broadcast's receipts show them as unread, as for members who never read, and
+    # retention keeps such mail as long as unread mail, so the block stays silent.
     Column("message_seq", SeqType, ForeignKey("messages.seq"), primary_key=True),
     Column("recipient", String(64), primary_key=True),
 )
