@@ -186,6 +186,7 @@ async def test_purging_keeps_old_events_a_live_webhook_has_not_taken_in(
                 events=["message.created"],
                 secret="s",
                 now=clock(),
+                key_id=None,
             )
         )
     await store.write(lambda c: webhooks.delete_webhook(c, "w_gone", clock()))
