@@ -427,8 +427,9 @@ class Webhooks:
             if room <= 0:
                 return None  # the next delivery to end wakes the dispatcher
             busy = dict(self._in_flight)
-            full = [a for a, count in busy.items() if count >= MAX_IN_FLIGHT_PER_AGENT]
-            due = await self.store.glance(partial(webhook_rows.next_due, full=full))
+            due = await self.store.glance(
+                partial(webhook_rows.next_due, busy=busy, per_agent=MAX_IN_FLIGHT_PER_AGENT)
+            )
             if due is None:
                 return None
             wait = due - self.store.clock()

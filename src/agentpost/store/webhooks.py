@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -191,18 +191,21 @@ def enqueue(conn: Connection, now: float, page: int) -> int:
 _NEXT_DUE = select(func.min(webhook_deliveries.c.next_attempt_at)).where(_PENDING)
 
 
-def _not_of(full: Collection[str]) -> Any:
-    """Deliveries of webhooks of agents not in `full`."""
+def _not_full(busy: Mapping[str, int], per_agent: int) -> Any:
+    """Deliveries of agents whose deliveries in flight (`busy`) are fewer than `per_agent`."""
+    full = [agent for agent, count in busy.items() if count >= per_agent]
     if not full:
         return true()
-    theirs = select(webhooks.c.id).where(webhooks.c.agent.in_(list(full)))
+    theirs = select(webhooks.c.id).where(webhooks.c.agent.in_(full))
     return webhook_deliveries.c.webhook_id.not_in(theirs)
 
 
-def next_due(conn: Connection, full: Collection[str] = ()) -> float | None:
-    """When the earliest pending delivery of an agent not in `full` is due (None: nothing is
-    pending)."""
-    value = conn.execute(_NEXT_DUE.where(_not_of(full))).scalar()
+def next_due(
+    conn: Connection, busy: Mapping[str, int] | None = None, per_agent: int = 1 << 30
+) -> float | None:
+    """When the earliest pending delivery of an agent with room (see `claim_due`) is due
+    (None: nothing is pending)."""
+    value = conn.execute(_NEXT_DUE.where(_not_full(busy or {}, per_agent))).scalar()
     return None if value is None else float(value)
 
 
@@ -224,12 +227,11 @@ def claim_due(
 
     Rows: id, agent, event, payload, attempts (those made before this one), url, secret."""
     busy = busy or {}
-    full = [agent for agent, count in busy.items() if count >= per_agent]
     found = conn.execute(
         select(webhook_deliveries.c.id, webhooks.c.agent, agents.c.disabled_at)
         .join(webhooks, webhooks.c.id == webhook_deliveries.c.webhook_id)
         .join(agents, agents.c.name == webhooks.c.agent)
-        .where(_PENDING, webhook_deliveries.c.next_attempt_at <= now, _not_of(full))
+        .where(_PENDING, webhook_deliveries.c.next_attempt_at <= now, _not_full(busy, per_agent))
         .order_by(webhook_deliveries.c.next_attempt_at, webhook_deliveries.c.event_seq)
         .limit(limit)
     ).all()
