@@ -93,6 +93,46 @@ async def test_a_request_blocks_over_rest_until_another_client_answers(service: 
         assert (await alice.check_request(asked.id)).answer == "8080"
 
 
+async def test_a_retried_delegate_makes_one_task_across_a_restart(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    headers = {"Idempotency-Key": "review-7"}
+    asked = {"to": "bob", "title": "Review #7", "data": {"pr": 7}}
+    first = await alice.post("/v1/tasks", json=asked, headers=headers)
+    await service.restart()
+    again = await alice.post("/v1/tasks", json=asked, headers=headers)
+    assert first.status_code == again.status_code == 201, again.text
+    assert again.json()["id"] == first.json()["id"]
+    other = await alice.post("/v1/tasks", json=asked | {"title": "Review #8"}, headers=headers)
+    assert other.status_code == 409
+    assert other.json()["error"]["code"] == "conflict"
+    tasks = (await bob.get("/v1/inbox")).json()["messages"]
+    assert [m["subject"] for m in tasks] == ["Review #7"]
+
+
+async def test_a_request_retried_with_its_key_waits_for_the_first_questions_answer(
+    service: Service,
+) -> None:
+    async with clients(service, "alice", "bob") as (alice, bob):
+        gave_up = await alice.request("bob", "Which port?", timeout_s=0, idempotency_key="p-1")
+        assert gave_up.timed_out
+        answers: list[RequestAnswer] = []
+
+        async def ask_again() -> None:
+            answers.append(
+                await alice.request("bob", "Which port?", timeout_s=40, idempotency_key="p-1")
+            )
+
+        with anyio.fail_after(WAKE_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(ask_again)
+                [asked] = (await bob.wait(WAKE_S)).messages
+                await bob.respond(asked.id, "8080")
+        [answer] = answers
+        assert (answer.request_id, answer.answer) == (gave_up.request_id, "8080")
+        assert len((await bob.inbox(unread_only=False, peek=True)).messages) == 1
+
+
 async def test_the_rest_routes_answer_with_their_status_codes(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")

@@ -167,3 +167,47 @@ async def test_of_concurrent_responds_exactly_one_wins(open_office: OpenOffice) 
         if m.kind is Kind.RESPONSE
     ]
     assert len(responses) == 1
+
+
+async def test_a_retried_request_under_the_same_idempotency_key_asks_once_and_gets_its_answer(
+    office: PostOffice,
+) -> None:
+    """The asker's connection dropped while it waited: it asks again with the same key."""
+    alice, bob = await agents(office, "alice", "bob")
+    first = await office.requests.request(
+        alice, "bob", "Which port?", {"svc": "api"}, timeout_s=0, idempotency_key="port-1"
+    )
+    assert first.timed_out
+    answers: list[RequestAnswer] = []
+
+    async def ask_again() -> None:
+        answers.append(
+            await office.requests.request(
+                alice, "bob", "Which port?", {"svc": "api"}, timeout_s=60, idempotency_key="port-1"
+            )
+        )
+
+    with anyio.fail_after(WAKE_S):
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask_again)
+            request_id = await asked(office, bob)  # one question, not two
+            await office.requests.respond(bob, request_id, "8080")
+    [answer] = answers
+    assert (answer.request_id, answer.answered, answer.answer) == (first.request_id, True, "8080")
+    later = await office.requests.request(
+        alice, "bob", "Which port?", {"svc": "api"}, timeout_s=0, idempotency_key="port-1"
+    )
+    assert (later.request_id, later.answered, later.answer) == (first.request_id, True, "8080")
+    assert len((await office.mailbox.inbox(bob, unread_only=False, peek=True)).messages) == 1
+
+
+async def test_another_question_under_the_same_idempotency_key_is_a_conflict(
+    office: PostOffice,
+) -> None:
+    alice, _bob = await agents(office, "alice", "bob")
+    await office.requests.request(alice, "bob", "Which port?", timeout_s=0, idempotency_key="q")
+    await refused_without_change(
+        office,
+        ErrorCode.CONFLICT,
+        office.requests.request(alice, "bob", "Which host?", timeout_s=0, idempotency_key="q"),
+    )

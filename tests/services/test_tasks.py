@@ -21,6 +21,7 @@ from backends import (
     disable_agent,
     refused_without_change,
     session_caller,
+    snapshot,
 )
 
 pytestmark = pytest.mark.anyio
@@ -428,3 +429,66 @@ async def test_a_tasks_note_data_and_result_may_each_be_as_large_as_a_messages(
         with pytest.raises(AgentpostError) as refused:
             await too_large
         assert refused.value.code is ErrorCode.TOO_LARGE
+
+
+async def test_a_retried_delegate_under_the_same_idempotency_key_makes_one_task(
+    office: PostOffice,
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    first = await office.tasks.delegate(
+        boss, "worker", "Fix the build", data={"pr": 1, "ci": "red"}, idempotency_key="fix-1"
+    )
+    before = await snapshot(office.store)
+    again = await office.tasks.delegate(
+        boss, "worker", "Fix the build", data={"ci": "red", "pr": 1}, idempotency_key="fix-1"
+    )
+    assert again == first
+    assert await snapshot(office.store) == before  # no task, no message, no history
+    assert [t.id for t in await office.tasks.tasks(worker)] == [first.id]
+
+
+async def test_a_retried_delegate_answers_with_the_task_as_it_stands_now(
+    office: PostOffice,
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    first = await office.tasks.delegate(boss, "worker", "Fix the build", idempotency_key="fix-1")
+    await office.tasks.update_task(worker, first.id, "in_progress")
+    again = await office.tasks.delegate(boss, "worker", "Fix the build", idempotency_key="fix-1")
+    assert (again.id, again.status) == (first.id, TaskStatus.IN_PROGRESS)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"title": "Fix the docs"}, {"to": "other"}, {"detail": "now"}, {"data": {"pr": 2}}],
+)
+async def test_another_delegate_under_the_same_idempotency_key_is_a_conflict(
+    office: PostOffice, changes: dict[str, object]
+) -> None:
+    boss, _worker, _other = await agents(office, "boss", "worker", "other")
+    asked: dict[str, object] = {"to": "worker", "title": "Fix the build", "data": {"pr": 1}}
+    await office.tasks.delegate(boss, **asked, idempotency_key="fix-1")  # type: ignore[arg-type]
+    error = await refused_without_change(
+        office,
+        ErrorCode.CONFLICT,
+        office.tasks.delegate(boss, **(asked | changes), idempotency_key="fix-1"),  # type: ignore[arg-type]
+    )
+    assert error.details == {"idempotency_key": "fix-1"}
+
+
+async def test_a_key_that_sent_a_message_is_a_conflict_for_a_delegate(office: PostOffice) -> None:
+    boss, _worker = await agents(office, "boss", "worker")
+    await office.mailbox.send(boss, "worker", "Fix the build", idempotency_key="k")
+    await refused_without_change(
+        office,
+        ErrorCode.CONFLICT,
+        office.tasks.delegate(boss, "worker", "Fix the build", idempotency_key="k"),
+    )
+
+
+async def test_a_malformed_idempotency_key_for_a_delegate_is_refused(office: PostOffice) -> None:
+    boss, _worker = await agents(office, "boss", "worker")
+    await refused_without_change(
+        office,
+        ErrorCode.INVALID_ARGUMENT,
+        office.tasks.delegate(boss, "worker", "Fix the build", idempotency_key="with space"),
+    )

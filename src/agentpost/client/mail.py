@@ -9,7 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentpost.client.operation import Operation, Request, fields, listed, nothing
+from agentpost.client.operation import (
+    Operation,
+    Request,
+    fields,
+    listed,
+    nothing,
+    retry_headers,
+)
 from agentpost.domain.accounts import AgentInfo, Myself, Usage
 from agentpost.domain.desk import PriorityName, StatusName
 from agentpost.domain.events import Webhook, WebhookDelivery
@@ -57,8 +64,7 @@ def send(
         ttl_s=ttl_s,
         must_read=must_read,
     )
-    headers = {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
-    return Request(SendResult.from_dict, json=json, headers=headers)
+    return Request(SendResult.from_dict, json=json, headers=retry_headers(idempotency_key))
 
 
 def inbox(

@@ -59,6 +59,11 @@ def fields(**values: Any) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None}
 
 
+def retry_headers(idempotency_key: str | None) -> dict[str, str]:
+    """The `Idempotency-Key` header of a request that may be retried, if a key is given."""
+    return {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+
+
 def listed(values: str | Sequence[str]) -> list[str]:
     """One value or several, as a list: a string is a sequence of strings too, and `list`
     would send each of its characters."""

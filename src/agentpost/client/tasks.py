@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentpost.client.operation import Operation, Request, fields
+from agentpost.client.operation import Operation, Request, fields, retry_headers
 from agentpost.domain.desk import PriorityName
 from agentpost.domain.models import SendResult
 from agentpost.domain.requests import RequestAnswer
@@ -22,10 +22,12 @@ def delegate(
     priority: PriorityName = "normal",
     data: Any = None,
     due: float | None = None,
+    idempotency_key: str | None = None,
 ) -> Request[Task]:
-    """Hand a task to an agent: it arrives as a message of kind `task`."""
+    """Hand a task to an agent: it arrives as a message of kind `task`. With
+    `idempotency_key`, a retry (within 24 h) answers with the first task, making no other."""
     json = fields(to=to, title=title, detail=detail, priority=priority, data=data, due=due)
-    return Request(Task.from_dict, json=json)
+    return Request(Task.from_dict, json=json, headers=retry_headers(idempotency_key))
 
 
 def tasks(
@@ -58,13 +60,20 @@ def update_task(
 
 
 def request(
-    to: str, question: str, *, data: Any = None, timeout_s: float = 60
+    to: str,
+    question: str,
+    *,
+    data: Any = None,
+    timeout_s: float = 60,
+    idempotency_key: str | None = None,
 ) -> Request[RequestAnswer]:
     """Ask one agent and wait for the answer, or `timed_out` after `timeout_s` (the service
-    caps it at its `max_wait_s`); `check_request` fetches a later answer."""
+    caps it at its `max_wait_s`); `check_request` fetches a later answer. With
+    `idempotency_key`, a retry asks nothing again: it waits for the first question's answer."""
     return Request(
         RequestAnswer.from_dict,
         json=fields(to=to, question=question, data=data, timeout_s=timeout_s),
+        headers=retry_headers(idempotency_key),
         wait_s=max(0.0, float(timeout_s)),
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Request
 
 from agentpost.domain.models import Caller
 from agentpost.http.guard import caller_of
@@ -26,3 +26,12 @@ def client_ip(request: Request) -> str | None:
 
 Office = Annotated[PostOffice, Depends(_office)]
 Me = Annotated[Caller, Depends(_caller)]
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        max_length=200,
+        description="A retry under the same key (24 h, per agent) answers as the first "
+        "request did and does nothing again; another request under it is a `conflict`.",
+    ),
+]

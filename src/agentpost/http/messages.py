@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Header, Query, Request
+from fastapi import Query, Request
 
 from agentpost.domain.limits import MAX_LIMIT
-from agentpost.http.deps import Me, Office
+from agentpost.http.deps import IdempotencyKey, Me, Office
 from agentpost.http.hangup import unless_hung_up
 from agentpost.http.routing import api_router
 from agentpost.http.schemas import AckBody, SendBody
@@ -26,7 +26,7 @@ async def send(
     body: SendBody,
     office: Office,
     me: Me,
-    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
     """Send a message; `Idempotency-Key` makes a retried send store it once (24 h, per agent)."""
     sent = await office.mailbox.send(

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.domain.tasks import TaskRole, TaskStatusName
-from agentpost.http.deps import Me, Office
+from agentpost.http.deps import IdempotencyKey, Me, Office
 from agentpost.http.hangup import unless_hung_up
 from agentpost.http.routing import api_router
 from agentpost.http.schemas import Body, JSONValue
@@ -48,8 +48,11 @@ class RespondBody(Body):
 
 
 @router.post("/tasks", status_code=201, operation_id="delegate")
-async def delegate(body: DelegateBody, office: Office, me: Me) -> dict[str, Any]:
-    """Hand a task to an agent: it arrives as a message of kind `task`."""
+async def delegate(
+    body: DelegateBody, office: Office, me: Me, idempotency_key: IdempotencyKey = None
+) -> dict[str, Any]:
+    """Hand a task to an agent: it arrives as a message of kind `task`; `Idempotency-Key`
+    makes a retry answer with the first task instead of making a second."""
     task = await office.tasks.delegate(
         me,
         body.to,
@@ -58,6 +61,7 @@ async def delegate(body: DelegateBody, office: Office, me: Me) -> dict[str, Any]
         priority=body.priority,
         data=body.data,
         due=body.due,
+        idempotency_key=idempotency_key,
     )
     return task.to_dict()
 
@@ -95,13 +99,23 @@ async def update_task(task_id: str, body: UpdateTaskBody, office: Office, me: Me
 
 @router.post("/requests", operation_id="request")
 async def request(
-    body: RequestBody, office: Office, me: Me, http_request: Request
+    body: RequestBody,
+    office: Office,
+    me: Me,
+    http_request: Request,
+    idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:
-    """Ask one agent and wait for the answer, or `timed_out` (then `check_request` later)."""
+    """Ask one agent and wait for the answer, or `timed_out` (then `check_request` later);
+    `Idempotency-Key` makes a retry wait for the first question's answer, not ask again."""
     answer = await unless_hung_up(
         http_request,
         lambda: office.requests.request(
-            me, body.to, body.question, body.data, timeout_s=body.timeout_s
+            me,
+            body.to,
+            body.question,
+            body.data,
+            timeout_s=body.timeout_s,
+            idempotency_key=idempotency_key,
         ),
     )
     return {} if answer is None else answer.to_dict()

@@ -6,7 +6,9 @@ send's transaction, so a refused send leaves none of them behind.
 - Idempotency: a client that retries a send (a timeout, a dropped connection) names the same
   key, and gets the first answer back instead of a second message. The key is the agent's own
   and lives for a day; the same key with a different request is a `conflict`, never a quiet
-  replay of something else.
+  replay of something else. A task handed out or a question asked is a send too, and takes a
+  key the same way (`first_answer`, `remember_answer`): one agent's keys are one set, so a key
+  that sent a message is a `conflict` for a task.
 - Blocks: a blocked sender's mail is dropped for that recipient, and nothing tells the sender:
   its answer names the recipient as usual, and its receipt shows the mail as unread.
 """
@@ -61,16 +63,9 @@ def replay(
 
     A key remembered before `data` counted by value holds the hash of `data` as sent: a retry
     sent alike matches that too, for the day such a key lives (a rolling upgrade's retries)."""
-    row = idempotency.find(conn, agent, key, newer_than=now - IDEMPOTENCY_S)
-    if row is None:
+    first = _first(conn, agent, key, (request_hash(request), _hash(request)), now)
+    if first is None:
         return None
-    if row.request_hash not in (request_hash(request), _hash(request)):
-        raise AgentpostError(
-            ErrorCode.CONFLICT,
-            "this idempotency key was used for a different request in the last 24 hours",
-            details={"idempotency_key": key},
-        )
-    first = json.loads(row.response)
     return SendResult(
         id=first["id"],
         thread_id=first["thread_id"],
@@ -90,6 +85,26 @@ def remember(
         "channel": result.channel,
         "skipped_full": result.skipped_full,
     }
+    remember_answer(conn, store, agent, key, fingerprint, answer)
+
+
+def operation_hash(operation: str, request: dict[str, Any]) -> str:
+    """A fingerprint of an operation other than a plain send (`delegate`, `request`): its name
+    counts, so one key cannot answer for two kinds of request."""
+    return _hash({"operation": operation, **request})
+
+
+def first_answer(
+    conn: Connection, agent: str, key: str, fingerprint: str, now: float
+) -> dict[str, Any] | None:
+    """What `remember_answer` kept under `key` for this request; `conflict` if another
+    request used the key."""
+    return _first(conn, agent, key, (fingerprint,), now)
+
+
+def remember_answer(
+    conn: Connection, store: Store, agent: str, key: str, fingerprint: str, answer: dict[str, Any]
+) -> None:
     idempotency.save(
         conn,
         store.dialect,
@@ -99,6 +114,22 @@ def remember(
         response=json.dumps(answer),
         now=store.clock(),
     )
+
+
+def _first(
+    conn: Connection, agent: str, key: str, fingerprints: Sequence[str], now: float
+) -> dict[str, Any] | None:
+    row = idempotency.find(conn, agent, key, newer_than=now - IDEMPOTENCY_S)
+    if row is None:
+        return None
+    if row.request_hash not in fingerprints:
+        raise AgentpostError(
+            ErrorCode.CONFLICT,
+            "this idempotency key was used for a different request in the last 24 hours",
+            details={"idempotency_key": key},
+        )
+    answer: dict[str, Any] = json.loads(row.response)
+    return answer
 
 
 def record_send(

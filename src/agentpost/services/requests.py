@@ -21,6 +21,7 @@ from agentpost.domain.errors import forbidden, invalid, not_found
 from agentpost.domain.models import Caller, DeliveryState, Kind, SendResult
 from agentpost.domain.names import check_name
 from agentpost.domain.requests import RequestAnswer
+from agentpost.services import outbox
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import Heartbeat, check_standing
 from agentpost.store import mail
@@ -42,20 +43,52 @@ class Requests:
         self.mailbox = mailbox
 
     async def request(
-        self, caller: Caller, to: str, question: str, data: Any = None, timeout_s: float = 60
+        self,
+        caller: Caller,
+        to: str,
+        question: str,
+        data: Any = None,
+        timeout_s: float = 60,
+        idempotency_key: str | None = None,
     ) -> RequestAnswer:
         """Ask one agent and wait (at most `max_wait_s`) for the answer; `timed_out` if none
-        came in time, never an error: `check_request` fetches a later answer."""
+        came in time, never an error: `check_request` fetches a later answer.
+
+        A retry under the same `idempotency_key` (a dropped connection while waiting) asks
+        nothing again: it waits for, or hands over, the first question's answer."""
         timeout = rules.check_timeout(timeout_s, self.settings.limits)
         if isinstance(to, str) and to.startswith("#"):
             raise invalid("a request goes to one agent, not to a channel")
         addressee = check_name(to, "recipient")
-        sent = await self.store.write(
-            lambda conn: self.mailbox.send_in(
+        retry_key = outbox.check_idempotency_key(idempotency_key)
+        fingerprint = ""
+        if retry_key is not None:
+            data_json = rules.encode_data(data, self.settings.limits)
+            asked = {
+                "to": addressee,
+                "question": question,
+                "data": None if data_json is None else json.loads(data_json),
+            }
+            fingerprint = outbox.operation_hash("request", asked)
+
+        def tx(conn: Connection) -> str:
+            if retry_key is not None:
+                now = self.store.clock()
+                first = outbox.first_answer(conn, caller.agent, retry_key, fingerprint, now)
+                if first is not None:
+                    return str(first["request_id"])
+            sent = self.mailbox.send_in(
                 conn, caller, addressee, question, data=data, kind=Kind.REQUEST
             )
-        )
-        return await self._await_answer(caller, sent.id, timeout)
+            if retry_key is not None:
+                answer = {"request_id": sent.id}
+                outbox.remember_answer(
+                    conn, self.store, caller.agent, retry_key, fingerprint, answer
+                )
+            return sent.id
+
+        request_id = await self.store.write(tx)
+        return await self._await_answer(caller, request_id, timeout)
 
     async def respond(
         self, caller: Caller, request_id: str, answer: str, data: Any = None

@@ -7,6 +7,7 @@ there is never a task nobody was told of, nor a message about a task that is not
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -18,6 +19,7 @@ from agentpost.domain.leadership import lease_name
 from agentpost.domain.models import Caller, Kind
 from agentpost.domain.names import check_name
 from agentpost.domain.tasks import ROLES, Task, TaskStatus, check_move, check_status
+from agentpost.services import outbox
 from agentpost.services.drafts import check_priority
 from agentpost.services.mailbox import Mailbox
 from agentpost.store import agents as agent_rows
@@ -75,17 +77,35 @@ class Tasks:
         priority: str = "normal",
         data: Any = None,
         due: float | None = None,
+        idempotency_key: str | None = None,
     ) -> Task:
-        """Create a task for `to` and deliver it as a message of kind `task`, in one go."""
+        """Create a task for `to` and deliver it as a message of kind `task`, in one go.
+
+        A retry under the same `idempotency_key` (24 h, the caller's own, as `send` keeps
+        them) makes no second task: it answers with the first, as it stands now."""
         assignee = check_name(to, "assignee")
         title = _title(title, self.settings)
         detail = _text(detail, "detail", self.settings)
         level = check_priority(priority)
         data_json = rules.encode_data(data, self.settings.limits)
         when = _due(due)
+        retry_key = outbox.check_idempotency_key(idempotency_key)
+        asked = {
+            "to": assignee,
+            "title": title,
+            "detail": detail,
+            "priority": level.value,
+            "data": None if data_json is None else json.loads(data_json),
+            "due": when,
+        }
+        fingerprint = outbox.operation_hash("delegate", asked)
 
         def tx(conn: Connection) -> Task:
             now = self.store.clock()
+            if retry_key is not None:
+                first = outbox.first_answer(conn, caller.agent, retry_key, fingerprint, now)
+                if first is not None:
+                    return self._one(conn, first["task_id"])
             project = self._project(conn, caller)
             if self.settings.delegate_requires_leader:
                 self._check_leader(conn, caller, project, now)
@@ -129,6 +149,11 @@ class Tasks:
                 to_status=TaskStatus.OPEN,
                 note="",
             )
+            if retry_key is not None:
+                answer = {"task_id": tid}
+                outbox.remember_answer(
+                    conn, self.store, caller.agent, retry_key, fingerprint, answer
+                )
             return self._one(conn, tid)
 
         return await self.store.write(tx)
