@@ -176,3 +176,16 @@ def test_the_tool_groups_a_setting_may_name_are_the_groups_mcp_serves() -> None:
 def test_trusted_proxies_are_addresses_or_networks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTPOST_TRUSTED_PROXIES", '["10.0.0.0/8", "127.0.0.1", "::1"]')
     assert Settings().trusted_proxies == ["10.0.0.0/8", "127.0.0.1", "::1"]
+
+
+@pytest.mark.parametrize("value", ["proxy.internal", "a, b", "[unclosed"])
+def test_a_list_setting_that_is_not_json_says_which_variable_and_how_to_write_it(
+    value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTPOST_ALLOWED_HOSTS", value)
+    with pytest.raises(AgentpostError) as refused:
+        load_settings()
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert refused.value.message == (
+        'configuration: allowed_hosts (AGENTPOST_ALLOWED_HOSTS): should be a JSON list: ["a", "b"]'
+    )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -276,7 +277,7 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         raise invalid(f"configuration: {'; '.join(_mistakes(exc))}") from None
     except SettingsError as exc:  # a value pydantic-settings could not even decode
-        raise invalid(f"configuration: {exc}") from None
+        raise invalid(f"configuration: {_undecodable(exc)}") from None
 
 
 SECRETS = frozenset({"admin_key", "key"})
@@ -296,6 +297,19 @@ def _mistakes(exc: ValidationError) -> list[str]:
             what += ' (a JSON list: ["a", "b"])'
         out.append(f"{key} ({_source(key.split('.')[0])}): {what}")
     return out
+
+
+_UNDECODABLE = re.compile(r'error parsing value for field "(\w+)"')
+
+
+def _undecodable(exc: SettingsError) -> str:
+    """A variable the environment gave that is not JSON: only list settings are read as JSON
+    there, and pydantic-settings names neither the variable nor the form it wants."""
+    found = _UNDECODABLE.match(str(exc))
+    if found is None:
+        return str(exc)
+    key = found.group(1)
+    return f'{key} ({_source(key)}): should be a JSON list: ["a", "b"]'
 
 
 def _source(key: str) -> str:
