@@ -34,6 +34,8 @@ class Received:
 class Receiver:
     answers: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     """What to answer, in order; 200 once they run out."""
+    stalls: int = 0
+    """How many requests, the first ones, are taken and never answered."""
     secret: str = ""
     url: str = ""
     port: int = 0
@@ -67,6 +69,9 @@ class Receiver:
             self.requests.append(Received(path, headers, body, self.verify(headers, body)))
             self._arrived.set()
             self._arrived = anyio.Event()
+            if self.stalls:
+                self.stalls -= 1
+                await anyio.sleep_forever()
             status, extra = self.answers.pop(0) if self.answers else (200, {})
             lines = [f"HTTP/1.1 {status} Scripted", "Content-Length: 0", "Connection: close"]
             lines += [f"{name}: {value}" for name, value in extra.items()]

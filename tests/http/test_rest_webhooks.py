@@ -4,13 +4,14 @@ a real receiver on 127.0.0.1 that checks each signature, retried after a failure
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from service_process import Service
+from service_process import Service, running_service
 from webhook_receiver import Receiver, listening
 
 pytestmark = pytest.mark.anyio
@@ -54,6 +55,30 @@ async def test_new_mail_is_delivered_signed_and_retried_after_a_failure(service:
         await anyio.sleep(0.05)
     assert log[0]["state"] == "delivered"
     assert log[0]["attempts"] == 2
+
+
+async def test_a_delivery_in_flight_when_serve_stops_is_sent_again_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    """Not after its lease (the attempt's timeout and half a minute): a restart is not a
+    crash, and the process that stops knows which deliveries it abandoned."""
+    receiver = Receiver(stalls=1)  # takes the first POST and never answers it
+    env = {"AGENTPOST_WEBHOOK_TIMEOUT_S": "120"}
+    async with running_service(tmp_path, env) as service, listening(receiver):
+        alice = await service.agent("alice")
+        bob = await service.agent("bob")
+        created = await bob.post(
+            "/v1/webhooks", json={"url": receiver.url, "events": ["message.created"]}
+        )
+        receiver.secret = created.json()["secret"]
+        await alice.post("/v1/messages", json={"to": "bob", "body": "hook me"})
+        with anyio.fail_after(20):
+            [stalled] = await receiver.received(1)
+        await service.restart()
+        with anyio.fail_after(20):
+            _, again = await receiver.received(2)
+    assert again.signed
+    assert again.headers["x-agentpost-delivery"] == stalled.headers["x-agentpost-delivery"]
 
 
 async def test_unread_mail_tells_the_senders_webhook_when_its_ttl_falls_due(

@@ -708,3 +708,21 @@ async def test_old_finished_deliveries_go_in_the_sweep(
     clock.advance(1)
     await office.mailbox.sweep()
     assert await office.webhooks.deliveries(bob, webhook) == []
+
+
+async def test_a_stopped_dispatcher_hands_back_what_it_had_in_flight(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Due at once for the next dispatcher, its attempt uncounted; not after its lease."""
+    office = await open_office(webhook_timeout_s=30)
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver(stalls=1)
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver)
+        await office.mailbox.send(alice, "bob", "hold this")
+        with anyio.fail_after(10):
+            await receiver.received(1)
+    [handed_back] = await office.webhooks.deliveries(bob, webhook)
+    assert handed_back.state is HookState.PENDING
+    assert handed_back.attempts == 0
+    assert handed_back.next_attempt_at == clock()

@@ -79,6 +79,8 @@ HOOKED_FRESH_S = 1.0
 plus this since it was read): a webhook made by another replica is heard of within it."""
 MAX_SLEEP_S = 60.0
 UNAVAILABLE_RETRY_S = 5.0
+RELEASE_S = 5.0
+"""How long a stopping dispatcher may take to hand back the deliveries it had in flight."""
 ERROR_CHARS = 500
 
 METADATA_NAMES = frozenset({"metadata.google.internal", "metadata.goog"})
@@ -281,6 +283,8 @@ class Webhooks:
         """Claimed deliveries whose outcome is not recorded yet, by agent."""
         self._recorded = False
         """An outcome was recorded since the dispatcher last looked (a retry may be due)."""
+        self._abandoned: builtins.list[str] = []
+        """Deliveries in flight when the dispatcher was stopped, their outcome unseen."""
 
     async def create(
         self, caller: Caller, url: str, events: builtins.list[str]
@@ -354,29 +358,49 @@ class Webhooks:
 
         # No proxies from the environment, no redirects; and no kept-alive connections, which
         # are pooled by address alone and could carry one name's TLS session to another name.
-        async with (
-            httpx.AsyncClient(
-                timeout=self.settings.webhook_timeout_s,
-                follow_redirects=False,
-                trust_env=False,
-                limits=httpx.Limits(max_keepalive_connections=0),
-            ) as client,
-            anyio.create_task_group() as posting,
-        ):
-            with self.store.watch(None) as news:
-                self._news = news
-                try:
-                    while True:
-                        try:
-                            sleep = await self._round(client, posting)
-                        except AgentpostError as err:
-                            if err.code is not ErrorCode.UNAVAILABLE:
-                                raise
-                            log.warning("webhook dispatcher: %s; trying again", err)
-                            sleep = UNAVAILABLE_RETRY_S
-                        await self._until_work(news, sleep)
-                finally:
-                    self._news = None
+        try:
+            async with (
+                httpx.AsyncClient(
+                    timeout=self.settings.webhook_timeout_s,
+                    follow_redirects=False,
+                    trust_env=False,
+                    limits=httpx.Limits(max_keepalive_connections=0),
+                ) as client,
+                anyio.create_task_group() as posting,
+            ):
+                with self.store.watch(None) as news:
+                    self._news = news
+                    try:
+                        while True:
+                            try:
+                                sleep = await self._round(client, posting)
+                            except AgentpostError as err:
+                                if err.code is not ErrorCode.UNAVAILABLE:
+                                    raise
+                                log.warning("webhook dispatcher: %s; trying again", err)
+                                sleep = UNAVAILABLE_RETRY_S
+                            await self._until_work(news, sleep)
+                    finally:
+                        self._news = None
+        finally:
+            await self._release_abandoned()
+
+    async def _release_abandoned(self) -> None:
+        """Hand back what was in flight when the dispatcher stopped: due at once for the next
+        dispatcher (another replica, or this service started again), not after its lease. The
+        receiver may have had it already; deliveries carry their id for that. A database that
+        does not answer in time leaves them to their lease, as a crash would."""
+        abandoned, self._abandoned = self._abandoned, []
+        if not abandoned:
+            return
+        with anyio.CancelScope(shield=True) as scope:
+            scope.deadline = anyio.current_time() + RELEASE_S
+            try:
+                await self.store.write(
+                    lambda conn: webhook_rows.release(conn, abandoned, self.store.clock())
+                )
+            except AgentpostError as err:
+                log.warning("webhook dispatcher: %s; in flight at the stop: %s", err, abandoned)
 
     def _webhooks_changed(self) -> None:
         """After a webhook was created or deleted here: who has webhooks is read again, and the
@@ -472,6 +496,9 @@ class Webhooks:
                 raise
             # Unrecorded: the delivery is due again when its lease runs out.
             log.warning("webhook dispatcher: %s; %s is tried again later", err, row.id)
+        except anyio.get_cancelled_exc_class():
+            self._abandoned.append(row.id)
+            raise
         finally:
             self._in_flight[row.agent] -= 1
             if not self._in_flight[row.agent]:

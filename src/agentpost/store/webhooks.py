@@ -273,6 +273,16 @@ def claim_due(
     )
 
 
+def release(conn: Connection, deliveries: Sequence[str], now: float) -> None:
+    """Make claimed deliveries due now, their attempt not counted: the dispatcher that took
+    them stopped before it saw an answer, and need not leave them for their lease to run out."""
+    conn.execute(
+        update(webhook_deliveries)
+        .where(webhook_deliveries.c.id.in_(deliveries), _PENDING)
+        .values(next_attempt_at=now)
+    )
+
+
 def record_attempt(
     conn: Connection,
     delivery: str,
