@@ -93,7 +93,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "rich": ("agentpost.cli",),
     "pydantic_settings": ("agentpost.config",),
     "inotify_simple": ("agentpost.store.signal",),
-    "httpx": ("agentpost.services.webhooks", "agentpost.client"),
+    "httpx": ("agentpost.services.outbound", "agentpost.client"),
     "tomlkit": ("agentpost.cli.install",),
 }
 

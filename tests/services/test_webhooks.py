@@ -23,8 +23,7 @@ from account_helpers import ADDRESS, keyed, owner
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.events import MAX_WEBHOOKS, HookState, WebhookDelivery
 from agentpost.domain.models import Caller
-from agentpost.services import PostOffice
-from agentpost.services import webhooks as webhooks_service
+from agentpost.services import PostOffice, outbound
 from agentpost.services.webhooks import MAX_IN_FLIGHT
 from agentpost.store import webhooks as webhook_rows
 from backends import FakeClock, OpenOffice, refused_without_change
@@ -293,13 +292,13 @@ def resolving(
 ) -> None:
     """The dispatcher's name lookups answer `names` (after `slow(host)`, on their thread);
     other names go to the real resolver. No nameserver here answers for test names."""
-    real = webhooks_service.lookup
+    real = outbound.lookup
 
     def lookup(host: str, port: int) -> list[str]:
         slow(host)
         return names[host] if host in names else real(host, port)
 
-    monkeypatch.setattr(webhooks_service, "lookup", lookup)
+    monkeypatch.setattr(outbound, "lookup", lookup)
 
 
 async def test_one_agents_slow_nameserver_holds_up_no_other_agents_webhook(

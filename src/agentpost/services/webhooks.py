@@ -8,38 +8,25 @@ and event type (`X-Agentpost-Event`). A 2xx answer delivers; anything else (a re
 is followed) is retried after 1 s, 2 s, 4 s … until `webhook_max_attempts`, then the delivery
 fails. Every retry lives in the store, so a restart loses none.
 
-A webhook may not point at link-local, cloud-metadata, multicast or unspecified addresses:
-refused when it is created, and again at each delivery after the name is resolved (the request
-then goes to the address that was checked, so a name cannot change its answer in between).
-Loopback and private addresses are allowed: a post office on a laptop talks to its neighbours.
-
-This is the only server module that speaks HTTP outwards (the one home of `httpx` besides the
-client).
+Where a webhook may point, and the POST itself, are `outbound`'s.
 """
 
 from __future__ import annotations
 
 import builtins
-import hashlib
-import hmac
-import ipaddress
 import logging
 import secrets
-import socket
 import time
 from collections import Counter
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.to_thread
 
-from agentpost import __version__
 from agentpost.config import Settings
 from agentpost.domain import limits as rules
-from agentpost.domain.errors import AgentpostError, ErrorCode, invalid, not_found
+from agentpost.domain.errors import AgentpostError, ErrorCode, not_found
 from agentpost.domain.events import (
-    MAX_URL_CHARS,
     MAX_WEBHOOKS,
     Webhook,
     WebhookDelivery,
@@ -47,6 +34,7 @@ from agentpost.domain.events import (
 )
 from agentpost.domain.ids import webhook_id as new_webhook_id
 from agentpost.domain.models import Caller
+from agentpost.services.outbound import Poster, check_url
 from agentpost.store import agents as agent_rows
 from agentpost.store import keys as key_rows
 from agentpost.store import webhooks as webhook_rows
@@ -54,7 +42,6 @@ from agentpost.store.database import Connection, Row, Store
 from agentpost.store.wakeups import Watch
 
 if TYPE_CHECKING:
-    import httpx
     from anyio.abc import TaskGroup
 
 log = logging.getLogger(__name__)
@@ -67,10 +54,6 @@ MAX_IN_FLIGHT = 256
 beside the claiming, so a receiver that takes its time holds up only its own deliveries."""
 MAX_IN_FLIGHT_PER_AGENT = 8
 """Of those, one agent's (all its webhooks'): receivers that never answer take no more."""
-MAX_LOOKUPS = 64
-"""Name lookups under way at once, on threads of their own: the event loop's few default
-executor threads, filled by one agent's slow nameserver, would hold up everyone's deliveries
-(and a lookup its attempt gave up on keeps its thread till the resolver answers)."""
 ENQUEUE_PAGE = 500
 LEASE_EXTRA_S = 30.0
 """A claimed delivery is not due again for the timeout plus this (a dispatcher died mid-way)."""
@@ -81,187 +64,6 @@ MAX_SLEEP_S = 60.0
 UNAVAILABLE_RETRY_S = 5.0
 RELEASE_S = 5.0
 """How long a stopping dispatcher may take to hand back the deliveries it had in flight."""
-ERROR_CHARS = 500
-
-METADATA_NAMES = frozenset({"metadata.google.internal", "metadata.goog"})
-METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a)
-    for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2")
-)
-BROADCAST = ipaddress.ip_address("255.255.255.255")
-
-
-# -- where a webhook may point ------------------------------------------------------------------
-
-
-_EMBEDDING_IPV4 = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "::/96",  # IPv4-compatible (deprecated, still routed by some stacks)
-        "::ffff:0:0/96",  # IPv4-mapped
-        "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
-        "64:ff9b::/96",  # NAT64, well-known prefix
-    )
-)
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
-"""NAT64 for local use: a prefix of 48 bits or longer, so the IPv4 address sits where that
-length puts it (RFC 6052)."""
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 one may reach through a gateway: the last 32 bits of the
-    embedding prefixes, each place a local NAT64 prefix may put them, a 6to4 address's, a
-    Teredo client's."""
-    if ip.sixtofour is not None:
-        return [ip.sixtofour]
-    if ip.teredo is not None:
-        return [ip.teredo[1]]
-    value = int(ip)
-
-    def bits(first: int, end: int) -> int:  # bits [first, end) counted from the top
-        return (value >> (128 - end)) & ((1 << (end - first)) - 1)
-
-    if ip in _NAT64_LOCAL:  # after the prefix, the 8 bits at 64-71 are always zero
-        return [
-            ipaddress.IPv4Address(address)
-            for address in (
-                bits(48, 64) << 16 | bits(72, 88),  # a /48 prefix
-                bits(56, 64) << 24 | bits(72, 96),  # a /56 prefix
-                bits(72, 104),  # a /64 prefix
-                bits(96, 128),  # a /96 prefix
-            )
-        ]
-    if any(ip in network for network in _EMBEDDING_IPV4):
-        return [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
-    return []
-
-
-def refused_address(address: str) -> str | None:
-    """Why an IP address may not receive webhooks, or None when it may: checked as written,
-    and as each IPv4 address it may embed, in whichever IPv6 spelling."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])
-    reason = _refused_ip(ip)
-    if reason is not None or not isinstance(ip, ipaddress.IPv6Address):
-        return reason
-    embedded = _embedded_ipv4(ip)
-    if len(embedded) == 1:
-        return _refused_ip(embedded[0])
-    # A local NAT64 address read every way its prefix may lay it out: most readings are no
-    # address anyone meant, so only the ones a gateway would carry to a forbidden place count.
-    for candidate in embedded:
-        if candidate in METADATA_ADDRESSES:
-            return "a cloud metadata address"
-        if candidate.is_link_local:
-            return "a link-local address"
-    return None
-
-
-def _refused_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    if ip in METADATA_ADDRESSES:
-        return "a cloud metadata address"
-    if ip.is_link_local:
-        return "a link-local address"
-    if ip.is_multicast:
-        return "a multicast address"
-    if ip.is_unspecified:
-        return "the unspecified address"
-    if ip == BROADCAST:
-        return "the broadcast address"
-    return None
-
-
-def _refuse(url: str, reason: str) -> AgentpostError:
-    return invalid(f"a webhook may not point at {reason}", url=url)
-
-
-def _parse(url: str) -> httpx.URL:
-    import httpx  # here: a local MCP server never loads it
-
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
-        raise invalid("url is not a valid URL", url=url) from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise invalid("url must be an http:// or https:// URL with a host", url=url)
-    if parsed.port is not None and not 1 <= parsed.port <= 65535:  # httpx takes any number
-        raise invalid("url has a port no connection can reach: 1 to 65535", url=url)
-    return parsed
-
-
-def _port(url: httpx.URL) -> int:
-    return url.port or (443 if url.scheme == "https" else 80)
-
-
-def check_url(url: str) -> str:
-    """The webhook URL, checked as far as can be without asking DNS: scheme, host, and no
-    forbidden name or address literal (in any spelling the resolver accepts, `2852039166`
-    included)."""
-    if not isinstance(url, str) or not url.strip():
-        raise invalid("url must be an http:// or https:// URL")
-    url = url.strip()
-    if len(url) > MAX_URL_CHARS:
-        raise invalid(f"url is over {MAX_URL_CHARS} characters")
-    parsed = _parse(url)
-    host = parsed.raw_host.decode("ascii").lower().rstrip(".")
-    if host in METADATA_NAMES:
-        raise _refuse(url, "a cloud metadata address")
-    if ":" in host:  # an IPv6 literal, maybe with a zone (`%25eth0`), which no resolver takes
-        try:
-            literal = ipaddress.IPv6Address(host.replace("%25", "%").split("%", 1)[0])
-        except ValueError:
-            raise invalid("url has a host that is no IPv6 address", url=url) from None
-        reason = refused_address(str(literal))
-        if reason:
-            raise _refuse(url, reason)
-        return url
-    try:
-        numeric = socket.getaddrinfo(
-            host, _port(parsed), type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
-        )
-    except (socket.gaierror, UnicodeError):
-        return url  # a name: checked again once resolved, at every delivery
-    for info in numeric:
-        reason = refused_address(str(info[4][0]))
-        if reason:
-            raise _refuse(url, reason)
-    return url
-
-
-def lookup(host: str, port: int) -> list[str]:
-    """The addresses of a name, in the resolver's order (blocking: run on a thread)."""
-    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
-
-
-async def _allowed_addresses(url: httpx.URL, lookups: anyio.CapacityLimiter) -> list[str]:
-    """Resolve the URL's host; refuse it if any of its addresses is forbidden; else all of
-    them, in the resolver's order (without repeats)."""
-    host = url.raw_host.decode("ascii")
-    if host.lower().rstrip(".") in METADATA_NAMES:
-        raise _refuse(str(url), "a cloud metadata address")
-    try:
-        addresses = [str(ipaddress.ip_address(host.split("%", 1)[0]))]  # no lookup for a literal
-    except ValueError:
-        addresses = await anyio.to_thread.run_sync(
-            lookup,
-            host,
-            _port(url),
-            abandon_on_cancel=True,  # the attempt's deadline does not wait for a slow resolver
-            limiter=lookups,
-        )
-    if not addresses:
-        raise AgentpostError(ErrorCode.UNAVAILABLE, f"{host} has no address")
-    for address in addresses:
-        reason = refused_address(address)
-        if reason:
-            raise _refuse(str(url), f"{reason} ({host} is {address})")
-    return list(dict.fromkeys(address.split("%", 1)[0] for address in addresses))
-
-
-def sign(secret: str, timestamp: int, body: str) -> str:
-    """The `X-Agentpost-Signature` value: `t=<timestamp>,v1=<hex HMAC-SHA256>` of `t.body`."""
-    digest = hmac.new(secret.encode(), f"{timestamp}.{body}".encode(), hashlib.sha256)
-    return f"t={timestamp},v1={digest.hexdigest()}"
-
 
 # -- the service ------------------------------------------------------------------------------
 
@@ -278,7 +80,6 @@ class Webhooks:
         commits, whose reach is unknown, and at least every `HOOKED_FRESH_S` under traffic."""
         self._news: Watch | None = None
         """The dispatcher's watch, woken when this process creates or deletes a webhook."""
-        self._lookups = anyio.CapacityLimiter(MAX_LOOKUPS)
         self._in_flight: Counter[str] = Counter()
         """Claimed deliveries whose outcome is not recorded yet, by agent."""
         self._recorded = False
@@ -354,18 +155,9 @@ class Webhooks:
     async def run_dispatcher(self) -> None:
         """Forever: enqueue new events for each webhook, POST what is due, sleep until a
         commit writes events (or another process commits) or the next retry is due."""
-        import httpx
-
-        # No proxies from the environment, no redirects; and no kept-alive connections, which
-        # are pooled by address alone and could carry one name's TLS session to another name.
         try:
             async with (
-                httpx.AsyncClient(
-                    timeout=self.settings.webhook_timeout_s,
-                    follow_redirects=False,
-                    trust_env=False,
-                    limits=httpx.Limits(max_keepalive_connections=0),
-                ) as client,
+                Poster(self.settings.webhook_timeout_s, self.store.clock) as poster,
                 anyio.create_task_group() as posting,
             ):
                 with self.store.watch(None) as news:
@@ -373,7 +165,7 @@ class Webhooks:
                     try:
                         while True:
                             try:
-                                sleep = await self._round(client, posting)
+                                sleep = await self._round(poster, posting)
                             except AgentpostError as err:
                                 if err.code is not ErrorCode.UNAVAILABLE:
                                     raise
@@ -432,7 +224,7 @@ class Webhooks:
             if not hooked.isdisjoint(reach):
                 return
 
-    async def _round(self, client: httpx.AsyncClient, posting: TaskGroup) -> float | None:
+    async def _round(self, poster: Poster, posting: TaskGroup) -> float | None:
         """Enqueue, then claim until nothing is due, each claimed delivery POSTed in `posting`
         (not awaited); returns how long to sleep (None: until the store changes)."""
         if self._hooked is None:
@@ -472,13 +264,13 @@ class Webhooks:
             # None claimed: another dispatcher took them.
             for row in claimed:
                 self._in_flight[row.agent] += 1
-                posting.start_soon(self._deliver, client, row)
+                posting.start_soon(self._deliver, poster, row)
 
-    async def _deliver(self, client: httpx.AsyncClient, row: Row[Any]) -> None:
+    async def _deliver(self, poster: Poster, row: Row[Any]) -> None:
         """POST one claimed delivery and record the outcome; then wake the dispatcher, for its
         retry may be due sooner than anything it knew of, and there is room for another."""
         try:
-            ok, status, error = await self._attempt(client, row)
+            ok, status, error = await poster.post(row)
             await self.store.write(
                 lambda conn: webhook_rows.record_attempt(
                     conn,
@@ -506,58 +298,6 @@ class Webhooks:
             self._recorded = True
             if self._news is not None:
                 self._news.wake()
-
-    async def _attempt(
-        self, client: httpx.AsyncClient, row: Row[Any]
-    ) -> tuple[bool, int | None, str | None]:
-        """POST one delivery: (delivered, HTTP status, why not)."""
-        import httpx
-
-        body: str = row.payload
-        headers = {
-            "Content-Type": "application/json",
-            "User-Agent": f"agentpost/{__version__}",
-            "X-Agentpost-Event": row.event,
-            "X-Agentpost-Delivery": row.id,
-            "X-Agentpost-Signature": sign(row.secret, int(self.store.clock()), body),
-        }
-        timeout = self.settings.webhook_timeout_s
-        try:
-            with anyio.fail_after(timeout):
-                url = _parse(row.url)
-                addresses = await _allowed_addresses(url, self._lookups)
-                headers["Host"] = url.netloc.decode("ascii")
-                # To an address just checked; TLS still verifies the certificate by name.
-                extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
-                for address in addresses:
-                    target = url.copy_with(host=address)
-                    try:
-                        async with client.stream(
-                            "POST",
-                            target,
-                            content=body.encode(),
-                            headers=headers,
-                            extensions=extensions,
-                        ) as response:
-                            status = response.status_code
-                        break
-                    except httpx.ConnectError:
-                        # Nothing listens there (`localhost` is often ::1 first, and a
-                        # receiver may listen on 127.0.0.1 alone): the next address, as a
-                        # browser or curl would.
-                        if address == addresses[-1]:
-                            raise
-        except AgentpostError as err:
-            return False, None, err.message[:ERROR_CHARS]
-        except TimeoutError:
-            return False, None, f"no answer within {timeout:g} s"
-        except (httpx.HTTPError, OSError) as err:
-            return False, None, f"{type(err).__name__}: {err}"[:ERROR_CHARS]
-        if 200 <= status < 300:
-            return True, status, None
-        if 300 <= status < 400:
-            return False, status, f"HTTP {status}: redirects are not followed"
-        return False, status, f"HTTP {status}"
 
 
 def _check_agent(conn: Connection, caller: Caller) -> None:

@@ -1,0 +1,305 @@
+"""Webhook requests going out of the post office: where they may go, and the POST of one
+delivery.
+
+A webhook may not point at link-local, cloud-metadata, multicast or unspecified addresses:
+refused when it is created (`check_url`), and again at each delivery after the name is resolved
+(the request then goes to the address that was checked, so a name cannot change its answer in
+between). Loopback and private addresses are allowed: a post office on a laptop talks to its
+neighbours.
+
+This is the only server module that speaks HTTP outwards (the one home of `httpx` besides the
+client). It imports `httpx` only when a URL is checked or a dispatcher starts: a local MCP
+server never loads it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import socket
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+
+from agentpost import __version__
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.domain.events import MAX_URL_CHARS
+from agentpost.store.database import Clock, Row
+
+if TYPE_CHECKING:
+    import httpx
+
+MAX_LOOKUPS = 64
+"""Name lookups under way at once, on threads of their own: the event loop's few default
+executor threads, filled by one agent's slow nameserver, would hold up everyone's deliveries
+(and a lookup its attempt gave up on keeps its thread till the resolver answers)."""
+ERROR_CHARS = 500
+
+METADATA_NAMES = frozenset({"metadata.google.internal", "metadata.goog"})
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a)
+    for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2")
+)
+BROADCAST = ipaddress.ip_address("255.255.255.255")
+
+
+# -- where a webhook may point ------------------------------------------------------------------
+
+
+_EMBEDDING_IPV4 = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "::/96",  # IPv4-compatible (deprecated, still routed by some stacks)
+        "::ffff:0:0/96",  # IPv4-mapped
+        "::ffff:0:0:0/96",  # IPv4-translated (SIIT)
+        "64:ff9b::/96",  # NAT64, well-known prefix
+    )
+)
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+"""NAT64 for local use: a prefix of 48 bits or longer, so the IPv4 address sits where that
+length puts it (RFC 6052)."""
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 one may reach through a gateway: the last 32 bits of the
+    embedding prefixes, each place a local NAT64 prefix may put them, a 6to4 address's, a
+    Teredo client's."""
+    if ip.sixtofour is not None:
+        return [ip.sixtofour]
+    if ip.teredo is not None:
+        return [ip.teredo[1]]
+    value = int(ip)
+
+    def bits(first: int, end: int) -> int:  # bits [first, end) counted from the top
+        return (value >> (128 - end)) & ((1 << (end - first)) - 1)
+
+    if ip in _NAT64_LOCAL:  # after the prefix, the 8 bits at 64-71 are always zero
+        return [
+            ipaddress.IPv4Address(address)
+            for address in (
+                bits(48, 64) << 16 | bits(72, 88),  # a /48 prefix
+                bits(56, 64) << 24 | bits(72, 96),  # a /56 prefix
+                bits(72, 104),  # a /64 prefix
+                bits(96, 128),  # a /96 prefix
+            )
+        ]
+    if any(ip in network for network in _EMBEDDING_IPV4):
+        return [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
+    return []
+
+
+def refused_address(address: str) -> str | None:
+    """Why an IP address may not receive webhooks, or None when it may: checked as written,
+    and as each IPv4 address it may embed, in whichever IPv6 spelling."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    reason = _refused_ip(ip)
+    if reason is not None or not isinstance(ip, ipaddress.IPv6Address):
+        return reason
+    embedded = _embedded_ipv4(ip)
+    if len(embedded) == 1:
+        return _refused_ip(embedded[0])
+    # A local NAT64 address read every way its prefix may lay it out: most readings are no
+    # address anyone meant, so only the ones a gateway would carry to a forbidden place count.
+    for candidate in embedded:
+        if candidate in METADATA_ADDRESSES:
+            return "a cloud metadata address"
+        if candidate.is_link_local:
+            return "a link-local address"
+    return None
+
+
+def _refused_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    if ip in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if ip.is_unspecified:
+        return "the unspecified address"
+    if ip == BROADCAST:
+        return "the broadcast address"
+    return None
+
+
+def _refuse(url: str, reason: str) -> AgentpostError:
+    return invalid(f"a webhook may not point at {reason}", url=url)
+
+
+def _parse(url: str) -> httpx.URL:
+    import httpx  # here: a local MCP server never loads it
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise invalid("url is not a valid URL", url=url) from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise invalid("url must be an http:// or https:// URL with a host", url=url)
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:  # httpx takes any number
+        raise invalid("url has a port no connection can reach: 1 to 65535", url=url)
+    return parsed
+
+
+def _port(url: httpx.URL) -> int:
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
+def check_url(url: str) -> str:
+    """The webhook URL, checked as far as can be without asking DNS: scheme, host, and no
+    forbidden name or address literal (in any spelling the resolver accepts, `2852039166`
+    included)."""
+    if not isinstance(url, str) or not url.strip():
+        raise invalid("url must be an http:// or https:// URL")
+    url = url.strip()
+    if len(url) > MAX_URL_CHARS:
+        raise invalid(f"url is over {MAX_URL_CHARS} characters")
+    parsed = _parse(url)
+    host = parsed.raw_host.decode("ascii").lower().rstrip(".")
+    if host in METADATA_NAMES:
+        raise _refuse(url, "a cloud metadata address")
+    if ":" in host:  # an IPv6 literal, maybe with a zone (`%25eth0`), which no resolver takes
+        try:
+            literal = ipaddress.IPv6Address(host.replace("%25", "%").split("%", 1)[0])
+        except ValueError:
+            raise invalid("url has a host that is no IPv6 address", url=url) from None
+        reason = refused_address(str(literal))
+        if reason:
+            raise _refuse(url, reason)
+        return url
+    try:
+        numeric = socket.getaddrinfo(
+            host, _port(parsed), type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
+        )
+    except (socket.gaierror, UnicodeError):
+        return url  # a name: checked again once resolved, at every delivery
+    for info in numeric:
+        reason = refused_address(str(info[4][0]))
+        if reason:
+            raise _refuse(url, reason)
+    return url
+
+
+def lookup(host: str, port: int) -> list[str]:
+    """The addresses of a name, in the resolver's order (blocking: run on a thread)."""
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+
+
+async def _allowed_addresses(url: httpx.URL, lookups: anyio.CapacityLimiter) -> list[str]:
+    """Resolve the URL's host; refuse it if any of its addresses is forbidden; else all of
+    them, in the resolver's order (without repeats)."""
+    host = url.raw_host.decode("ascii")
+    if host.lower().rstrip(".") in METADATA_NAMES:
+        raise _refuse(str(url), "a cloud metadata address")
+    try:
+        addresses = [str(ipaddress.ip_address(host.split("%", 1)[0]))]  # no lookup for a literal
+    except ValueError:
+        addresses = await anyio.to_thread.run_sync(
+            lookup,
+            host,
+            _port(url),
+            abandon_on_cancel=True,  # the attempt's deadline does not wait for a slow resolver
+            limiter=lookups,
+        )
+    if not addresses:
+        raise AgentpostError(ErrorCode.UNAVAILABLE, f"{host} has no address")
+    for address in addresses:
+        reason = refused_address(address)
+        if reason:
+            raise _refuse(str(url), f"{reason} ({host} is {address})")
+    return list(dict.fromkeys(address.split("%", 1)[0] for address in addresses))
+
+
+def sign(secret: str, timestamp: int, body: str) -> str:
+    """The `X-Agentpost-Signature` value: `t=<timestamp>,v1=<hex HMAC-SHA256>` of `t.body`."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.{body}".encode(), hashlib.sha256)
+    return f"t={timestamp},v1={digest.hexdigest()}"
+
+
+class Poster:
+    """POSTs deliveries for one dispatcher, `async with` it: its HTTP client and its threads for
+    name lookups. No proxies from the environment, no redirects; and no kept-alive connections,
+    which are pooled by address alone and could carry one name's TLS session to another name."""
+
+    def __init__(self, timeout_s: float, clock: Clock) -> None:
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self._lookups = anyio.CapacityLimiter(MAX_LOOKUPS)
+        self._client: httpx.AsyncClient | None = None
+
+    async def __aenter__(self) -> Poster:
+        import httpx
+
+        self._client = httpx.AsyncClient(
+            timeout=self.timeout_s,
+            follow_redirects=False,
+            trust_env=False,
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def post(self, row: Row[Any]) -> tuple[bool, int | None, str | None]:
+        """POST one claimed delivery (its row: event, payload, url, secret): (delivered, HTTP
+        status, why not). Never raises for the receiver's or the network's sake."""
+        import httpx
+
+        client = self._client
+        assert client is not None, "post inside `async with Poster(…)`"
+
+        body: str = row.payload
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": f"agentpost/{__version__}",
+            "X-Agentpost-Event": row.event,
+            "X-Agentpost-Delivery": row.id,
+            "X-Agentpost-Signature": sign(row.secret, int(self.clock()), body),
+        }
+        timeout = self.timeout_s
+        try:
+            with anyio.fail_after(timeout):
+                url = _parse(row.url)
+                addresses = await _allowed_addresses(url, self._lookups)
+                headers["Host"] = url.netloc.decode("ascii")
+                # To an address just checked; TLS still verifies the certificate by name.
+                extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+                for address in addresses:
+                    target = url.copy_with(host=address)
+                    try:
+                        async with client.stream(
+                            "POST",
+                            target,
+                            content=body.encode(),
+                            headers=headers,
+                            extensions=extensions,
+                        ) as response:
+                            status = response.status_code
+                        break
+                    except httpx.ConnectError:
+                        # Nothing listens there (`localhost` is often ::1 first, and a
+                        # receiver may listen on 127.0.0.1 alone): the next address, as a
+                        # browser or curl would.
+                        if address == addresses[-1]:
+                            raise
+        except AgentpostError as err:
+            return False, None, err.message[:ERROR_CHARS]
+        except TimeoutError:
+            return False, None, f"no answer within {timeout:g} s"
+        except (httpx.HTTPError, OSError) as err:
+            return False, None, f"{type(err).__name__}: {err}"[:ERROR_CHARS]
+        if 200 <= status < 300:
+            return True, status, None
+        if 300 <= status < 400:
+            return False, status, f"HTTP {status}: redirects are not followed"
+        return False, status, f"HTTP {status}"
