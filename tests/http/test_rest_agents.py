@@ -90,3 +90,24 @@ async def test_beating_and_ending_a_session_by_its_id_opens_no_other(service: Se
     assert (present["online"], present["sessions"]) == (True, 1)
     assert (await alice.delete(f"/v1/sessions/{minted}")).status_code == 200
     assert await presence_of(bob, "alice") == []
+
+
+async def test_a_key_cannot_mint_sessions_without_end(service: Service) -> None:
+    """Each mint is a row: past the limit, the oldest ended session makes room; while every
+    one is live, the next is refused with a time to come back."""
+    alice = await service.agent("alice")
+    minted = []
+    while True:
+        answer = await alice.post("/v1/sessions", json={})
+        if answer.status_code != 201:
+            break
+        minted.append(answer.json()["session_id"])
+    assert answer.status_code == 429, answer.text
+    assert answer.json()["error"]["code"] == "rate_limited"
+    assert int(answer.headers["Retry-After"]) == 45
+    assert len(minted) == 100  # minting speaks for no session: the key's own is not made
+    ended = await alice.delete(
+        f"/v1/sessions/{minted[0]}", headers={"Agentpost-Session": minted[1]}
+    )
+    assert ended.status_code == 200
+    assert (await alice.post("/v1/sessions", json={})).status_code == 201

@@ -11,6 +11,7 @@ import pytest
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Presence, Status
 from agentpost.services import PostOffice
+from agentpost.services.presence import MAX_HTTP_SESSIONS
 from backends import (
     FakeClock,
     OpenOffice,
@@ -425,3 +426,63 @@ async def test_last_seen_is_the_freshest_heartbeat_of_any_session_as_the_directo
     assert (seen.online, seen.branch, seen.last_seen_s) == (True, "main", 1.0)
     [listed] = await office.directory.search(lead, "lead")
     assert listed.last_seen_s == seen.last_seen_s
+
+
+# -- sessions over HTTP: how many one agent keeps ------------------------------------------------
+
+
+async def http_sessions(office: PostOffice, caller: Caller, count: int) -> list[str]:
+    return [
+        (await office.presence.open_http_session(caller, host=f"h{n}")).id for n in range(count)
+    ]
+
+
+async def still_there(office: PostOffice, session_ids: list[str]) -> list[str]:
+    kept = []
+    for session_id in session_ids:
+        try:
+            await office.presence.session(session_id)
+            kept.append(session_id)
+        except AgentpostError:
+            pass
+    return kept
+
+
+async def test_a_session_minted_past_the_limit_takes_the_place_of_the_longest_ended_one(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await office.presence.ensure_agent("alice")
+    minted = await http_sessions(office, alice, MAX_HTTP_SESSIONS)
+    for session_id in (minted[7], minted[3]):  # #7 ended first: it goes first
+        clock.advance(1)
+        await office.presence.end_session(session_id)
+    [newest] = await http_sessions(office, alice, 1)
+    assert await still_there(office, [*minted, newest]) == [
+        s for s in [*minted, newest] if s != minted[7]
+    ]
+
+
+async def test_a_session_gone_offline_makes_room_as_an_ended_one_does(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await office.presence.ensure_agent("alice")
+    minted = await http_sessions(office, alice, MAX_HTTP_SESSIONS)
+    clock.advance(office.settings.offline_after_s)
+    for session_id in minted[1:]:
+        await office.presence.heartbeat(session_id)
+    [newest] = await http_sessions(office, alice, 1)
+    assert await still_there(office, [*minted, newest]) == [*minted[1:], newest]
+
+
+async def test_minting_while_every_session_over_http_is_live_is_refused_and_changes_nothing(
+    office: PostOffice,
+) -> None:
+    alice = await office.presence.ensure_agent("alice")
+    await http_sessions(office, alice, MAX_HTTP_SESSIONS)
+    refused = await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.presence.open_http_session(alice, host="one-more")
+    )
+    assert refused.retry_after_s == office.settings.offline_after_s
+    assert refused.details == {"limit": MAX_HTTP_SESSIONS}
+    bob = await office.presence.ensure_agent("bob")
+    assert await http_sessions(office, bob, 1)  # each agent's own limit

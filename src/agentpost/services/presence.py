@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 MAX_SUFFIX = 99
 MAX_HOST = 255
+MAX_HTTP_SESSIONS = 100
+"""Sessions over HTTP one agent keeps (minted by `register` or `POST /v1/sessions`, and one per
+key): minting another deletes the longest-gone of those that ended or went offline, and is
+refused while all of them are live. Else a key could mint sessions until the store fills."""
 
 
 def _check_text(value: str | None, what: str, limit: int = 2000) -> str | None:
@@ -248,6 +252,17 @@ class PresenceService:
                 raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
             if row.disabled_at is not None:
                 raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
+            offline_after_s = self.settings.offline_after_s
+            if not rows.make_room_for_http_session(
+                conn, caller.agent, MAX_HTTP_SESSIONS, now, offline_after_s
+            ):
+                raise AgentpostError(
+                    ErrorCode.RATE_LIMITED,
+                    f"{caller.agent} has {MAX_HTTP_SESSIONS} sessions live over HTTP: end one "
+                    "(DELETE /v1/sessions/{id}) or wait for one to go offline",
+                    details={"limit": MAX_HTTP_SESSIONS},
+                    retry_after_s=offline_after_s,
+                )
             if project is not None:
                 rows.update_agent(conn, caller.agent, project=project)
             if description is not None:

@@ -13,6 +13,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    delete,
     func,
     insert,
     or_,
@@ -124,6 +125,30 @@ def open_session(conn: Connection, session: SessionInfo, *, derived_name: bool) 
             heartbeat_at=session.heartbeat_at,
         )
     )
+
+
+def make_room_for_http_session(
+    conn: Connection, agent: str, limit: int, now: float, offline_after_s: float
+) -> bool:
+    """Keep the agent's sessions over HTTP under `limit` before another is minted, by deleting
+    the longest-gone of those that ended or went offline; False when every one is live (no
+    room without ending one that works)."""
+    found = conn.execute(
+        select(sessions.c.id, sessions.c.ended_at, sessions.c.heartbeat_at).where(
+            sessions.c.agent == agent, sessions.c.transport == "http"
+        )
+    ).all()
+    excess = len(found) - limit + 1
+    if excess <= 0:
+        return True
+    gone = sorted(
+        (r for r in found if r.ended_at is not None or r.heartbeat_at <= now - offline_after_s),
+        key=lambda r: (r.ended_at if r.ended_at is not None else r.heartbeat_at, r.id),
+    )
+    if len(gone) < excess:
+        return False
+    conn.execute(delete(sessions).where(sessions.c.id.in_([r.id for r in gone[:excess]])))
+    return True
 
 
 def live_sessions(
