@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from agentpost.config import Settings
-from agentpost.service import Service
+from agentpost.service import Service, first_start_note
 from agentpost.services.sweeper import Sweeper
 
 pytestmark = pytest.mark.anyio
@@ -54,3 +56,17 @@ async def test_a_background_task_that_dies_stops_the_server_rather_than_leave_it
             await stopped.wait()  # no shutdown was asked for
     assert isinstance(app.failed, RuntimeError)
     assert "agentpost stopped serving: the sweeper broke" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("host", "base"),
+    [("127.0.0.1", "http://127.0.0.1:8470"), ("::1", "http://[::1]:8470")],
+)
+def test_the_first_start_note_gives_urls_a_client_can_open(
+    tmp_path: Path, host: str, base: str
+) -> None:
+    note = first_start_note(Settings(home=tmp_path), "ap_k", host, 8470)
+    assert f"curl -s -X POST {base}/v1/admin/agents " in note
+    assert f"agentpost {base}/mcp " in note
+    for url in re.findall(r"http://\S+", note):
+        assert httpx.URL(url).port == 8470, url

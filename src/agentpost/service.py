@@ -69,7 +69,8 @@ def load_or_create_admin_key(settings: Settings) -> tuple[str, bool]:
 
 
 def first_start_note(settings: Settings, key: str, host: str, port: int) -> str:
-    base = f"http://{host}:{port}"
+    # An IPv6 address goes in brackets in a URL (`http://[::1]:8470`), as uvicorn prints it.
+    base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     return f"""\
 agentpost: created the admin key, stored in {admin_key_path(settings)} (0600):
 
