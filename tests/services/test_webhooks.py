@@ -505,6 +505,23 @@ async def test_a_disabled_agents_webhook_is_told_nothing_more_and_its_pending_de
     ]
 
 
+async def test_a_disabled_agents_webhook_is_kept_and_goes_on_once_it_is_enabled_again(
+    office: PostOffice,
+) -> None:
+    """Disabling is not revoking: the agent's webhooks stay, silent while it is disabled."""
+    admin = await owner(office)
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver()
+    async with running(office, receiver):
+        webhook = await hook(office, bob, receiver)
+        await office.admin.disable_agent(admin, "bob")
+        await office.admin.enable_agent(admin, "bob")
+        sent = await office.mailbox.send(alice, "bob", "after bob is back")
+        await until(office, log_when(office, bob, webhook, delivered))
+    assert [w.id for w in await office.webhooks.list(bob)] == [webhook]
+    assert [r.payload["message_id"] for r in receiver.requests] == [sent.id]
+
+
 async def test_revoking_the_key_that_made_a_webhook_deletes_it_and_fails_what_it_had_pending(
     office: PostOffice, clock: FakeClock
 ) -> None:
