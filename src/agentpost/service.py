@@ -313,6 +313,7 @@ class _Server(uvicorn.Server):
     lets waiting requests answer when it shuts down."""
 
     note: Callable[[int], None] | None = None
+    noted = False
     on_shutdown: Callable[[], None] | None = None
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -324,6 +325,7 @@ class _Server(uvicorn.Server):
         await super().startup(sockets)
         if self.note is not None and self.servers and self.servers[0].sockets:
             self.note(self.servers[0].sockets[0].getsockname()[1])
+            self.noted = True
 
 
 def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = False) -> None:
@@ -370,6 +372,10 @@ def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = Fals
     except SystemExit:
         if server.started:
             raise
+        if server.note is not None and not server.noted:
+            # The key was created (and stored) before the port turned out taken: say it now,
+            # as no later start will (the file is there then).
+            server.note(port)
         # uvicorn exits 3 on a failed start, which the command line's statuses reserve for
         # refused keys: say instead why, with the status of the reason's code.
         raise app.refused_to_start or AgentpostError(

@@ -74,3 +74,25 @@ def test_a_database_a_newer_agentpost_migrated_is_refused_untouched(tmp_path: Pa
     with sqlite3.connect(database) as conn:
         tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     assert tables == [("alembic_version",)]
+
+
+def test_a_first_start_that_cannot_listen_still_shows_the_admin_key_it_created(
+    tmp_path: Path,
+) -> None:
+    """The key is stored before the port turns out taken; no later start prints it."""
+    env = {**os.environ, "AGENTPOST_HOME": str(tmp_path)}
+    env.pop("AGENTPOST_ADMIN_KEY", None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            serve_command("--port", str(port)), capture_output=True, text=True, timeout=60, env=env
+        )
+    assert done.returncode == 8
+    key = (tmp_path / "admin.key").read_text().strip()
+    assert f"created the admin key, stored in {tmp_path / 'admin.key'}" in done.stderr
+    assert key in done.stderr
+    assert done.stderr.rstrip().endswith(
+        f"error: unavailable: cannot listen on 127.0.0.1:{port} (the log above says why)"
+    )
