@@ -189,3 +189,17 @@ def test_a_list_setting_that_is_not_json_says_which_variable_and_how_to_write_it
     assert refused.value.message == (
         'configuration: allowed_hosts (AGENTPOST_ALLOWED_HOSTS): should be a JSON list: ["a", "b"]'
     )
+
+
+def test_an_admin_key_no_key_could_be_is_refused_naming_the_setting_not_the_secret(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Else `serve` stopped with a bare 'an admin key must be …', not saying which key."""
+    monkeypatch.setenv("AGENTPOST_ADMIN_KEY", "too short")
+    with pytest.raises(AgentpostError) as caught:
+        load_settings()
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "admin_key (AGENTPOST_ADMIN_KEY): an admin key must be 16 to 512" in caught.value.message
+    assert "too short" not in caught.value.message
+    monkeypatch.setenv("AGENTPOST_ADMIN_KEY", "")  # empty: unset, as before
+    assert load_settings().admin_key == ""

@@ -17,7 +17,8 @@ import httpx
 import pytest
 
 from agentpost.config import Settings
-from agentpost.service import Service, first_start_note
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.service import Service, first_start_note, load_or_create_admin_key
 from agentpost.services.sweeper import Sweeper
 
 pytestmark = pytest.mark.anyio
@@ -70,3 +71,14 @@ def test_the_first_start_note_gives_urls_a_client_can_open(
     assert f"agentpost {base}/mcp " in note
     for url in re.findall(r"http://\S+", note):
         assert httpx.URL(url).port == 8470, url
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"short\n", b"\xff" * 40])
+def test_an_admin_key_file_holding_no_key_is_refused_naming_the_file(
+    tmp_path: Path, content: bytes
+) -> None:
+    (tmp_path / "admin.key").write_bytes(content)
+    with pytest.raises(AgentpostError) as caught:
+        load_or_create_admin_key(Settings(home=tmp_path))
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert f"{tmp_path / 'admin.key'} holds no admin key" in caught.value.message

@@ -22,6 +22,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from agentpost.domain.accounts import SECRET_MAX, SECRET_MIN, is_well_formed_secret
 from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.limits import Limits
 from agentpost.domain.names import check_name
@@ -171,6 +172,16 @@ class Settings(BaseSettings):
                     f"{proxy!r} is no IP address or network (such as 10.0.0.0/8)"
                 ) from None
         return proxies
+
+    @field_validator("admin_key")
+    @classmethod
+    def _admin_key(cls, key: str | None) -> str | None:
+        """Refused where it is set, so the mistake names the setting (empty: unset)."""
+        if key and not is_well_formed_secret(key):
+            raise ValueError(
+                f"an admin key must be {SECRET_MIN} to {SECRET_MAX} visible ASCII characters"
+            )
+        return key
 
     @field_validator("agent")
     @classmethod

@@ -26,6 +26,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agentpost.config import Settings
+from agentpost.domain.accounts import SECRET_MAX, SECRET_MIN, is_well_formed_secret
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.http.app import build_rest_app
@@ -59,7 +60,14 @@ def load_or_create_admin_key(settings: Settings) -> tuple[str, bool]:
         return settings.admin_key, False
     path = admin_key_path(settings)
     if path.exists():
-        return path.read_text().strip(), False
+        key = path.read_text(errors="replace").strip()
+        if not is_well_formed_secret(key):
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{path} holds no admin key ({SECRET_MIN} to {SECRET_MAX} visible ASCII "
+                "characters): put the key back, or remove the file to have a new one made",
+            )
+        return key, False
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     key = "ap_" + secrets.token_urlsafe(32)
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
