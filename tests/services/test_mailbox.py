@@ -1439,6 +1439,21 @@ async def test_with_audit_bodies_the_audit_keeps_what_was_said(open_office: Open
     )
 
 
+async def test_with_audit_bodies_the_audit_keeps_data_as_the_json_value_it_was(
+    open_office: OpenOffice,
+) -> None:
+    """Not its JSON text: an object sent is an object in the audit, a string a string."""
+    office = await open_office(audit_bodies=True)
+    alice, _bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "structured", data={"ticket": 7, "tags": ["a"]})
+    await office.mailbox.send(alice, "bob", "a string", data='{"ticket": 7}')
+    entries = await office.admin.audit_log(await owner(office), action="message.sent")
+    assert [e.detail["data"] for e in reversed(entries)] == [
+        {"ticket": 7, "tags": ["a"]},
+        '{"ticket": 7}',
+    ]
+
+
 async def test_the_sweep_drops_audit_rows_of_sends_with_the_mail_but_keeps_administration(
     office: PostOffice, clock: FakeClock
 ) -> None:

@@ -155,7 +155,8 @@ def record_send(
     if dropped:
         detail["dropped"] = dropped  # the owner may know what the sender is not told
     if bodies:
-        detail.update(subject=request["subject"], body=request["body"], data=request["data"])
+        data = None if request["data"] is None else json.loads(request["data"])
+        detail.update(subject=request["subject"], body=request["body"], data=data)
     audit.record(conn, at=now, actor=sender, action="message.sent", target=result.id, detail=detail)
 
 
