@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from account_helpers import ADDRESS, keyed, owner
+from account_helpers import ADDRESS, ADMIN_SECRET, keyed, owner
 from agentpost.domain.accounts import AgentLimits, Usage
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller, Trust
@@ -118,6 +118,16 @@ async def test_every_admin_act_writes_an_audit_row(world: World, act: str) -> No
     result = await do(world, world.admin)
     (newest,) = await world.office.admin.audit_log(world.admin, limit=1)
     assert (newest.actor, newest.action, newest.target) == ("owner", action, target(world, result))
+
+
+@pytest.mark.parametrize("act", sorted(CHANGES))
+async def test_every_admin_act_records_the_address_it_came_from(world: World, act: str) -> None:
+    """Whoever holds an admin key acts as `owner`: where an act came from tells them apart."""
+    do, action, _ = CHANGES[act]
+    elsewhere = await world.office.keys.authenticate(ADMIN_SECRET, ip="2001:DB8::9")
+    await do(world, elsewhere)
+    (newest,) = await world.office.admin.audit_log(world.admin, limit=1)
+    assert (newest.action, newest.ip) == (action, "2001:db8::9")
 
 
 async def test_an_act_that_would_change_nothing_writes_nothing(world: World) -> None:

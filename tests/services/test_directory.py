@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from account_helpers import keyed, keyed_agents, owner
+from account_helpers import ADDRESS, keyed, keyed_agents, owner
 from agentpost.domain.accounts import Usage
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller
@@ -284,3 +284,18 @@ async def test_a_capability_stored_with_half_a_surrogate_pair_is_left_out_not_fa
     )
     (found,) = [a for a in await office.directory.search(alice) if a.name == "alice"]
     assert found.capabilities == ["python"]
+
+
+async def test_an_agents_block_and_send_are_audited_with_the_address_they_came_from(
+    office: PostOffice,
+) -> None:
+    alice, bob = await keyed_agents(office, "alice", "bob")
+    await office.directory.block(alice, "bob")
+    await office.mailbox.send(bob, "alice", "dropped, but audited")
+    await office.mailbox.send(Caller("carol"), "bob", "from a local session", create_sender=True)
+    entries = await office.admin.audit_log(await owner(office), limit=3)
+    assert [(e.actor, e.action, e.ip) for e in entries] == [
+        ("carol", "message.sent", None),  # a local session has no address
+        ("bob", "message.sent", ADDRESS),
+        ("alice", "block.added", ADDRESS),
+    ]

@@ -50,7 +50,12 @@ async def test_an_issued_key_authenticates_as_its_agent_in_a_session_of_its_own(
     _, issued = await office.admin.create_agent(admin, "alice", project="shop")
     caller = await office.keys.authenticate(issued.key, ip=ADDRESS)
     assert caller == Caller(
-        "alice", default_session_id(issued.id), Trust.VERIFIED, admin=False, key_id=issued.id
+        "alice",
+        default_session_id(issued.id),
+        Trust.VERIFIED,
+        admin=False,
+        key_id=issued.id,
+        ip=ADDRESS,
     )
     session = await office.presence.session(caller.session_id or "")
     assert (session.agent, session.transport, session.host, session.pid, session.project) == (

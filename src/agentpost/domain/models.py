@@ -74,6 +74,8 @@ class Caller:
     """An admin key's holder (the owner): may administer, and may act as `owner`."""
     key_id: str | None = None
     """The key the request was authenticated with; None for a local session."""
+    ip: str | None = None
+    """The client address the request came from (service only): the audit keeps it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,6 +48,7 @@ class Admin:
             actor=admin.agent,
             action=action,
             target=target,
+            ip=admin.ip,
             detail=detail or None,
         )
 

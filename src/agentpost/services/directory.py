@@ -138,6 +138,7 @@ class Directory:
                     actor=caller.agent,
                     action="block.added" if blocked else "block.removed",
                     target=caller.agent,
+                    ip=caller.ip,
                     detail={"sender": agent},
                 )
             return block_rows.blocked_senders(conn, caller.agent)

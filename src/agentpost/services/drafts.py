@@ -198,5 +198,6 @@ def store_message(
         dropped=addressing.dropped,
         request=request,
         bodies=settings.audit_bodies,
+        ip=sender.ip,
     )
     return result

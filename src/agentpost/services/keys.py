@@ -233,6 +233,7 @@ class Keys:
             trust=Trust(key.trust),
             admin=bool(key.admin),
             key_id=key.id,
+            ip=None if address == NO_ADDRESS else address,
         )
         if asked is not None and version is not None and due_at is not None:
             self._remember(asked, _Remembered(version, caller, due_at))
@@ -418,6 +419,7 @@ class Keys:
                 actor=admin.agent,
                 action="key.issued",
                 target=issued.id,
+                ip=admin.ip,
                 detail={"agent": agent, "admin": admin_key, "label": label},
             )
             return issued
@@ -449,6 +451,7 @@ class Keys:
                 actor=admin.agent,
                 action="key.revoked",
                 target=key_id,
+                ip=admin.ip,
                 detail={"agent": row.agent, "webhooks_deleted": hooks},
             )
             revoked = key_rows.get_key(conn, key_id)

@@ -141,6 +141,7 @@ def record_send(
     dropped: list[str],
     request: dict[str, Any],
     bodies: bool,
+    ip: str | None = None,
 ) -> None:
     """The audit row of a send: who, to whom, how big; what was said only with `bodies`."""
     detail: dict[str, Any] = {
@@ -157,7 +158,9 @@ def record_send(
     if bodies:
         data = None if request["data"] is None else json.loads(request["data"])
         detail.update(subject=request["subject"], body=request["body"], data=data)
-    audit.record(conn, at=now, actor=sender, action="message.sent", target=result.id, detail=detail)
+    audit.record(
+        conn, at=now, actor=sender, action="message.sent", target=result.id, ip=ip, detail=detail
+    )
 
 
 def with_silent_receipts(
