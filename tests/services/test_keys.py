@@ -627,6 +627,20 @@ async def test_installing_the_admin_key_is_idempotent(office: PostOffice) -> Non
     assert (first.agent, first.admin, first.revoked_at) == ("owner", True, None)
 
 
+async def test_a_changed_admin_key_is_added_and_the_old_one_works_until_revoked(
+    office: PostOffice,
+) -> None:
+    """What docs/SERVICE.md tells an owner rotating AGENTPOST_ADMIN_KEY."""
+    old = await office.keys.install_admin_key(ADMIN_SECRET)
+    new_secret = "rotated-admin-secret-0123456789"
+    await office.keys.install_admin_key(new_secret)
+    admin = await office.keys.authenticate(new_secret, ip=ADDRESS)
+    assert (await office.keys.authenticate(ADMIN_SECRET, ip=ADDRESS)).admin
+    await office.keys.revoke(admin, old.id)
+    with pytest.raises(AgentpostError, match="revoked"):
+        await office.keys.authenticate(ADMIN_SECRET, ip=ADDRESS)
+
+
 @pytest.mark.parametrize("secret", ["short", "x" * 15, "sixteen chars ok"])
 async def test_an_admin_key_under_sixteen_visible_characters_is_refused(
     office: PostOffice, secret: str
