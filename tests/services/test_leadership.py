@@ -7,6 +7,7 @@ import subprocess
 import anyio
 import pytest
 
+from account_helpers import owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Caller, Kind
@@ -239,6 +240,36 @@ async def test_a_standing_session_takes_the_seat_when_the_holder_stops(
         await led_by(office, bob, "bob")
         group.cancel_scope.cancel()
     assert (await office.leadership.leader(bob)).term == 2
+
+
+async def test_a_standing_session_whose_session_ends_stops_standing_and_announces_nothing(
+    office: PostOffice,
+) -> None:
+    """Disabling an agent ends its sessions while a local process of it may still run: its
+    standing must stop, not take the seat back under a new term on every commit, each time
+    telling `#<project>` it leads while the seat shows nobody."""
+    admin = await owner(office)
+    alice = await session_caller(office, "alice")
+    watcher = await session_caller(office, "watcher", branch="feature-x")
+    stood_down = anyio.Event()
+
+    async def standing() -> None:
+        await office.leadership.stand(lambda: alice)
+        stood_down.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(standing)
+        await led_by(office, watcher, "alice")
+        await office.admin.disable_agent(admin, "alice")
+        with anyio.move_on_after(5):
+            await stood_down.wait()
+        group.cancel_scope.cancel()
+    assert stood_down.is_set()
+    seat = await office.leadership.leader(watcher)
+    assert (seat.leader, seat.term) == (None, 1)
+    assert [body for body, _ in await announcements(office, watcher)] == [
+        "alice now leads shop (term 1)."
+    ]
 
 
 async def test_a_session_that_may_not_lead_does_not_stand(office: PostOffice) -> None:

@@ -105,9 +105,7 @@ class Leadership:
 
         def tx(conn: Connection) -> Leader:
             # Asked again here: the session may have ended while its branch was looked at.
-            now_seen = agent_rows.get_session(conn, caller.session_id or "")
-            if now_seen is None or now_seen.ended_at is not None:
-                raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this session has ended")
+            self._check_not_ended(conn, caller)
             name = self._project(conn, caller, project)
             if name != session.project and not caller.admin:
                 raise forbidden(
@@ -202,6 +200,8 @@ class Leadership:
             try:
                 seat = await self._claim_if_free(caller_now(), project)
             except AgentpostError as err:
+                if err.code is ErrorCode.UNAUTHENTICATED:
+                    return  # the session has ended (its agent disabled, say): it stands no more
                 log.warning("standing for leader of %s failed, will retry: %s", project, err)
                 await anyio.sleep(1)
                 continue
@@ -264,6 +264,9 @@ class Leadership:
     # -- inside a transaction ----------------------------------------------------------------
 
     def _take(self, conn: Connection, caller: Caller, project: str, *, force: bool) -> Leader:
+        # An ended session holds no lease: seated, it would lapse at once, and a standing one
+        # would take it back, announced under a new term, again and again.
+        self._check_not_ended(conn, caller)
         now = self.store.clock()
         name = lease_name(project)
         before = leases.holding(conn, name, now=now, ttl_s=self._ttl_s)
@@ -294,6 +297,12 @@ class Leadership:
                 conn, project, text + ".", leader=caller.agent, term=term, previous=previous
             )
         return self._seat(conn, project)
+
+    @staticmethod
+    def _check_not_ended(conn: Connection, caller: Caller) -> None:
+        session = agent_rows.get_session(conn, caller.session_id or "")
+        if session is None or session.ended_at is not None:
+            raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this session has ended")
 
     def _announce(
         self,
