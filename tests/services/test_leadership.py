@@ -272,6 +272,28 @@ async def test_a_standing_session_whose_session_ends_stops_standing_and_announce
     ]
 
 
+async def test_a_standing_session_silent_past_its_lease_keeps_its_seat_and_term(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A laptop waking from sleep: the wall clock moved past the lease, the session's next
+    heartbeat is still seconds away, and the first commit wakes its standing. It must take
+    its seat back once, as it was, not again under a new term on every commit till it beats."""
+    alice = await session_caller(office, "alice")
+    watcher = await session_caller(office, "watcher", branch="feature-x")
+    async with anyio.create_task_group() as group:
+        group.start_soon(office.leadership.stand, lambda: alice)
+        await led_by(office, watcher, "alice")
+        clock.advance(60)
+        await office.presence.heartbeat(watcher.session_id or "")  # anyone's commit
+        seat = await led_by(office, watcher, "alice")
+        await anyio.sleep(0.3)  # time enough for standing to loop, were it to
+        group.cancel_scope.cancel()
+    assert seat.term == (await office.leadership.leader(watcher)).term == 1
+    assert [body for body, _ in await announcements(office, watcher)] == [
+        "alice now leads shop (term 1)."
+    ]
+
+
 async def test_a_session_that_may_not_lead_does_not_stand(office: PostOffice) -> None:
     feature = await session_caller(office, "feat", branch="feature-x")
     with anyio.fail_after(5):

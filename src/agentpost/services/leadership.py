@@ -268,6 +268,10 @@ class Leadership:
         # would take it back, announced under a new term, again and again.
         self._check_not_ended(conn, caller)
         now = self.store.clock()
+        # The claimant is alive, it asks: a claim is its heartbeat. A session silent past
+        # the lease (a laptop waking from sleep before its next beat) keeps its own seat
+        # and term, rather than take it again, lapsed at once, on every commit till it beats.
+        agent_rows.beat_sessions(conn, [caller.session_id or ""], now)
         name = lease_name(project)
         before = leases.holding(conn, name, now=now, ttl_s=self._ttl_s)
         term = leases.claim(
