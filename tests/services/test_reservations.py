@@ -319,6 +319,32 @@ async def test_a_lapsed_reservation_stays_lapsed_when_its_agent_comes_back(
     assert paths(await office.reservations.reservations(back)) == [("bob", "src/a.py")]
 
 
+async def test_a_session_silent_past_the_grace_holds_what_its_own_call_reserves(
+    office: PostOffice, pair: Pair, clock: FakeClock
+) -> None:
+    """A laptop waking from sleep: the clock moved past the grace, the session's next heartbeat
+    is still seconds away, and its first call reserves. The call is the session's heartbeat:
+    it neither releases the caller's own reservations nor grants what it does not hold."""
+    alice, bob = pair
+    await office.reservations.reserve(alice, ["src/a.py"])
+    clock.advance(100)
+    await office.presence.heartbeat(bob.session_id or "")
+    assert [r.path for r in (await office.reservations.reserve(alice, ["src/b.py"])).granted] == [
+        "src/b.py"
+    ]
+    assert not (await office.reservations.reserve(bob, ["src/b.py"])).granted
+    assert await held(office, bob) == [("alice", "src/a.py"), ("alice", "src/b.py")]
+    clock.advance(100)  # asleep again: waking, it renews one and releases the other
+    await office.presence.heartbeat(bob.session_id or "")
+    renewed = await office.reservations.renew_reservations(alice, ttl_s=600)
+    assert sorted(r.path for r in renewed.reservations) == ["src/a.py", "src/b.py"]
+    clock.advance(100)
+    await office.presence.heartbeat(bob.session_id or "")
+    released = await office.reservations.release_reservations(alice, paths=["src/a.py"])
+    assert ([r.path for r in released.reservations], released.not_found) == (["src/a.py"], [])
+    assert await held(office, bob) == [("alice", "src/b.py")]
+
+
 # -- renewing and releasing -----------------------------------------------------------------------
 
 

@@ -81,6 +81,15 @@ def _globs_involved(paths: Sequence[str], held: Iterable[Reservation], agent: st
     return any(is_glob(p) for p in [*paths, *theirs])
 
 
+def _beat(conn: Connection, place: _Place, now: float) -> None:
+    """The caller is alive, it asks: its call is its session's heartbeat. A session silent
+    past the grace (a laptop waking from sleep before its next beat) would else have its
+    agent taken for gone: its own reservations released by its own call, and what it is
+    granted not live, free for another agent to be granted too."""
+    if place.session_id is not None:
+        agent_rows.beat_sessions(conn, [place.session_id], now)
+
+
 class Reservations:
     def __init__(self, store: Store, settings: Settings, presence: PresenceService) -> None:
         self.store = store
@@ -147,6 +156,7 @@ class Reservations:
 
         def tx(conn: Connection, known: Tracked | None) -> ReserveResult:
             now = self.store.clock()
+            _beat(conn, place, now)
             rows.release_lapsed(conn, place.project, now, offline_after_s)
             held = rows.live(conn, place.project, now, offline_after_s)
             if known is None and _globs_involved(wanted, held, caller.agent):
@@ -206,6 +216,7 @@ class Reservations:
 
         def tx(conn: Connection) -> ReservationsChanged:
             now = self.store.clock()
+            _beat(conn, place, now)
             found, missing = self._own(conn, caller, place.project, chosen_ids, now)
             for r in found:
                 rows.change(conn, r.id, expires_at=now + ttl)
@@ -229,6 +240,7 @@ class Reservations:
 
         def tx(conn: Connection) -> ReservationsChanged:
             now = self.store.clock()
+            _beat(conn, place, now)
             released: list[Reservation] = []
             missing: list[str] = []
             if chosen_ids is not None:
