@@ -146,6 +146,28 @@ async def test_what_is_no_request_is_not_found_and_bad_input_changes_nothing(
     )
 
 
+async def test_a_refused_question_or_answer_is_named_as_the_caller_sent_it(
+    office: PostOffice,
+) -> None:
+    """`question` and `answer` become a message's body, but the caller sent no `body`."""
+    alice, bob = await agents(office, "alice", "bob")
+    asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    too_long = "x" * (office.settings.max_body_bytes + 1)
+    questions = [
+        (" ", "question must be non-empty text"),
+        (too_long, "question is"),
+        ("a\x00b", "question may not"),
+    ]
+    for question, start in questions:
+        with pytest.raises(AgentpostError) as refused:
+            await office.requests.request(alice, "bob", question, timeout_s=0)
+        assert refused.value.message.startswith(start), refused.value.message
+    for answer, start in [("", "answer must be non-empty text"), (too_long, "answer is")]:
+        with pytest.raises(AgentpostError) as refused:
+            await office.requests.respond(bob, asked_.request_id, answer)
+        assert refused.value.message.startswith(start), refused.value.message
+
+
 async def test_of_concurrent_responds_exactly_one_wins(open_office: OpenOffice) -> None:
     offices = [await open_office() for _ in range(4)]
     alice, bob = await agents(offices[0], "alice", "bob")

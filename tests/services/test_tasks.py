@@ -201,6 +201,16 @@ async def test_bad_input_is_refused_and_changes_nothing(office: PostOffice) -> N
         await refused_without_change(office, code, call)
 
 
+async def test_a_refused_title_is_named_title(office: PostOffice) -> None:
+    """A title becomes its message's subject, but the caller sent no `subject`."""
+    boss, _ = await agents(office, "boss", "worker")
+    too_long = "x" * (office.settings.max_subject_chars + 1)
+    for title, start in [("two\nlines", "title must be one line"), (too_long, "title is")]:
+        with pytest.raises(AgentpostError) as refused:
+            await office.tasks.delegate(boss, "worker", title)
+        assert refused.value.message.startswith(start), refused.value.message
+
+
 async def test_tasks_lists_the_callers_tasks_by_role_and_status_newest_first(
     office: PostOffice, clock: FakeClock
 ) -> None:

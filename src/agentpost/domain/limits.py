@@ -93,23 +93,25 @@ def as_one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
-def check_subject(subject: str, limits: Limits) -> str:
-    check_text(subject, "subject")
+def check_subject(subject: str, limits: Limits, what: str = "subject") -> str:
+    """`what`: the argument a refusal names (a task's `title` is its message's subject)."""
+    check_text(subject, what)
     if len(subject) > limits.max_subject_chars:
-        raise too_large("subject", len(subject), limits.max_subject_chars, "characters")
+        raise too_large(what, len(subject), limits.max_subject_chars, "characters")
     if not is_one_line(subject):
-        raise invalid("subject must be one line")
+        raise invalid(f"{what} must be one line")
     return subject
 
 
-def check_body(body: str, limits: Limits, *, envelope: bool = False) -> str:
+def check_body(body: str, limits: Limits, *, envelope: bool = False, what: str = "body") -> str:
     """An `envelope`'s body is the post office's words around text checked already against
-    its own limit (a task's note): its size is theirs plus the envelope's."""
+    its own limit (a task's note): its size is theirs plus the envelope's. `what`: the
+    argument a refusal names (a request's `question`, a response's `answer`)."""
     if "\x00" in body:
-        raise invalid("body may not contain NUL characters")
-    size = utf8_size(body, "body")
+        raise invalid(f"{what} may not contain NUL characters")
+    size = utf8_size(body, what)
     if size > limits.max_body_bytes and not envelope:
-        raise too_large("body", size, limits.max_body_bytes, "bytes")
+        raise too_large(what, size, limits.max_body_bytes, "bytes")
     return body
 
 

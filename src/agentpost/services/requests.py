@@ -36,6 +36,13 @@ def _request_row(conn: Connection, request_id: str) -> Row[Any]:
     return row
 
 
+def _words(text: str, what: str, settings: Settings) -> None:
+    """A question or an answer, checked as the body it becomes, a refusal naming it."""
+    if not isinstance(text, str) or not text.strip():
+        raise invalid(f"{what} must be non-empty text")
+    rules.check_body(text, settings.limits, what=what)
+
+
 class Requests:
     def __init__(self, store: Store, settings: Settings, mailbox: Mailbox) -> None:
         self.store = store
@@ -57,6 +64,7 @@ class Requests:
         A retry under the same `idempotency_key` (a dropped connection while waiting) asks
         nothing again: it waits for, or hands over, the first question's answer."""
         timeout = rules.check_timeout(timeout_s, self.settings.limits)
+        _words(question, "question", self.settings)
         if isinstance(to, str) and to.startswith("#"):
             raise invalid("a request goes to one agent, not to a channel")
         addressee = check_name(to, "recipient")
@@ -95,6 +103,7 @@ class Requests:
     ) -> SendResult:
         """Answer a request addressed to you, once: the response is a message to the asker
         in the request's thread (`reply_to` = the request)."""
+        _words(answer, "answer", self.settings)
 
         def tx(conn: Connection) -> SendResult:
             row = _request_row(conn, request_id)

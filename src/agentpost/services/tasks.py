@@ -31,7 +31,7 @@ from agentpost.store.database import Connection, Row, Store
 def _title(title: str, settings: Settings) -> str:
     if not isinstance(title, str) or not title.strip():
         raise invalid("title must be non-empty text")
-    return rules.check_subject(title.strip(), settings.limits)
+    return rules.check_subject(title.strip(), settings.limits, "title")
 
 
 def _text(value: str | None, what: str, settings: Settings) -> str:
