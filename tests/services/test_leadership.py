@@ -175,6 +175,23 @@ async def test_release_frees_the_seat_and_says_so(office: PostOffice) -> None:
     assert (await office.leadership.claim(bob)).term == 2
 
 
+async def test_a_holder_silent_past_its_lease_may_still_step_down(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Waking from sleep before its next heartbeat, a local leader asks to step down: told
+    it leads nobody, it would lead again with that heartbeat (and its standing go on)."""
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.leadership.claim(alice)
+    clock.advance(60)
+    await office.presence.heartbeat(bob.session_id or "")
+    assert (await office.leadership.release(alice)).leader is None
+    await office.presence.heartbeat(alice.session_id or "")
+    assert (await office.leadership.leader(bob)).leader is None
+    bodies = [body for body, _ in await announcements(office, bob)]
+    assert bodies[-1] == "alice stepped down as leader of shop (term 1); the seat is free."
+
+
 async def test_only_the_holder_may_release(office: PostOffice) -> None:
     alice = await session_caller(office, "alice")
     bob = await session_caller(office, "bob")

@@ -144,6 +144,8 @@ class Leadership:
 
         def tx(conn: Connection) -> Leader:
             name = self._project(conn, caller, project)
+            if caller.session_id is not None:  # alive, it asks: as a claim, its heartbeat
+                agent_rows.beat_sessions(conn, [caller.session_id], self.store.clock())
             before = self._seat(conn, name)
             mine = before.leader is not None and before.session_id == caller.session_id
             if not mine:
