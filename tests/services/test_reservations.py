@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -343,6 +344,44 @@ async def test_a_session_silent_past_the_grace_holds_what_its_own_call_reserves(
     released = await office.reservations.release_reservations(alice, paths=["src/a.py"])
     assert ([r.path for r in released.reservations], released.not_found) == (["src/a.py"], [])
     assert await held(office, bob) == [("alice", "src/b.py")]
+
+
+async def test_long_overlap_checks_hold_up_no_other_agent(
+    office: PostOffice, pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deciding whether 100 globs of 1,024 characters overlap another agent's 100 takes half
+    a minute; done on the event loop in the write transaction, every other agent of the post
+    office waited as long (the service answered not even /health). Here each check is made
+    slow instead of long, and another agent's mail must pass meanwhile."""
+    from agentpost.domain import reservations as rules
+
+    alice, bob = pair
+    carol = await session_caller(office, "carol")
+    pattern = "*?" * 500
+    await office.reservations.reserve(alice, [f"{pattern}{n}" for n in range(20)])
+    real = rules.overlaps
+
+    def slow(a: str, b: str, tracked: Tracked = rules.no_tracked_files) -> bool:
+        time.sleep(0.01)
+        return real(a, b, tracked)
+
+    monkeypatch.setattr(rules, "overlaps", slow)
+    async with anyio.create_task_group() as group:
+        result: list[Any] = []
+
+        async def reserving() -> None:
+            result.append(
+                await office.reservations.reserve(bob, [f"{pattern}x{n}" for n in range(10)])
+            )
+
+        group.start_soon(reserving)
+        started = time.monotonic()
+        await anyio.sleep(0.3)  # the checks under way
+        await office.mailbox.send(carol, "alice", "still there?")
+        assert time.monotonic() - started < 1.3  # not the 2 s the checks take
+    [decided] = result
+    assert not decided.granted
+    assert {c.path for c in decided.conflicts} == {f"{pattern}x{n}" for n in range(10)}
 
 
 # -- renewing and releasing -----------------------------------------------------------------------

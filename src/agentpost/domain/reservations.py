@@ -294,14 +294,29 @@ def conflicts_with(
     exclusive: bool,
     held: Iterable[Reservation],
     tracked: Tracked = no_tracked_files,
+    known: Mapping[str, bool] | None = None,
 ) -> list[Reservation]:
     """The live reservations that keep `agent` from reserving `path`: another agent's that
-    overlap it, when either side is exclusive. Shared ones coexist; one's own never conflict."""
+    overlap it, when either side is exclusive. Shared ones coexist; one's own never conflict.
+    `known`: whether `path` overlaps a reservation, by its id, where that was worked out
+    already (`overlapping`)."""
+
+    def overlapping_it(r: Reservation) -> bool:
+        found = None if known is None else known.get(r.id)
+        return overlaps(path, r.path, tracked) if found is None else found
+
     return [
-        r
-        for r in held
-        if r.agent != agent and (exclusive or r.exclusive) and overlaps(path, r.path, tracked)
+        r for r in held if r.agent != agent and (exclusive or r.exclusive) and overlapping_it(r)
     ]
+
+
+def overlapping(
+    agent: str, paths: Iterable[str], held: Iterable[Reservation], tracked: Tracked
+) -> dict[str, dict[str, bool]]:
+    """For each of `paths`, whether it overlaps each other agent's reservation of `held`, by
+    the reservation's id: what `conflicts_with` is then told it `known`."""
+    others = [r for r in held if r.agent != agent]
+    return {p: {r.id: overlaps(p, r.path, tracked) for r in others} for p in paths}
 
 
 def held_against(
