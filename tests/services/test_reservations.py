@@ -506,6 +506,40 @@ async def test_two_globs_overlap_when_a_file_tracked_in_the_callers_worktree_mat
     assert [r.path for r in result.granted] == ["**/*.md"]
 
 
+async def test_matching_globs_against_a_large_worktrees_files_holds_up_nothing_else(
+    office: PostOffice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a repository of 50,000 tracked files one glob takes seconds to match against them
+    all: on the event loop, the agent's own server (its heartbeat, its push, the other tool
+    calls) stood still as long. Here each match is made slow instead, on a few files."""
+    from agentpost.domain import reservations as rules
+
+    repo = git_repository(tmp_path / "shop", [f"src/m{n}.py" for n in range(60)])
+    alice = await worktree_caller(office, "alice", repo)
+    bob = await session_caller(office, "bob")
+    await office.reservations.reserve(bob, ["src/**"])
+    real = rules.matches
+
+    def slow(pattern: str, path: str) -> bool:
+        time.sleep(0.01)
+        return real(pattern, path)
+
+    monkeypatch.setattr(rules, "matches", slow)
+    async with anyio.create_task_group() as group:
+        result: list[Any] = []
+
+        async def reserving() -> None:
+            result.append(await office.reservations.reserve(alice, ["**/*.py"]))
+
+        group.start_soon(reserving)
+        started = time.monotonic()
+        await anyio.sleep(0.3)  # the matching under way
+        await office.mailbox.send(bob, "alice", "still there?")
+        assert time.monotonic() - started < 1  # not the 1.2 s the matching takes
+    [decided] = result
+    assert [c.path for c in decided.conflicts] == ["**/*.py"]
+
+
 @pytest.mark.parametrize("elsewhere", [False, True], ids=["same-server", "another-process"])
 async def test_a_glob_reserved_while_a_folder_is_being_reserved_still_conflicts_with_it(
     open_office: OpenOffice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, elsewhere: bool

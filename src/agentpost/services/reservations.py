@@ -104,9 +104,16 @@ def _cost(paths: Sequence[str], held: Sequence[Reservation], agent: str) -> int:
 
 
 async def _off_loop_if_long(
-    paths: Sequence[str], held: Sequence[Reservation], agent: str, work: Callable[[], T]
+    paths: Sequence[str],
+    held: Sequence[Reservation],
+    agent: str,
+    tracked: Tracked,
+    work: Callable[[], T],
 ) -> T:
-    if _cost(paths, held, agent) < OFF_LOOP_FROM:
+    """`work` (overlap checks of `paths` against `held`) right here when short, else on a
+    worker thread; always there with a worktree's tracked files, each glob matched against
+    every one of them (a few seconds in a repository of 50,000 files)."""
+    if tracked is no_tracked_files and _cost(paths, held, agent) < OFF_LOOP_FROM:
         return work()
     return await anyio.to_thread.run_sync(work)
 
@@ -235,6 +242,7 @@ class Reservations:
                 wanted,
                 place.held,
                 caller.agent,
+                tracked,
                 partial(overlapping, caller.agent, wanted, place.held, tracked),
             )
 
@@ -341,6 +349,7 @@ class Reservations:
             [wanted],
             place.held,
             "",
+            tracked,
             lambda: [r for r in place.held if overlaps(wanted, r.path, tracked)],
         )
 
