@@ -363,3 +363,30 @@ async def test_a_database_that_refuses_connections_is_unavailable_not_a_crash(
         assert await store.read(lambda c: c.exec_driver_sql("SELECT 1").scalar()) == 1
     finally:
         await store.aclose()
+
+
+async def end_pooled_connections(database_url: str) -> None:
+    """What an idle timeout, a pooler or a database restart does to the connections a replica
+    keeps in its pool; its listening connection stays, so nothing tells it. Returns once they
+    are gone (PostgreSQL waits up to 5 s for each)."""
+    async with connected(database_url) as conn:
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " AND application_name <> $1",
+            LISTENER_NAME,
+        )
+
+
+@pytest.mark.parametrize("attempt", ["read", "write"])
+async def test_a_pooled_connection_the_server_ended_is_replaced_not_answered_unavailable(
+    replicas: tuple[Store, Store], pg_session_database: str, attempt: str
+) -> None:
+    """The server ended the connections a replica kept in its pool, and nothing told the
+    replica: its next read or write takes a fresh connection instead of failing the request
+    it serves with `unavailable`."""
+    first, _ = replicas
+    assert await first.read(lambda c: c.exec_driver_sql("SELECT 1").scalar()) == 1  # pooled
+    await end_pooled_connections(pg_session_database)
+    ask = first.read if attempt == "read" else first.write
+    assert await ask(lambda c: c.exec_driver_sql("SELECT 2").scalar()) == 2

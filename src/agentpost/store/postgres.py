@@ -27,7 +27,7 @@ from sqlalchemy import Connection, func, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import ColumnElement, Insert, Select
 from sqlalchemy.sql.schema import Table
 
@@ -227,13 +227,34 @@ class PostgresRunner:
     async def write(self, fn: Callable[[Connection], T]) -> T:
         self._refuse_when_closed()
         with unavailable_when_unreachable():
-            async with self.engine.begin() as conn:
-                # PostgreSQL's BEGIN IMMEDIATE: the services read, then write (caps, free names,
-                # new agents), so write transactions take turns, as on SQLite.
-                await conn.execute(_WRITE_LOCK)
+            conn = await self._locked()
+            try:
                 result, concerned = await conn.run_sync(self._run_announced, fn)
+                await conn.commit()
+            finally:
+                await conn.close()
         self._on_commit(concerned)
         return result
+
+    async def _locked(self) -> AsyncConnection:
+        """A connection in a transaction that holds the write lock: PostgreSQL's BEGIN
+        IMMEDIATE, since the services read, then write (caps, free names, new agents), so write
+        transactions take turns, as on SQLite.
+
+        A pooled connection the server ended meanwhile (a restart, an idle timeout, a pooler)
+        fails this first statement, before anything was done: the pool, told so, opens fresh
+        ones, and the lock is asked for once more on one of them."""
+        for last_try in (False, True):
+            conn = await self.engine.connect()
+            try:
+                await conn.execute(_WRITE_LOCK)
+            except BaseException as exc:  # cancelled too: the connection goes back either way
+                await conn.close()
+                if last_try or not (isinstance(exc, DBAPIError) and exc.connection_invalidated):
+                    raise
+            else:
+                return conn
+        raise AssertionError("unreachable")
 
     def _run_announced(
         self, conn: Connection, fn: Callable[[Connection], T]
@@ -251,6 +272,14 @@ class PostgresRunner:
     async def read(self, fn: Callable[[Connection], T]) -> T:
         self._refuse_when_closed()
         with unavailable_when_unreachable():
+            try:
+                async with self.engine.connect() as conn:
+                    return await conn.run_sync(fn)
+            except DBAPIError as exc:
+                if not exc.connection_invalidated:
+                    raise
+            # A pooled connection the server ended meanwhile (see `_locked`): a read changes
+            # nothing, so it is asked once more, on a fresh connection.
             async with self.engine.connect() as conn:
                 return await conn.run_sync(fn)
 
