@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import Connection, insert
 
 from agentpost.domain.errors import ErrorCode
-from agentpost.domain.models import ChannelInfo, DeliveryState
+from agentpost.domain.models import Caller, ChannelInfo, DeliveryState
 from agentpost.services import PostOffice
+from agentpost.store.schema import agents
 from backends import disable_agent, refused_without_change, session_caller, snapshot
 
 pytestmark = pytest.mark.anyio
@@ -158,3 +160,24 @@ async def test_a_disabled_agent_is_no_longer_counted_or_reached(office: PostOffi
     assert overview == {"general": 1, "shop": 1, "ops": 1}
     assert (await office.mailbox.send(lead, "#general", "anyone?")).to == []
     assert (await office.mailbox.send(lead, "#ops", "anyone?")).to == []
+
+
+async def test_a_broadcast_reaches_a_channel_of_more_members_than_a_statement_takes_values(
+    office: PostOffice,
+) -> None:
+    """PostgreSQL's driver takes at most 32,767 parameters in a statement: a broadcast to
+    #general of more agents than that failed there (`unavailable`, as if the database were
+    gone) where SQLite delivered it. Every member gets it, on both."""
+    lead = await session_caller(office, "lead")
+    crowd = [f"member{i}" for i in range(33_000)]
+
+    def arrive(conn: Connection) -> None:
+        conn.execute(insert(agents), [{"name": name, "created_at": 1.0} for name in crowd])
+
+    await office.store.write(arrive)
+    await office.directory.block(Caller(agent=crowd[-1]), "lead")
+    await office.mailbox.send(lead, "#general", "all hands")
+    for name in (crowd[0], crowd[20_000]):
+        inbox = await office.mailbox.inbox(Caller(agent=name))
+        assert [m.body for m in inbox.messages] == ["all hands"]
+    assert not (await office.mailbox.inbox(Caller(agent=crowd[-1]))).messages

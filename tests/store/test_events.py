@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from sqlalchemy import Connection
+from sqlalchemy import Connection, func, insert, select
 
 from agentpost.domain.events import Event
-from agentpost.store import agents, events, expiry, mail, webhooks
+from agentpost.store import agents, events, expiry, mail, schema, webhooks
 from agentpost.store.database import Store
 from backends import FakeClock
 from store.test_mail import put
@@ -198,3 +198,53 @@ async def test_purging_keeps_old_events_a_live_webhook_has_not_taken_in(
 
     assert await store.write(lambda c: webhooks.enqueue(c, clock(), 100)) == 1  # taken in
     assert await store.write(lambda c: events.purge_before(c, clock(), 500)) == 1
+
+
+async def test_more_mail_expiring_at_once_than_a_statement_takes_values_tells_its_sender(
+    store: Store, clock: FakeClock
+) -> None:
+    """PostgreSQL's driver takes at most 32,767 parameters in a statement: the expiry of more
+    of one recipient's mail at once (an inbox cap raised that high) failed there, every time
+    the sweeper or the recipient's inbox tried again. Each message's sender hears of it."""
+    count = 33_000
+
+    def fill(conn: Connection) -> None:
+        now = clock()
+        rows = [
+            {
+                "id": f"m_{i}",
+                "sender": "alice",
+                "recipients": '["bob"]',
+                "kind": "message",
+                "body": "soon gone",
+                "thread_id": f"m_{i}",
+                "priority": "normal",
+                "must_read": False,
+                "created_at": now,
+                "expires_at": now + 1,
+                "trust": "verified",
+            }
+            for i in range(count)
+        ]
+        conn.execute(insert(schema.messages), rows)
+        seqs = conn.execute(select(schema.messages.c.seq)).scalars().all()
+        conn.execute(
+            insert(schema.deliveries),
+            [
+                {"recipient": "bob", "message_seq": s, "state": "queued", "urgent": False}
+                | {"expires_at": clock() + 1}
+                for s in seqs
+            ],
+        )
+
+    await store.write(fill)
+    clock.advance(2)
+    assert await store.write(lambda c: expiry.expire_due(c, clock(), "bob")) == count
+
+    def told(conn: Connection) -> int:
+        query = select(func.count()).where(
+            schema.events.c.agent == "alice", schema.events.c.type == "message.expired"
+        )
+        return int(conn.execute(query).scalar_one())
+
+    assert await store.read(told) == count

@@ -7,7 +7,7 @@ from types import ModuleType
 
 from sqlalchemy import Connection, bindparam, delete, select
 
-from agentpost.store.prepared import Prepared
+from agentpost.store.prepared import Prepared, in_parts
 from agentpost.store.schema import blocks
 
 _BLOCKING_ONE = Prepared(
@@ -28,8 +28,11 @@ def blocking(conn: Connection, sender: str, recipients: Sequence[str]) -> set[st
     if len(recipients) == 1:  # a direct message, without an expanding IN's compile step
         rows = _BLOCKING_ONE.rows(conn, {"recipient": recipients[0], "sender": sender})
     else:
-        params = {"recipients": list(recipients), "sender": sender}
-        rows = conn.execute(_BLOCKING_MANY, params).all()
+        rows = [
+            row
+            for part in in_parts(recipients)
+            for row in conn.execute(_BLOCKING_MANY, {"recipients": part, "sender": sender})
+        ]
     return {recipient for (recipient,) in rows}
 
 

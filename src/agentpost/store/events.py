@@ -37,7 +37,13 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from agentpost.domain.events import Event, EventType
 from agentpost.store import wakeups
-from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
+from agentpost.store.prepared import (
+    NUMBERED_UP_TO,
+    Prepared,
+    in_parts,
+    numbered,
+    numbered_values,
+)
 from agentpost.store.schema import deliveries, events, messages, webhooks
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
@@ -148,7 +154,11 @@ def record_for_senders(
             ordered = numbered_values("seq", sorted(seqs))
             found: Sequence[Any] = _to_senders_of(len(seqs)).rows(conn, {**params, **ordered})
         else:
-            found = conn.execute(_TO_SENDERS, {**params, "seqs": sorted(seqs)}).all()
+            found = [
+                row
+                for part in in_parts(sorted(seqs))
+                for row in conn.execute(_TO_SENDERS, {**params, "seqs": part})
+            ]
         wakeups.concern(conn, found)
 
 

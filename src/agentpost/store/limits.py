@@ -8,7 +8,13 @@ from types import ModuleType
 
 from sqlalchemy import Connection, bindparam, delete, select
 
-from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
+from agentpost.store.prepared import (
+    NUMBERED_UP_TO,
+    Prepared,
+    in_parts,
+    numbered,
+    numbered_values,
+)
 from agentpost.store.schema import agent_limits
 
 Override = tuple[int | None, int | None]
@@ -30,7 +36,7 @@ def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
     if len(names) <= NUMBERED_UP_TO:
         rows = _few(len(names)).rows(conn, numbered_values("n", names))
     else:
-        rows = conn.execute(_MANY, {"agents": list(names)}).all()
+        rows = [row for part in in_parts(names) for row in conn.execute(_MANY, {"agents": part})]
     return {row.agent: (row.send_rate_per_minute, row.max_unacked) for row in rows}
 
 

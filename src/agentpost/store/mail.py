@@ -42,7 +42,13 @@ from agentpost.domain.models import (
     Trust,
 )
 from agentpost.store import events, withheld
-from agentpost.store.prepared import NUMBERED_UP_TO, Prepared, numbered, numbered_values
+from agentpost.store.prepared import (
+    NUMBERED_UP_TO,
+    Prepared,
+    in_parts,
+    numbered,
+    numbered_values,
+)
 from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions, silent_expiries
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
@@ -180,8 +186,11 @@ def unacked_counts(conn: Connection, names: Sequence[str], cap: int, now: float)
     if len(names) == 1:  # the common case, without an expanding IN's compile step
         params = {"name": names[0], "cap": cap, "now": now}
         return {names[0]: int(_UNACKED_ONE.scalar(conn, params))}
-    rows = conn.execute(_UNACKED_COUNTS, {"names": list(names), "now": now})
-    return {row[0]: min(cap, int(row[1])) for row in rows}
+    return {
+        row[0]: min(cap, int(row[1]))
+        for part in in_parts(names)
+        for row in conn.execute(_UNACKED_COUNTS, {"names": part, "now": now})
+    }
 
 
 _UNREAD_COUNT = select(func.count()).where(

@@ -15,13 +15,14 @@ returns them (a Boolean column reads 0 or 1 on SQLite). Errors are SQLAlchemy's,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import BindParameter, Connection, bindparam
 from sqlalchemy.sql import Executable
 
 from agentpost.store import sqlite
 
+T = TypeVar("T")
 Params = Mapping[str, Any]
 _NONE: Params = {}
 
@@ -39,6 +40,17 @@ def numbered(name: str, count: int) -> list[BindParameter[Any]]:
 
 def numbered_values(name: str, values: Sequence[Any]) -> dict[str, Any]:
     return {f"{name}{i}": value for i, value in enumerate(values)}
+
+
+EXPANDING_UP_TO = 10_000
+"""The longest list one expanding IN is given. PostgreSQL's driver takes at most 32,767
+parameters in a statement, fewer than a big channel has members: a longer list (a broadcast's
+recipients) is asked for in parts of this many."""
+
+
+def in_parts(values: Sequence[T]) -> list[list[T]]:
+    """`values` in parts of at most `EXPANDING_UP_TO`, in order: one part for most lists."""
+    return [list(values[i : i + EXPANDING_UP_TO]) for i in range(0, len(values), EXPANDING_UP_TO)]
 
 
 class Prepared:
