@@ -9,9 +9,10 @@ import pytest
 
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller
 from agentpost.services import PostOffice, post_office
 from agentpost.store.migrate import SCHEMA_HEAD
-from backends import FakeClock
+from backends import FakeClock, refused_without_change, session_caller
 
 pytestmark = pytest.mark.anyio
 
@@ -70,3 +71,29 @@ async def test_a_database_slower_than_the_readiness_bound_is_unavailable(
         await office.readiness()
     assert refused.value.code is ErrorCode.UNAVAILABLE
     assert "did not answer within 0.05 s" in refused.value.message
+
+
+async def test_an_id_holding_a_nul_character_is_unknown_alike_on_both_databases(
+    office: PostOffice,
+) -> None:
+    """No id holds a NUL character. SQLite found nothing by one; PostgreSQL refused the
+    lookup (`invalid_argument`), so the same call answered 404 on one and 400 on the other,
+    and an ack of such an id 200 or 400. Both find nothing now."""
+    alice = await session_caller(office, "alice")
+    owner = Caller("owner", admin=True)
+    odd = "m_\x00"
+    lookups = [
+        lambda: office.mailbox.get(alice, odd),
+        lambda: office.mailbox.send(alice, "alice", "re", reply_to=odd),
+        lambda: office.channels.history(alice, "#general", before=odd),
+        lambda: office.tasks.task(alice, odd),
+        lambda: office.requests.check_request(alice, odd),
+        lambda: office.webhooks.delete(alice, odd),
+        lambda: office.keys.revoke(owner, odd),
+        lambda: office.presence.heartbeat_of(alice, odd),
+    ]
+    for lookup in lookups:
+        await refused_without_change(office, ErrorCode.NOT_FOUND, lookup())
+    acked = await office.mailbox.ack(alice, [odd])
+    assert (acked.acked, acked.not_found) == ([], [odd])
+    assert await office.admin.audit_log(owner, actor="a\x00") == []

@@ -48,6 +48,12 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
+def never_stored(text: str) -> bool:
+    """Whether no row can hold `text` (a NUL character, refused on the way in): a lookup by it
+    finds nothing, without asking PostgreSQL, which refuses such text even in a lookup."""
+    return isinstance(text, str) and "\x00" in text
+
+
 def utf8_size(text: str, what: str) -> int:
     """The bytes `text` takes in UTF-8; refused when it is not Unicode text at all."""
     try:

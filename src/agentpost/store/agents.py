@@ -21,6 +21,7 @@ from sqlalchemy import (
     update,
 )
 
+from agentpost.domain.limits import never_stored
 from agentpost.domain.models import SessionInfo, Status
 from agentpost.store.prepared import Prepared, numbered, numbered_values
 from agentpost.store.schema import agents, sessions
@@ -164,6 +165,8 @@ _GET_SESSION = select(sessions).where(sessions.c.id == bindparam("session_id"))
 
 
 def get_session(conn: Connection, session_id: str) -> Row[Any] | None:
+    if never_stored(session_id):
+        return None
     return conn.execute(_GET_SESSION, {"session_id": session_id}).first()
 
 

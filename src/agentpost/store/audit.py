@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, delete, insert, select
 
+from agentpost.domain.limits import never_stored
 from agentpost.store.prepared import Prepared
 from agentpost.store.schema import audit
 
@@ -48,6 +49,8 @@ def entries(
     action: str | None = None,
 ) -> list[Row[Any]]:
     """Newest first; `before` is a `seq` cursor from the previous page."""
+    if any(never_stored(value) for value in (actor, action) if value is not None):
+        return []
     query = select(audit).order_by(audit.c.seq.desc()).limit(limit)
     if before is not None:
         query = query.where(audit.c.seq < before)

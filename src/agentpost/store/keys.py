@@ -17,6 +17,7 @@ from sqlalchemy import (
     update,
 )
 
+from agentpost.domain.limits import never_stored
 from agentpost.store import lockouts
 from agentpost.store.prepared import Prepared
 from agentpost.store.schema import ONE_ROW, agents, keys, sessions
@@ -94,6 +95,8 @@ def by_hash(conn: Connection, digest: str) -> Row[Any] | None:
 
 
 def get_key(conn: Connection, key_id: str) -> Row[Any] | None:
+    if never_stored(key_id):
+        return None
     return conn.execute(_GET, {"key_id": key_id}).first()
 
 

@@ -32,7 +32,7 @@ from sqlalchemy import (
 
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.events import EventType
-from agentpost.domain.limits import MAX_DATA_DEPTH, check_depth
+from agentpost.domain.limits import MAX_DATA_DEPTH, check_depth, never_stored
 from agentpost.domain.models import (
     DeliveryState,
     Kind,
@@ -314,7 +314,10 @@ def ack(conn: Connection, recipient: str, ids: Sequence[str], now: float) -> lis
     rows = conn.execute(
         select(messages.c.id, messages.c.seq, deliveries.c.state)
         .join(deliveries, deliveries.c.message_seq == messages.c.seq)
-        .where(deliveries.c.recipient == recipient, messages.c.id.in_(list(ids)))
+        .where(
+            deliveries.c.recipient == recipient,
+            messages.c.id.in_([i for i in ids if not never_stored(i)]),
+        )
     ).all()
     ackable = {row.id: row for row in rows if row.state != DeliveryState.EXPIRED.value}
     to_update = [row.seq for row in ackable.values() if row.state in OPEN_STATES]
@@ -393,6 +396,8 @@ def newest_delivery_seq(conn: Connection, recipient: str) -> int:
 
 
 def message_row(conn: Connection, message_id: str) -> Row[Any] | None:
+    if never_stored(message_id):
+        return None
     return conn.execute(select(messages).where(messages.c.id == message_id)).first()
 
 
@@ -425,6 +430,8 @@ def visible_message(
     conn: Connection, reader: str, channels: Iterable[str], message_id: str, now: float
 ) -> Row[Any] | None:
     """The message, with the reader's delivery state, if `reader` may see it; else None."""
+    if never_stored(message_id):
+        return None
     return conn.execute(
         select(messages, _with_reader_state(reader, now)).where(
             messages.c.id == message_id, visible_to(reader, channels)

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, false, insert, or_, select, update
 
+from agentpost.domain.limits import never_stored
 from agentpost.domain.models import Priority
 from agentpost.domain.tasks import Task, TaskChange, TaskStatus
 from agentpost.store.schema import task_history, tasks
@@ -44,6 +45,8 @@ def record_change(
 
 
 def get_task(conn: Connection, task_id: str) -> Row[Any] | None:
+    if never_stored(task_id):
+        return None
     return conn.execute(select(tasks).where(tasks.c.id == task_id)).first()
 
 

@@ -28,6 +28,7 @@ from sqlalchemy import (
 
 from agentpost.domain.events import HookState, Webhook, WebhookDelivery, retry_delay_s
 from agentpost.domain.ids import delivery_id
+from agentpost.domain.limits import never_stored
 from agentpost.store import events as event_rows
 from agentpost.store.schema import agents, events, webhook_deliveries, webhooks
 
@@ -84,6 +85,8 @@ def live_webhooks(conn: Connection, agent: str) -> list[Webhook]:
 
 
 def live_webhook(conn: Connection, agent: str, webhook_id: str) -> Row[Any] | None:
+    if never_stored(webhook_id):
+        return None
     query = select(webhooks).where(webhooks.c.id == webhook_id, webhooks.c.agent == agent, _LIVE)
     return conn.execute(query).first()
 
