@@ -766,6 +766,30 @@ async def test_search_for_quoted_and_bracketed_words_finds_them(office: PostOffi
 
 
 @pytest.mark.parametrize(
+    ("query", "found"),
+    [
+        ("postgres", True),
+        ("store/postgres.py", True),
+        ("postgres/store", False),  # the parts of a word, in its order
+        ("example", True),
+        ("github pull", True),
+        ("usr", False),
+    ],
+)
+async def test_search_finds_the_words_of_a_path_an_address_or_a_url(
+    office: PostOffice, query: str, found: bool
+) -> None:
+    """PostgreSQL's parser took `src/agentpost/store/postgres.py` (or an address, or a URL)
+    for one word, so a search for `postgres` found nothing there that SQLite found."""
+    alice, bob = await agents(office, "alice", "bob")
+    body = (
+        "see src/agentpost/store/postgres.py, ask ops@example.com or https://github.com/o/r/pull/7"
+    )
+    await office.mailbox.send(alice, "bob", body)
+    assert [m.body for m in await office.mailbox.search(bob, query)] == ([body] if found else [])
+
+
+@pytest.mark.parametrize(
     ("query", "code"),
     [
         ("", ErrorCode.INVALID_ARGUMENT),

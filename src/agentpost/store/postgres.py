@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import asyncpg
-from sqlalchemy import Connection, func, text
+from sqlalchemy import Connection, func, literal, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -386,8 +386,20 @@ def upsert(
     return stmt.on_conflict_do_update(index_elements=keys, set_=update, where=where)
 
 
+def _split(value: Any) -> Any:
+    """Text as SQLite's index reads it (`unicode61`): runs of letters and digits, whatever
+    stands between them. PostgreSQL's parser keeps a path, an address or a URL as one word
+    (`src/app/store.py`), where a search for `store` is to find it."""
+    return func.regexp_replace(value, "[^[:alnum:]]+", " ", "g")
+
+
 def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:
-    """Unindexed `to_tsvector` matching: correct now; the index arrives with scale-out."""
-    document = func.to_tsvector("simple", table.c.subject + " " + table.c.body)
-    query = func.plainto_tsquery("simple", " ".join(words))
+    """Each word matched as FTS5 matches a quoted word (`store.fulltext`): the runs of letters
+    and digits it holds, in a row. Unindexed `to_tsvector`: correct now; the index arrives
+    with scale-out."""
+    document = func.to_tsvector("simple", _split(table.c.subject + " " + table.c.body))
+    query: Any = None
+    for word in words:
+        phrase = func.phraseto_tsquery("simple", _split(literal(word)))
+        query = phrase if query is None else query.op("&&")(phrase)
     return select.where(document.op("@@")(query))
