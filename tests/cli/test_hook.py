@@ -51,13 +51,16 @@ def meet(*names: str) -> None:
         send(name, "owner", "hello")
 
 
-def hook(event: dict[str, Any] | None = PROMPT, **env: str) -> subprocess.CompletedProcess[str]:
+def hook(
+    event: dict[str, Any] | None = PROMPT, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [str(AGENTPOST), "hook", "claude"],
         input="" if event is None else json.dumps(event),
         capture_output=True,
         text=True,
         env={**os.environ, **env},
+        cwd=cwd,
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
@@ -248,3 +251,20 @@ def test_it_reads_home_and_agent_from_the_config_file_as_the_other_commands_do(
     sent = send("alice", "bob", "found through the config file")
     assert sent in context_of(hook().stdout)
     assert (elsewhere / "hook-cursors" / "bob").exists()
+
+
+def test_a_relative_home_in_the_config_file_is_the_files_folders_wherever_the_hook_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text('home = "data"\nagent = "bob"\n')
+    monkeypatch.delenv("AGENTPOST_HOME")
+    monkeypatch.setenv("AGENTPOST_CONFIG", str(config))
+    meet("alice", "bob")
+    assert (tmp_path / "data" / "agentpost.db").exists()
+    elsewhere = tmp_path / "project"  # Claude Code runs its hooks in the project's folder
+    elsewhere.mkdir()
+    assert hook(cwd=elsewhere).stdout == ""
+    sent = send("alice", "bob", "found through the relative home")
+    assert sent in context_of(hook(cwd=elsewhere).stdout)
+    assert (tmp_path / "data" / "hook-cursors" / "bob").exists()

@@ -60,6 +60,9 @@ def settings(environ: Mapping[str, str]) -> dict[str, str]:
             for key in keys:
                 if key not in found and isinstance(table.get(key), str) and table[key]:
                     found[key] = table[key]
+                    if key == "home" and not table[key].startswith("~"):
+                        # relative: the file's own folder's, as Settings reads it
+                        found[key] = str(path.parent / table[key])
     found.setdefault("home", str(Path.home() / ".local" / "share" / "agentpost"))
     return found
 
