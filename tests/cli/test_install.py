@@ -221,6 +221,33 @@ def test_codex_adds_its_table_keeping_comments_and_other_servers(tmp_path: Path)
     assert "already set up, unchanged" in again.stdout
 
 
+@pytest.mark.parametrize(
+    "theirs",
+    [
+        'mcp_servers.docs.command = "docs-mcp"\nmodel = "o4-mini"\n',
+        'mcp_servers = { docs = { command = "docs-mcp" } }\nmodel = "o4-mini"\n',
+    ],
+    ids=["dotted-keys", "inline-table"],
+)
+def test_codex_adds_its_server_however_their_servers_are_written_leaving_the_rest(
+    tmp_path: Path, theirs: str
+) -> None:
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    config = codex_home / "config.toml"
+    config.write_text(theirs)
+    done = install("codex", cwd=tmp_path, codex_home=codex_home, path="/usr/bin:/bin")
+    assert done.returncode == 0, done.stderr
+    parsed = tomllib.loads(config.read_text())
+    assert parsed == {
+        "model": "o4-mini",  # still theirs, at the top, not taken into agentpost's table
+        "mcp_servers": {
+            "docs": {"command": "docs-mcp"},
+            "agentpost": {"command": str(AGENTPOST.resolve()), "args": ["mcp"]},
+        },
+    }
+
+
 @pytest.mark.parametrize("existing", [None, THEIR_CODEX])
 def test_codex_dry_run_writes_nothing(tmp_path: Path, existing: str | None) -> None:
     codex_home = tmp_path / "codex"

@@ -180,6 +180,8 @@ def codex_config_path(environ: Mapping[str, str]) -> Path:
 
 def codex_change(path: Path, command: str) -> Change:
     """`~/.codex/config.toml` with `[mcp_servers.agentpost]`, comments and all kept."""
+    import tomllib
+
     import tomlkit  # here, so the rest of the command line starts without it
     from tomlkit.exceptions import TOMLKitError
 
@@ -193,14 +195,28 @@ def codex_change(path: Path, command: str) -> Change:
         raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path}: mcp_servers is not a table")
     if servers is not None and SERVER in servers:
         return Change(path, before, before or "", [])
-    if servers is None:
-        servers = tomlkit.table(is_super_table=True)
-        document["mcp_servers"] = servers
-    entry = tomlkit.table()
-    entry["command"] = command
-    entry["args"] = ["mcp"]
-    servers[SERVER] = entry
-    return Change(path, before, tomlkit.dumps(document), [f"added [mcp_servers.{SERVER}]"])
+    wanted = {"command": command, "args": ["mcp"]}
+    expected = document.unwrap()
+    expected.setdefault("mcp_servers", {})[SERVER] = wanted
+    # A `[mcp_servers.agentpost]` table where it fits; where `mcp_servers` is an inline table or
+    # dotted keys, a table in its midst would be refused or would take in the keys after it,
+    # so there an inline table. Either way the result must read as theirs plus ours.
+    for entry in (tomlkit.table(), tomlkit.inline_table()):
+        merged = tomlkit.parse(before or "")
+        if "mcp_servers" not in merged:
+            merged["mcp_servers"] = tomlkit.table(is_super_table=True)
+        entry.update(wanted)
+        try:
+            merged["mcp_servers"][SERVER] = entry
+            after = tomlkit.dumps(merged)
+            if tomllib.loads(after) == expected:
+                return Change(path, before, after, [f"added [mcp_servers.{SERVER}]"])
+        except (TOMLKitError, ValueError):
+            continue
+    raise AgentpostError(
+        ErrorCode.INVALID_ARGUMENT,
+        f"{path}: cannot add [mcp_servers.{SERVER}] without changing the rest; add it by hand",
+    )
 
 
 def _write(change: Change) -> None:
