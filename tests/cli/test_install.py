@@ -183,6 +183,19 @@ def test_claude_refuses_a_settings_file_that_is_not_json_and_leaves_it(tmp_path:
     assert snapshot(*files) == before
 
 
+def test_claude_adds_its_hooks_beside_a_group_whose_hooks_are_not_a_list(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    odd = {"hooks": {"SessionStart": [{"hooks": 5}, "a string", {"hooks": None}]}}
+    write_json(root / ".claude" / "settings.json", odd)
+    done = install("claude", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    settings = json.loads((root / ".claude" / "settings.json").read_text())
+    assert settings["hooks"]["SessionStart"][:3] == odd["hooks"]["SessionStart"]
+    [ours] = settings["hooks"]["SessionStart"][3:]
+    assert ours["hooks"][0]["command"].endswith("hook claude")
+
+
 def test_a_refusal_names_a_project_folder_that_looks_like_markup_as_written(
     tmp_path: Path,
 ) -> None:

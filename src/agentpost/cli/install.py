@@ -133,6 +133,12 @@ def _is_our_hook(hook: Any) -> bool:
         return False
 
 
+def _hooks_of(group: Any) -> list[Any]:
+    """A hook group's hooks; none where someone else's group is not shaped as one."""
+    hooks = group.get("hooks") if isinstance(group, dict) else None
+    return hooks if isinstance(hooks, list) else []
+
+
 def claude_changes(project: Path, command: str) -> list[Change]:
     """The two files of a Claude Code project, merged with agentpost's server and hooks."""
 
@@ -155,9 +161,7 @@ def claude_changes(project: Path, command: str) -> list[Change]:
                 raise AgentpostError(
                     ErrorCode.INVALID_ARGUMENT, f"{path}: hooks.{event} is not a list"
                 )
-            if any(
-                _is_our_hook(h) for g in groups if isinstance(g, dict) for h in g.get("hooks") or []
-            ):
+            if any(_is_our_hook(h) for g in groups for h in _hooks_of(g)):
                 continue
             group: dict[str, Any] = {"matcher": "*"} if event == "PostToolUse" else {}
             group["hooks"] = [
