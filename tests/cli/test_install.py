@@ -196,6 +196,24 @@ def test_claude_adds_its_hooks_beside_a_group_whose_hooks_are_not_a_list(tmp_pat
     assert ours["hooks"][0]["command"].endswith("hook claude")
 
 
+def test_a_settings_file_that_is_a_symlink_stays_one_and_its_target_is_merged_into(
+    tmp_path: Path,
+) -> None:
+    root = project(tmp_path)
+    dotfiles = tmp_path / "dotfiles" / "settings.json"
+    write_json(dotfiles, THEIR_SETTINGS)
+    link = root / ".claude" / "settings.json"
+    link.unlink()
+    link.symlink_to(dotfiles)
+    done = install("claude", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink()
+    assert link.resolve() == dotfiles.resolve()
+    merged = json.loads(dotfiles.read_text())
+    assert merged["permissions"] == THEIR_SETTINGS["permissions"]
+    assert len(our_commands(merged, "SessionStart")) == 1
+
+
 def test_a_refusal_names_a_project_folder_that_looks_like_markup_as_written(
     tmp_path: Path,
 ) -> None:

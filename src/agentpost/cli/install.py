@@ -224,13 +224,15 @@ def codex_change(path: Path, command: str) -> Change:
 
 
 def _write(change: Change) -> None:
-    """Atomically, keeping an existing file's permissions."""
-    change.path.parent.mkdir(parents=True, exist_ok=True)
-    partial = change.path.with_name(f".{change.path.name}.agentpost-{os.getpid()}")
+    """Atomically, keeping an existing file's permissions; a symlink (say, into a dotfiles
+    repository) stays one and its target gets the change."""
+    target = change.path.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.agentpost-{os.getpid()}")
     partial.write_text(change.after)
-    if change.path.exists():
-        os.chmod(partial, change.path.stat().st_mode & 0o7777)
-    os.replace(partial, change.path)
+    if target.exists():
+        os.chmod(partial, target.stat().st_mode & 0o7777)
+    os.replace(partial, target)
 
 
 def apply(changes: list[Change], *, dry_run: bool) -> list[str]:
