@@ -182,6 +182,17 @@ async def test_a_session_is_offline_at_once_when_its_process_ends(
         await stopped.stop()
 
 
+@pytest.mark.anyio
+async def test_ctrl_c_ends_the_session_quietly(agents: Agents, ledger: Ledger) -> None:
+    alice, interrupted = await agents.start_many("alice", "bob")
+    await end_process(ledger, interrupted, signal.SIGINT)
+    assert (await ledger.session(interrupted.session_id)).ended_at is not None
+    assert set(by_name(await alice.call("who"))) == {"alice"}
+    with anyio.fail_after(WAKE_TIMEOUT_S):
+        await interrupted.stop()
+    assert "KeyboardInterrupt" not in interrupted.stderr()  # nor a Traceback: the fixture looks
+
+
 def serve_until_the_client_stops_reading(cwd: Path, env: dict[str, str], stderr: Path) -> str:
     """A real `agentpost mcp` asked `whoami`, whose client then closes its end of the
     server's stdout and asks again; the session's id, once the process has exited."""

@@ -58,8 +58,8 @@ async def run_session(
     *,
     ready: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve stdio until the client closes it or SIGTERM, with `background` tasks beside; once
-    `ready` returns, if given (say, when push is listening)."""
+    """Serve stdio until the client closes it or a signal stops it, with `background` tasks
+    beside; once `ready` returns, if given (say, when push is listening)."""
     async with anyio.create_task_group() as group:
         for task in background:
             group.start_soon(task)
@@ -89,7 +89,9 @@ async def every(period_s: float, what: str, action: Callable[[], Awaitable[None]
 
 
 async def _stop_on_sigterm(group: TaskGroup) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+    """SIGTERM, SIGHUP, or SIGINT (Ctrl-C in the terminal the client runs in reaches its whole
+    process group): stop serving, end the session, exit quietly."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as signals:
         async for _ in signals:
             group.cancel_scope.cancel()
             return

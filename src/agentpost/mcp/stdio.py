@@ -4,7 +4,8 @@ The process registers its session, heartbeats in the background, pushes "your in
 to a subscribed client and each new message to Claude Code's channel (`agentpost.mcp.channel`)
 the moment another process delivers mail, expires mail as its TTL falls due and purges old
 mail hourly (`agentpost.services.sweeper`), and ends its
-session as soon as the client closes stdin or the process is told to stop (SIGTERM).
+session as soon as the client closes stdin or the process is told to stop (SIGTERM, SIGHUP,
+SIGINT).
 The server itself, shared with a remote post office's session, is `agentpost.mcp.session`.
 """
 
