@@ -148,6 +148,16 @@ async def test_an_unknown_recipient_is_refused_and_no_agent_is_made_up(
     assert await office.presence.agent_names() == ["alice", "bob"]
 
 
+async def test_mail_to_the_owner_arrives_before_the_owner_ever_used_the_command_line(
+    office: PostOffice,
+) -> None:
+    (alice,) = await agents(office, "alice")
+    sent = await office.mailbox.send(alice, "owner", "the release is ready for you")
+    assert sent.to == ["owner"]
+    owner = await office.presence.existing_agent("owner")
+    assert await bodies(office, owner) == ["the release is ready for you"]
+
+
 async def test_mail_to_a_disabled_agent_is_gone(office: PostOffice) -> None:
     alice, _bob = await agents(office, "alice", "bob")
     await disable_agent(office.store, "bob")

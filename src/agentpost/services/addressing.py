@@ -9,7 +9,7 @@ from typing import Any
 from agentpost.domain.accounts import AgentLimits
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid, not_found
 from agentpost.domain.models import Caller
-from agentpost.domain.names import POST_OFFICE, SYSTEM
+from agentpost.domain.names import OWNER, POST_OFFICE, SYSTEM
 from agentpost.services.channels import member_channels, members, require_member
 from agentpost.store import agents as agent_rows
 from agentpost.store import mail, rates
@@ -85,10 +85,11 @@ def direct_recipients(
     now: float,
 ) -> list[str]:
     """Named recipients, each an enabled agent (on the roster, if there is one); a roster name
-    nobody has used yet becomes an agent here."""
+    nobody has used yet becomes an agent here, and so does the owner (the person at the
+    command line, who may not have used it yet) where there is no roster."""
     for name in names:
         if name not in known:
-            if roster is not None and name in roster:
+            if name in (roster if roster is not None else (OWNER,)):
                 agent_rows.create_agent(conn, name, now=now)
                 continue
             raise AgentpostError(
