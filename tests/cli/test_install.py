@@ -214,6 +214,17 @@ def test_a_settings_file_that_is_a_symlink_stays_one_and_its_target_is_merged_in
     assert len(our_commands(merged, "SessionStart")) == 1
 
 
+def test_claude_that_cannot_write_one_file_writes_neither_and_says_why(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / ".claude").write_text("a file where the settings folder belongs")
+    done = install("claude", cwd=root)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: invalid_argument: cannot write {root / '.claude'}")
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in root.iterdir()) == [".claude"]  # no .mcp.json, no leftovers
+
+
 def test_a_refusal_names_a_project_folder_that_looks_like_markup_as_written(
     tmp_path: Path,
 ) -> None:

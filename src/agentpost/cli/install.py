@@ -18,6 +18,7 @@ committed: the bare name keeps it portable across machines.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -223,16 +224,42 @@ def codex_change(path: Path, command: str) -> Change:
     )
 
 
-def _write(change: Change) -> None:
-    """Atomically, keeping an existing file's permissions; a symlink (say, into a dotfiles
-    repository) stays one and its target gets the change."""
+def _stage(change: Change) -> tuple[Path, Path]:
+    """The new text beside its file, with the file's permissions: (target, staged). A symlink
+    (say, into a dotfiles repository) stays one and its target gets the change."""
     target = change.path.resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.agentpost-{os.getpid()}")
-    partial.write_text(change.after)
-    if target.exists():
-        os.chmod(partial, target.stat().st_mode & 0o7777)
-    os.replace(partial, target)
+    staged = target.with_name(f".{target.name}.agentpost-{os.getpid()}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_text(change.after)
+        if target.exists():
+            os.chmod(staged, target.stat().st_mode & 0o7777)
+    except OSError as exc:
+        _discard(staged)
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT, f"cannot write {change.path}: {exc.strerror or exc}"
+        ) from None
+    return target, staged
+
+
+def _discard(staged: Path) -> None:
+    with contextlib.suppress(OSError):
+        staged.unlink(missing_ok=True)
+
+
+def _write(changes: list[Change]) -> None:
+    """Every file or none: each new text is staged first, and only once all are does each
+    replace its file atomically."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for change in changes:
+            staged.append(_stage(change))
+    except AgentpostError:
+        for _, partial in staged:
+            _discard(partial)
+        raise
+    for target, partial in staged:
+        os.replace(partial, target)
 
 
 def apply(changes: list[Change], *, dry_run: bool) -> list[str]:
@@ -241,13 +268,13 @@ def apply(changes: list[Change], *, dry_run: bool) -> list[str]:
     for change in changes:
         if not change.changed:
             lines.append(f"{change.path}: already set up, unchanged")
-            continue
-        if dry_run:
+        elif dry_run:
             lines.append(f"{change.path}: would change ({'; '.join(change.done)})")
             lines.append(change.diff().rstrip("\n"))
         else:
-            _write(change)
             lines.append(f"{change.path}: {'; '.join(change.done)}")
+    if not dry_run:
+        _write([change for change in changes if change.changed])
     return lines
 
 
