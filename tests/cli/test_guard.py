@@ -314,6 +314,15 @@ def test_install_honours_core_hooks_path(repo: Path) -> None:
     assert commit(repo, "src/app.py").returncode == 1
 
 
+def test_install_where_the_hooks_folder_cannot_be_is_refused_by_name(repo: Path) -> None:
+    (repo / "hooks-file").write_text("a file where git is told the hooks are\n")
+    git(repo, "config", "core.hooksPath", "hooks-file")
+    done = agentpost(repo, "guard", "install")
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: invalid_argument: cannot change the hooks in {repo}")
+    assert "Traceback" not in done.stderr
+
+
 def test_install_outside_a_repository_is_refused(tmp_path: Path) -> None:
     folder = tmp_path / "plain"
     folder.mkdir()

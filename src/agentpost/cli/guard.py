@@ -26,7 +26,8 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,26 +107,41 @@ def is_ours(hook: Path) -> bool:
         return False
 
 
+@contextmanager
+def _hooks_folder(hooks: Path) -> Iterator[None]:
+    """A hooks folder git names but we cannot change (a file in its place, no permission) is
+    refused by name, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"cannot change the hooks in {hooks}: {exc.strerror or exc}",
+            details={"path": str(hooks)},
+        ) from None
+
+
 def install(cwd: Path | None = None) -> str:
     """Write (or refresh) our hook; what was done, in a sentence."""
     hooks = hooks_dir(cwd)
-    hooks.mkdir(parents=True, exist_ok=True)
     hook, chained = hooks / "pre-commit", hooks / CHAINED
     note = ""
-    if hook.exists() or hook.is_symlink():
-        if is_ours(hook):
-            note = " (refreshed)"
-        elif chained.exists() or chained.is_symlink():
-            raise AgentpostError(
-                ErrorCode.CONFLICT,
-                f"{hook} is not agentpost's, and {chained.name} is taken: move one of them "
-                "away, then install again",
-            )
-        else:
-            hook.rename(chained)
-            note = f"; your hook runs after it, kept as {chained}"
-    hook.write_text(hook_script())
-    hook.chmod(0o755)
+    with _hooks_folder(hooks):
+        hooks.mkdir(parents=True, exist_ok=True)
+        if hook.exists() or hook.is_symlink():
+            if is_ours(hook):
+                note = " (refreshed)"
+            elif chained.exists() or chained.is_symlink():
+                raise AgentpostError(
+                    ErrorCode.CONFLICT,
+                    f"{hook} is not agentpost's, and {chained.name} is taken: move one of them "
+                    "away, then install again",
+                )
+            else:
+                hook.rename(chained)
+                note = f"; your hook runs after it, kept as {chained}"
+        hook.write_text(hook_script())
+        hook.chmod(0o755)
     return f"agentpost guard installed in {hook}{note}"
 
 
@@ -135,10 +151,11 @@ def uninstall(cwd: Path | None = None) -> str:
     hook, chained = hooks / "pre-commit", hooks / CHAINED
     if not is_ours(hook):
         return f"no agentpost guard in {hooks}: nothing to remove"
-    hook.unlink()
-    if chained.exists() or chained.is_symlink():
-        chained.rename(hook)
-        return f"agentpost guard removed from {hook}; your own hook is back in its place"
+    with _hooks_folder(hooks):
+        hook.unlink()
+        if chained.exists() or chained.is_symlink():
+            chained.rename(hook)
+            return f"agentpost guard removed from {hook}; your own hook is back in its place"
     return f"agentpost guard removed from {hook}"
 
 
