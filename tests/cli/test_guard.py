@@ -11,6 +11,7 @@ command line's. A fake Claude Code (tests/cli/_fake_claude.py) commits as the ag
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -294,6 +295,20 @@ def test_a_foreign_hook_is_chained_kept_running_and_restored_on_uninstall(repo: 
     assert foreign.read_text() == script
     assert os.access(foreign, os.X_OK)
     assert not (hooks / "pre-commit.before-agentpost").exists()
+
+
+def test_once_agentpost_is_gone_the_hook_warns_and_lets_commits_through(repo: Path) -> None:
+    installed(repo)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    gone = "/nowhere/uninstalled/agentpost"  # the installation the hook names was removed
+    script = hook.read_text()
+    named = re.search(r"if \[ -x (\S+) \]", script)
+    assert named is not None, script
+    hook.write_text(script.replace(named.group(1), gone))
+    reserve("bob", ["src/**"])
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 0, done.stderr
+    assert f"reservations not checked ({gone} is gone" in done.stderr
 
 
 def test_uninstall_leaves_a_foreign_hook_alone(repo: Path) -> None:

@@ -87,12 +87,23 @@ def agentpost_command() -> list[str]:
 
 
 def hook_script() -> str:
-    command = " ".join(shlex.quote(part) for part in [*agentpost_command(), "guard", "check"])
+    """The hook; should this installation go away, it warns and lets commits through, as the
+    check does when it cannot read the post office."""
+    program, *rest = agentpost_command()
+    command = " ".join(shlex.quote(part) for part in [program, *rest, "guard", "check"])
+    gone = (
+        f"agentpost guard: reservations not checked ({program} is gone; install the guard "
+        "again, or remove this hook); committing anyway"
+    )
     return f"""#!/bin/sh
 {MARKER}: refuses a commit touching files another agent holds exclusively.
 # Written by `agentpost guard install`; `agentpost guard uninstall` removes it.
 # Bypass once: AGENTPOST_GUARD=off git commit ...
-{command} || exit $?
+if [ -x {shlex.quote(program)} ]; then
+    {command} || exit $?
+else
+    echo {shlex.quote(gone)} >&2
+fi
 chained="$(dirname "$0")/{CHAINED}"
 if [ -x "$chained" ]; then
     exec "$chained" "$@"
