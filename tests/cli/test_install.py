@@ -225,6 +225,19 @@ def test_claude_that_cannot_write_one_file_writes_neither_and_says_why(tmp_path:
     assert sorted(p.name for p in root.iterdir()) == [".claude"]  # no .mcp.json, no leftovers
 
 
+def test_claude_refuses_a_settings_symlink_that_loops_and_writes_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    (root / ".claude").mkdir(parents=True)
+    (root / ".claude" / "settings.json").symlink_to("settings.json")
+    done = install("claude", cwd=root)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"error: invalid_argument: cannot write {root / '.claude' / 'settings.json'}: "
+        "a symlink loop\n"
+    )
+    assert sorted(p.name for p in root.iterdir()) == [".claude"]
+
+
 def test_a_refusal_names_a_project_folder_that_looks_like_markup_as_written(
     tmp_path: Path,
 ) -> None:

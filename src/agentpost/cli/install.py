@@ -227,7 +227,12 @@ def codex_change(path: Path, command: str) -> Change:
 def _stage(change: Change) -> tuple[Path, Path]:
     """The new text beside its file, with the file's permissions: (target, staged). A symlink
     (say, into a dotfiles repository) stays one and its target gets the change."""
-    target = change.path.resolve()
+    try:
+        target = change.path.resolve()
+    except RuntimeError:  # a symlink loop
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT, f"cannot write {change.path}: a symlink loop"
+        ) from None
     staged = target.with_name(f".{target.name}.agentpost-{os.getpid()}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
