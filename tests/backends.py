@@ -282,6 +282,17 @@ async def session_caller(
     return Caller(agent=session.agent, session_id=session.id)
 
 
+async def agents(office: PostOffice, *names: str) -> list[Caller]:
+    """A caller for each name, its agent made if new (no session: as the command line is)."""
+    return [await office.presence.ensure_agent(name) for name in names]
+
+
+async def bodies(office: PostOffice, caller: Caller, **options: Any) -> list[str]:
+    """The bodies of the caller's inbox (marked read unless `peek=True`), oldest first."""
+    inbox = await office.mailbox.inbox(caller, **options)
+    return [m.body for m in inbox.messages]
+
+
 async def disable_agent(store: Store, name: str) -> None:
     """What an administrator does (no service offers it yet): the agent stays, disabled."""
     await store.write(lambda conn: agent_rows.update_agent(conn, name, disabled_at=store.clock()))

@@ -15,15 +15,11 @@ from agentpost.domain.errors import ErrorCode
 from agentpost.domain.events import Event
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
-from backends import FakeClock, OpenOffice, refused_without_change
+from backends import FakeClock, OpenOffice, agents, refused_without_change
 
 pytestmark = pytest.mark.anyio
 
 DAY = 86_400
-
-
-async def agents(office: PostOffice, *names: str) -> list[Caller]:
-    return [await office.presence.ensure_agent(name) for name in names]
 
 
 async def told(office: PostOffice, caller: Caller, after: int = 0) -> list[tuple[Any, ...]]:

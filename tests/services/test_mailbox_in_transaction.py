@@ -6,17 +6,13 @@ from __future__ import annotations
 import pytest
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.domain.models import Caller, Kind, Trust
+from agentpost.domain.models import Kind, Trust
 from agentpost.services import PostOffice
 from agentpost.store import agents as agent_rows
 from agentpost.store.database import Connection
-from backends import OpenOffice, refused_without_change, session_caller
+from backends import OpenOffice, agents, refused_without_change, session_caller
 
 pytestmark = pytest.mark.anyio
-
-
-async def agents(office: PostOffice, *names: str) -> list[Caller]:
-    return [await office.presence.ensure_agent(name) for name in names]
 
 
 async def test_a_message_sent_in_a_transaction_is_delivered_when_it_commits(

@@ -12,16 +12,12 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, DeliveryState, Kind
 from agentpost.domain.requests import RequestAnswer
 from agentpost.services import PostOffice
-from backends import OpenOffice, refused_without_change
+from backends import OpenOffice, agents, refused_without_change
 
 pytestmark = pytest.mark.anyio
 
 WAKE_S = 10
 """How long a test allows for what happens within milliseconds."""
-
-
-async def agents(office: PostOffice, *names: str) -> list[Caller]:
-    return [await office.presence.ensure_agent(name) for name in names]
 
 
 async def asked(office: PostOffice, caller: Caller) -> str:

@@ -10,7 +10,7 @@ from sqlalchemy import update
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import MAX_DATA_DEPTH
-from agentpost.domain.models import Caller, Kind, Priority
+from agentpost.domain.models import Kind, Priority
 from agentpost.domain.tasks import TaskStatus
 from agentpost.services import PostOffice
 from agentpost.store import agents as agent_rows
@@ -18,6 +18,7 @@ from agentpost.store.schema import tasks
 from backends import (
     FakeClock,
     OpenOffice,
+    agents,
     disable_agent,
     refused_without_change,
     session_caller,
@@ -25,10 +26,6 @@ from backends import (
 )
 
 pytestmark = pytest.mark.anyio
-
-
-async def agents(office: PostOffice, *names: str) -> list[Caller]:
-    return [await office.presence.ensure_agent(name) for name in names]
 
 
 async def test_delegate_creates_an_open_task_and_delivers_it_as_a_task_message(

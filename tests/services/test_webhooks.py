@@ -26,7 +26,7 @@ from agentpost.domain.models import Caller
 from agentpost.services import PostOffice, outbound
 from agentpost.services.webhooks import MAX_IN_FLIGHT
 from agentpost.store import webhooks as webhook_rows
-from backends import FakeClock, OpenOffice, refused_without_change
+from backends import FakeClock, OpenOffice, agents, refused_without_change
 from webhook_receiver import Receiver, listening
 
 pytestmark = pytest.mark.anyio
@@ -84,10 +84,6 @@ def log_when(
 
 def delivered(d: WebhookDelivery) -> bool:
     return d.state is HookState.DELIVERED
-
-
-async def agents(office: PostOffice, *names: str) -> list[Caller]:
-    return [await office.presence.ensure_agent(name) for name in names]
 
 
 # -- delivering -------------------------------------------------------------------------------
