@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from agentpost.domain.desk import Desk
+from agentpost.domain.framing import is_bare
 from agentpost.domain.models import Message
 from agentpost.domain.names import channel_tag
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
@@ -21,6 +22,13 @@ JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
 
 def _count(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
+def _token(text: str) -> str:
+    """A value another agent may have chosen (a thread id), as a summary line shows it: bare
+    when it is a plain token, else quoted, so its words read as data and never as a line of
+    their own outside the frames."""
+    return text if is_bare(text) else json.dumps(text, ensure_ascii=False)
 
 
 def register_tools(server: MailboxServer, desk: Desk) -> None:
@@ -115,7 +123,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             must_read=must_read,
         )
         where = f"#{sent.channel}" if sent.channel else ", ".join(sent.to)
-        return await reply(sent.to_dict(), f"Sent {sent.id} to {where} (thread {sent.thread_id}).")
+        summary = f"Sent {sent.id} to {where} (thread {_token(sent.thread_id)})."
+        return await reply(sent.to_dict(), summary)
 
     @tool
     async def inbox(
@@ -161,7 +170,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         name it by its thread id or by the id of any of its messages."""
         found = await desk.thread(thread_id, limit)
         thread = found[0].thread_id
-        summary = f"Thread {thread}: {_count(len(found), 'message')}"
+        summary = f"Thread {_token(thread)}: {_count(len(found), 'message')}"
         return await reply({"thread_id": thread, "messages": messages_json(found)}, summary, found)
 
     @tool
