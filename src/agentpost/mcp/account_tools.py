@@ -3,6 +3,7 @@ administration (group `admin`, offered only on an admin key's connection)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
@@ -24,7 +25,12 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
         """The address book: agents by name, description, project or capability (by name, at
         most `limit`)."""
         found = await directory_service.search(desk.caller, query, project=project, limit=limit)
-        lines = [f"- {a.name}: {a.description or '-'} ({a.project or 'no project'})" for a in found]
+        # A description is the agent's own free text: quoted, so it reads as data.
+        lines = [
+            f"- {a.name}: {json.dumps(a.description, ensure_ascii=False) if a.description else '-'}"
+            f" ({a.project or 'no project'})"
+            for a in found
+        ]
         return await reply(
             {"agents": [a.to_dict() for a in found]},
             "\n".join([f"{len(found)} agents", *lines]),
