@@ -7,11 +7,11 @@ to a remote service's key: the tools neither know nor care which.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from agentpost.domain.desk import Desk
-from agentpost.domain.framing import is_bare
 from agentpost.domain.models import Message
 from agentpost.domain.names import channel_tag
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
@@ -24,11 +24,15 @@ def _count(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
+_PLAIN = re.compile(r"[^\s\"'<>`]+")
+
+
 def _token(text: str) -> str:
-    """A value another agent may have chosen (a thread id), as a summary line shows it: bare
-    when it is a plain token, else quoted, so its words read as data and never as a line of
-    their own outside the frames."""
-    return text if is_bare(text) else json.dumps(text, ensure_ascii=False)
+    """A value another agent may have chosen (a thread id, a session's branch), as a summary
+    line shows it: bare when it is one printable word (`feature/parser`), else quoted, so its
+    words read as data and never as a line of their own outside the frames."""
+    plain = _PLAIN.fullmatch(text) is not None and text.isprintable()
+    return text if plain else json.dumps(text, ensure_ascii=False)
 
 
 def register_tools(server: MailboxServer, desk: Desk) -> None:
@@ -77,7 +81,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         """Who is at work: each agent's project, branch, worktree, objective, status, presence."""
         found = await desk.who(project, include_offline)
         lines = [
-            f"- {p.name}{'' if p.online else ' (offline)'}: {p.project or '-'}@{p.branch or '-'}"
+            f"- {p.name}{'' if p.online else ' (offline)'}: "
+            f"{p.project or '-'}@{_token(p.branch) if p.branch else '-'}"
             # The objective is another agent's free text: quoted, so it reads as data.
             f" [{p.status.value}] {json.dumps(p.objective, ensure_ascii=False)}"
             for p in found
