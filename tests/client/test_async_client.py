@@ -83,6 +83,28 @@ async def test_a_channel_name_reaches_the_service_as_given(office: Office) -> No
         assert refused.value.code is ErrorCode.INVALID_ARGUMENT, name
 
 
+async def test_a_name_holding_a_slash_is_refused_as_a_name_not_as_a_missing_route(
+    office: Office,
+) -> None:
+    """As over MCP: `invalid_argument`, naming the value, never a bare "Not Found"."""
+    alice = await office.agent("alice")
+    for call, name in (
+        (alice.join_channel, "team/backend"),
+        (alice.leave_channel, "team/backend"),
+        (alice.channel_history, "team/backend"),
+        (alice.block, "a/b"),
+        (alice.unblock, "a/b"),
+    ):
+        with pytest.raises(AgentpostError) as refused:
+            await call(name)
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+        assert name in str(refused.value)
+    with pytest.raises(AgentpostError) as unknown:
+        await alice.get_message("m_1/2")
+    assert unknown.value.code is ErrorCode.NOT_FOUND
+    assert "m_1/2" in str(unknown.value)
+
+
 async def test_peek_reads_without_marking_and_unread_counts_the_rest(office: Office) -> None:
     alice, bob = await office.agent("alice"), await office.agent("bob")
     first = await alice.send("bob", "one")

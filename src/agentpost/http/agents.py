@@ -97,13 +97,13 @@ async def blocked(office: Office, me: Me) -> dict[str, Any]:
     return {"blocked": await office.directory.blocked(me)}
 
 
-@router.put("/blocks/{agent}", operation_id="block")
+@router.put("/blocks/{agent:path}", operation_id="block")
 async def block(agent: str, office: Office, me: Me) -> dict[str, Any]:
     """Drop this agent's mail to you from now on, silently (the sender is not told)."""
     return {"blocked": await office.directory.block(me, agent)}
 
 
-@router.delete("/blocks/{agent}", operation_id="unblock")
+@router.delete("/blocks/{agent:path}", operation_id="unblock")
 async def unblock(agent: str, office: Office, me: Me) -> dict[str, Any]:
     """Take this agent's mail again."""
     return {"blocked": await office.directory.unblock(me, agent)}

@@ -20,19 +20,19 @@ async def channels(office: Office, me: Me) -> dict[str, Any]:
     return {"channels": [c.to_dict() for c in await office.channels.overview(me)]}
 
 
-@router.put("/{channel}/members/me", operation_id="join_channel")
+@router.put("/{channel:path}/members/me", operation_id="join_channel")
 async def join(channel: str, office: Office, me: Me) -> dict[str, Any]:
     """Join a channel (created if new): you get its broadcasts and may read its history."""
     return (await office.channels.join(me, channel)).to_dict()
 
 
-@router.delete("/{channel}/members/me", operation_id="leave_channel")
+@router.delete("/{channel:path}/members/me", operation_id="leave_channel")
 async def leave(channel: str, office: Office, me: Me) -> dict[str, Any]:
     """Leave a channel you joined."""
     return await office.channels.leave(me, channel)
 
 
-@router.get("/{channel}/messages", operation_id="channel_history")
+@router.get("/{channel:path}/messages", operation_id="channel_history")
 async def history(
     channel: str,
     office: Office,

@@ -90,7 +90,7 @@ async def ack(body: AckBody, office: Office, me: Me) -> dict[str, Any]:
     return (await office.mailbox.ack(me, body.ids)).to_dict()
 
 
-@router.get("/messages/{message_id}", operation_id="get_message")
+@router.get("/messages/{message_id:path}", operation_id="get_message")
 async def get_message(message_id: str, office: Office, me: Me) -> dict[str, Any]:
     """One message you may see (as a recipient, its sender, or a member of its channel)."""
     return (await office.mailbox.get(me, message_id)).to_dict()
