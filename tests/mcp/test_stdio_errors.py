@@ -106,6 +106,26 @@ async def test_every_refusal_leads_with_its_code_and_changes_nothing(agents: Age
 
 
 @pytest.mark.anyio
+async def test_text_that_reads_as_json_stays_text_where_text_is_taken(agents: Agents) -> None:
+    """A subject `["draft"]` was refused as no string, and a thread id `null` was dropped:
+    JSON text is read as its value only where the argument would refuse it as text (a list
+    of recipients sent as its JSON text still is one)."""
+    alice, bob = await agents.start_many("alice", "bob")
+    sent = await alice.call(
+        "send", to='["bob"]', body="b", subject='["draft"]', thread_id="null", data="null"
+    )
+    [message] = (await bob.call("inbox"))["messages"]
+    assert message["id"] == sent["id"]
+    assert (message["subject"], message["thread_id"], message["data"]) == (
+        '["draft"]',
+        "null",
+        "null",
+    )
+    noted = await alice.call("set_status", objective='{"step": 2}')
+    assert noted["objective"] == '{"step": 2}'
+
+
+@pytest.mark.anyio
 async def test_numbers_and_booleans_sent_as_their_json_text_are_read_as_such(
     agents: Agents,
 ) -> None:

@@ -4,10 +4,9 @@ for what was found in the SDK on the way)."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext, suppress
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -28,6 +27,7 @@ from starlette.applications import Starlette
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import holds_half_pair, not_unicode
+from agentpost.mcp.adapter.arguments import invalid_arguments, unknown_arguments, validated
 from agentpost.mcp.adapter.streamable_http import (
     ConnectionClosed,
     ConnectionGate,
@@ -85,62 +85,6 @@ def _tool_result(
 
 def _error_result(err: AgentpostError) -> _ToolResult:
     return _tool_result(f"{err.code.value}: {err.message}", {"error": err.to_dict()}, error=True)
-
-
-def _unknown_arguments(names: list[str]) -> AgentpostError:
-    """Refused rather than dropped: a `from` must not look accepted, and a misspelt limit
-    must not quietly reset the one it meant."""
-    return AgentpostError(
-        ErrorCode.INVALID_ARGUMENT,
-        "unknown argument" + ("s" if len(names) > 1 else "") + ": " + ", ".join(names),
-        details={"fields": [{"field": name, "problem": "no such argument"} for name in names]},
-    )
-
-
-def _validated(tool: _FunctionTool, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The SDK's `validate_arguments`, strict: `true` is no number and `"yes"` no boolean.
-    JSON sent inside a string is still read where the string itself was refused: some clients
-    (Claude Code among them) send lists, numbers and booleans that way (`"5"`, `"true"`)."""
-    metadata = tool.fn_metadata
-    given = metadata.pre_parse_json(arguments)
-    try:
-        model = metadata.arg_model.model_validate(given, strict=True)
-    except ValidationError as exc:
-        decoded = _scalars_decoded(given, exc)
-        if decoded is None:
-            raise
-        model = metadata.arg_model.model_validate(decoded, strict=True)
-    return model.model_dump_one_level()
-
-
-def _scalars_decoded(given: dict[str, Any], refusal: ValidationError) -> dict[str, Any] | None:
-    """`given` with each refused string that is the JSON text of a number or a boolean read
-    as that value (None: there was none). A string that was accepted stays a string: a
-    subject `"42"` is text."""
-    refused = {str(e["loc"][0]) for e in refusal.errors() if e["loc"]}
-    decoded = dict(given)
-    for key in refused:
-        value = decoded.get(key)
-        if not isinstance(value, str):
-            continue
-        with suppress(ValueError, RecursionError):
-            scalar = json.loads(value)
-            if isinstance(scalar, bool | int | float):
-                decoded[key] = scalar
-    return None if decoded == given else decoded
-
-
-def _invalid_arguments(exc: ValidationError) -> AgentpostError:
-    # Field paths and reasons only: the rejected values are the caller's data.
-    problems = [
-        (".".join(str(part) for part in e["loc"]) or "arguments", e["msg"]) for e in exc.errors()
-    ]
-    message = "; ".join(f"{field}: {msg}" for field, msg in problems)
-    return AgentpostError(
-        ErrorCode.INVALID_ARGUMENT,
-        message,
-        details={"fields": [{"field": field, "problem": msg} for field, msg in problems]},
-    )
 
 
 def _rpc_code(err: AgentpostError) -> int:
@@ -524,11 +468,11 @@ class MailboxServer:
         given = params.arguments or {}
         unknown = sorted(set(given) - set(tool.parameters.get("properties", {})))
         if unknown:
-            return _error_result(_unknown_arguments(unknown))
+            return _error_result(unknown_arguments(unknown))
         try:
-            arguments = _validated(tool, given)
+            arguments = validated(tool, given)
         except ValidationError as exc:
-            return _error_result(_invalid_arguments(exc))
+            return _error_result(invalid_arguments(exc))
         try:
             output = await tool.fn_metadata.call_fn(tool.fn, True, arguments)
             if not isinstance(output, ToolOutput):

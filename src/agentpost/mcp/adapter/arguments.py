@@ -1,0 +1,105 @@
+"""A tool call's arguments, checked as the SDK's `validate_arguments` would, but strictly:
+`true` is no number and `"yes"` no boolean, an argument the tool does not declare is refused,
+and text stays text.
+
+Some clients (Claude Code among them) send lists, objects, numbers and booleans as their JSON
+text (`'["bob", "carol"]'`, `"5"`, `"true"`). The JSON text of a list or an object is read as
+one where the argument takes one (recipients, `data`, as the SDK does); that of a number or a
+boolean, where the argument refuses it as text. Text taken only as text (a subject, a thread
+id, a note) stays as written, even when it reads as JSON: a subject `'["draft"]'` is text,
+and so is `"null"` wherever text is taken.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from contextlib import suppress
+from typing import Any, Union, get_args, get_origin
+
+from mcp.server.mcpserver.tools import Tool as FunctionTool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
+from pydantic import ValidationError
+
+from agentpost.domain.errors import AgentpostError, ErrorCode
+
+
+def unknown_arguments(names: list[str]) -> AgentpostError:
+    """Refused rather than dropped: a `from` must not look accepted, and a misspelt limit
+    must not quietly reset the one it meant."""
+    return AgentpostError(
+        ErrorCode.INVALID_ARGUMENT,
+        "unknown argument" + ("s" if len(names) > 1 else "") + ": " + ", ".join(names),
+        details={"fields": [{"field": name, "problem": "no such argument"} for name in names]},
+    )
+
+
+def validated(tool: FunctionTool, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments as the tool's function takes them (raises pydantic's ValidationError)."""
+    metadata = tool.fn_metadata
+    given = _pre_parsed(metadata, arguments)
+    try:
+        model = metadata.arg_model.model_validate(given, strict=True)
+    except ValidationError as exc:
+        retried = _retried(arguments, given, exc)
+        if retried is None:
+            raise
+        model = metadata.arg_model.model_validate(retried, strict=True)
+    return model.model_dump_one_level()
+
+
+def _pre_parsed(metadata: FuncMetadata, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The SDK's `pre_parse_json` (JSON text read as a list or an object), but for the text
+    `null` given to an argument that takes text: as None it would read as left out."""
+    given = metadata.pre_parse_json(arguments)
+    fields = metadata.arg_model.model_fields
+    for key, value in given.items():
+        raw = arguments[key]
+        if value is None and isinstance(raw, str) and key in fields:
+            given[key] = raw if _takes_text(fields[key].annotation) else None
+    return given
+
+
+def _takes_text(annotation: Any) -> bool:
+    if annotation is str:
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_takes_text(member) for member in get_args(annotation))
+    return False
+
+
+def _retried(
+    arguments: dict[str, Any], given: dict[str, Any], refusal: ValidationError
+) -> dict[str, Any] | None:
+    """`given` with each refused argument read again (None: there was none to read again):
+    text that `pre_parse_json` read as a list or an object goes back to the text it was, and
+    text that is the JSON of a number or a boolean is read as that value. A string that was
+    accepted stays a string: a subject `"42"` is text."""
+    refused = {str(e["loc"][0]) for e in refusal.errors() if e["loc"]}
+    decoded = dict(given)
+    for key in refused:
+        raw = arguments.get(key)
+        if isinstance(raw, str) and decoded.get(key) is not raw:
+            decoded[key] = raw
+            continue
+        value = decoded.get(key)
+        if not isinstance(value, str):
+            continue
+        with suppress(ValueError, RecursionError):
+            scalar = json.loads(value)
+            if isinstance(scalar, bool | int | float):
+                decoded[key] = scalar
+    return None if decoded == given else decoded
+
+
+def invalid_arguments(exc: ValidationError) -> AgentpostError:
+    # Field paths and reasons only: the rejected values are the caller's data.
+    problems = [
+        (".".join(str(part) for part in e["loc"]) or "arguments", e["msg"]) for e in exc.errors()
+    ]
+    message = "; ".join(f"{field}: {msg}" for field, msg in problems)
+    return AgentpostError(
+        ErrorCode.INVALID_ARGUMENT,
+        message,
+        details={"fields": [{"field": field, "problem": msg} for field, msg in problems]},
+    )
