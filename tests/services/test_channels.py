@@ -46,6 +46,21 @@ async def test_joining_general_or_ones_project_changes_nothing(office: PostOffic
     assert (await office.channels.join(lead, "#shop")).implicit
 
 
+async def test_joining_ones_own_projects_channel_is_left_with_the_project(
+    office: PostOffice,
+) -> None:
+    """Its project's channel is one an agent belongs to, not one it joined: when it moves to
+    another project, it leaves that channel, whether or not it called `join` on it."""
+    lead = await session_caller(office, "lead", project="shop")
+    dev = await session_caller(office, "dev", project="shop")
+    before = await snapshot(office.store)
+    assert await office.channels.join(dev, "#shop") == ChannelInfo("shop", 2, True, True)
+    assert await snapshot(office.store) == before
+    await office.directory.update_profile(dev, project="blog")
+    assert (await office.mailbox.send(lead, "#shop", "release at five")).to == []
+    await refused_without_change(office, ErrorCode.FORBIDDEN, office.channels.history(dev, "shop"))
+
+
 async def test_joining_another_projects_channel_brings_its_broadcasts_and_history(
     office: PostOffice,
 ) -> None:

@@ -68,10 +68,15 @@ class Channels:
         return await self.store.read(tx)
 
     async def join(self, caller: Caller, channel: str) -> ChannelInfo:
+        """Join a channel. `#general` and its own project's channel an agent belongs to
+        already: joining them records nothing, so it leaves its project's channel with the
+        project."""
         name = check_channel(channel)
 
         def tx(conn: Connection) -> ChannelInfo:
-            if name != GENERAL:
+            row = agent_rows.get_agent(conn, caller.agent)
+            own_project = row is not None and row.project == name
+            if name != GENERAL and not own_project:
                 channel_rows.join(conn, self.store.dialect, name, caller.agent, self.store.clock())
             implicit = name == GENERAL or name in agent_rows.projects(conn)
             return ChannelInfo(name, len(members(conn, name)), True, implicit)
