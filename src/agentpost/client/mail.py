@@ -218,7 +218,8 @@ def usage() -> Request[Usage]:
 
 
 def channels() -> Request[list[ChannelInfo]]:
-    """#general, project channels and the ones you joined, with member counts."""
+    """Every channel (#general, project channels, those agents joined): member counts, and
+    whether you are in each."""
     return Request(lambda a: [ChannelInfo.from_dict(c) for c in a["channels"]])
 
 

@@ -16,7 +16,8 @@ router = api_router(prefix="/v1/channels", tags=["channels"])
 
 @router.get("", operation_id="channels")
 async def channels(office: Office, me: Me) -> dict[str, Any]:
-    """#general, project channels and the ones joined, with member counts."""
+    """Every channel (#general, project channels, those agents joined): member counts, and
+    whether you are in each."""
     return {"channels": [c.to_dict() for c in await office.channels.overview(me)]}
 
 

@@ -199,7 +199,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
 
     @tool
     async def channels() -> ToolOutput:
-        """The channels: #general, project channels and joined ones, with member counts."""
+        """Every channel (#general, project channels, those agents joined): member counts, and
+        whether you are in each."""
         found = await desk.channels()
         lines = [f"- #{c.name} ({c.members} members){' joined' if c.joined else ''}" for c in found]
         summary = "\n".join([_count(len(found), "channel"), *lines])
