@@ -271,6 +271,14 @@ async def test_search_matches_every_word_in_subject_or_body(store: Store) -> Non
     assert await find("nowhere") == []
 
 
+async def test_search_takes_as_many_words_as_the_longest_query_holds(store: Store) -> None:
+    """A query of 500 characters holds 250 one-letter words: each is a phrase of its own,
+    all of them required, on PostgreSQL as on SQLite."""
+    body = " ".join("abcdefghij")
+    await put(store, "alice", ["bob"], body)
+    assert [r.body for r in await search(store, "bob", list("abcdefghij" * 25))] == [body]
+
+
 async def edit(store: Store, seq: int, body: str) -> None:
     await store.write(
         lambda c: c.execute(update(messages).where(messages.c.seq == seq).values(body=body))

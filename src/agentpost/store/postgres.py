@@ -398,8 +398,14 @@ def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:
     and digits it holds, in a row. Unindexed `to_tsvector`: correct now; the index arrives
     with scale-out."""
     document = func.to_tsvector("simple", _split(table.c.subject + " " + table.c.body))
-    query: Any = None
-    for word in words:
-        phrase = func.phraseto_tsquery("simple", _split(literal(word)))
-        query = phrase if query is None else query.op("&&")(phrase)
-    return select.where(document.op("@@")(query))
+    phrases = [func.phraseto_tsquery("simple", _split(literal(word))) for word in words]
+    return select.where(document.op("@@")(_all_of(phrases)))
+
+
+def _all_of(queries: list[Any]) -> Any:
+    """The queries joined by `&&` as a balanced tree: the longest query's 250 words nest eight
+    levels deep, where a chain of them exceeds Python's recursion limit when compiled."""
+    if len(queries) == 1:
+        return queries[0]
+    half = len(queries) // 2
+    return _all_of(queries[:half]).op("&&")(_all_of(queries[half:]))
