@@ -11,7 +11,7 @@ import pytest
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Presence, Status
 from agentpost.services import PostOffice
-from agentpost.services.presence import MAX_HTTP_SESSIONS
+from agentpost.services.presence import MAX_HTTP_SESSIONS, SILENT_FOR_S
 from backends import (
     FakeClock,
     OpenOffice,
@@ -453,6 +453,9 @@ async def test_a_session_minted_past_the_limit_takes_the_place_of_the_longest_en
 ) -> None:
     alice = await office.presence.ensure_agent("alice")
     minted = await http_sessions(office, alice, MAX_HTTP_SESSIONS)
+    clock.advance(SILENT_FOR_S)  # #0 is silent long enough too, but ended ones go first
+    for session_id in minted[1:]:
+        await office.presence.heartbeat(session_id)
     for session_id in (minted[7], minted[3]):  # #7 ended first: it goes first
         clock.advance(1)
         await office.presence.end_session(session_id)
@@ -462,27 +465,31 @@ async def test_a_session_minted_past_the_limit_takes_the_place_of_the_longest_en
     ]
 
 
-async def test_a_session_gone_offline_makes_room_as_an_ended_one_does(
+async def test_a_session_silent_for_a_day_makes_room_and_one_silent_for_less_does_not(
     office: PostOffice, clock: FakeClock
 ) -> None:
+    """A laptop asleep for an hour still finds its session; one gone for a day does not."""
     alice = await office.presence.ensure_agent("alice")
     minted = await http_sessions(office, alice, MAX_HTTP_SESSIONS)
-    clock.advance(office.settings.offline_after_s)
+    clock.advance(SILENT_FOR_S - 1)
     for session_id in minted[1:]:
         await office.presence.heartbeat(session_id)
+    await refused_without_change(
+        office, ErrorCode.CONFLICT, office.presence.open_http_session(alice, host="one-more")
+    )
+    clock.advance(1)
     [newest] = await http_sessions(office, alice, 1)
     assert await still_there(office, [*minted, newest]) == [*minted[1:], newest]
 
 
-async def test_minting_while_every_session_over_http_is_live_is_refused_and_changes_nothing(
+async def test_minting_while_every_session_over_http_is_in_use_is_refused_and_changes_nothing(
     office: PostOffice,
 ) -> None:
     alice = await office.presence.ensure_agent("alice")
     await http_sessions(office, alice, MAX_HTTP_SESSIONS)
     refused = await refused_without_change(
-        office, ErrorCode.RATE_LIMITED, office.presence.open_http_session(alice, host="one-more")
+        office, ErrorCode.CONFLICT, office.presence.open_http_session(alice, host="one-more")
     )
-    assert refused.retry_after_s == office.settings.offline_after_s
     assert refused.details == {"limit": MAX_HTTP_SESSIONS}
     bob = await office.presence.ensure_agent("bob")
     assert await http_sessions(office, bob, 1)  # each agent's own limit

@@ -33,8 +33,12 @@ MAX_SUFFIX = 99
 MAX_HOST = 255
 MAX_HTTP_SESSIONS = 100
 """Sessions over HTTP one agent keeps (minted by `register` or `POST /v1/sessions`, and one per
-key): minting another deletes the longest-gone of those that ended or went offline, and is
-refused while all of them are live. Else a key could mint sessions until the store fills."""
+key): minting another deletes the one that ended longest ago, else one silent for
+`SILENT_FOR_S`; with none of those, it is refused. Else a key could mint sessions until the
+store fills."""
+SILENT_FOR_S = 86_400.0
+"""How long a session over HTTP not ended may be silent before it counts as gone, to make room:
+a laptop asleep for the night still finds its session in the morning."""
 
 
 def _check_text(value: str | None, what: str, limit: int = 2000) -> str | None:
@@ -252,16 +256,14 @@ class PresenceService:
                 raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
             if row.disabled_at is not None:
                 raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
-            offline_after_s = self.settings.offline_after_s
             if not rows.make_room_for_http_session(
-                conn, caller.agent, MAX_HTTP_SESSIONS, now, offline_after_s
+                conn, caller.agent, MAX_HTTP_SESSIONS, SILENT_FOR_S, now
             ):
                 raise AgentpostError(
-                    ErrorCode.RATE_LIMITED,
-                    f"{caller.agent} has {MAX_HTTP_SESSIONS} sessions live over HTTP: end one "
-                    "(DELETE /v1/sessions/{id}) or wait for one to go offline",
+                    ErrorCode.CONFLICT,
+                    f"{caller.agent} has {MAX_HTTP_SESSIONS} sessions over HTTP in use: end "
+                    "one first (DELETE /v1/sessions/{id})",
                     details={"limit": MAX_HTTP_SESSIONS},
-                    retry_after_s=offline_after_s,
                 )
             if project is not None:
                 rows.update_agent(conn, caller.agent, project=project)

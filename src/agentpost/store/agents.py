@@ -23,7 +23,7 @@ from sqlalchemy import (
 
 from agentpost.domain.limits import never_stored
 from agentpost.domain.models import SessionInfo, Status
-from agentpost.store.prepared import Prepared, numbered, numbered_values
+from agentpost.store.prepared import Prepared, in_parts, numbered, numbered_values
 from agentpost.store.schema import agents, sessions
 
 _GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
@@ -129,11 +129,12 @@ def open_session(conn: Connection, session: SessionInfo, *, derived_name: bool) 
 
 
 def make_room_for_http_session(
-    conn: Connection, agent: str, limit: int, now: float, offline_after_s: float
+    conn: Connection, agent: str, limit: int, quiet_for_s: float, now: float
 ) -> bool:
     """Keep the agent's sessions over HTTP under `limit` before another is minted, by deleting
-    the longest-gone of those that ended or went offline; False when every one is live (no
-    room without ending one that works)."""
+    those that ended, the longest ended first, then those silent for `quiet_for_s`, the
+    longest silent first; False when that is not enough (the rest may still be in use: a
+    session silent for a while comes back with its next request)."""
     found = conn.execute(
         select(sessions.c.id, sessions.c.ended_at, sessions.c.heartbeat_at).where(
             sessions.c.agent == agent, sessions.c.transport == "http"
@@ -142,13 +143,16 @@ def make_room_for_http_session(
     excess = len(found) - limit + 1
     if excess <= 0:
         return True
-    gone = sorted(
-        (r for r in found if r.ended_at is not None or r.heartbeat_at <= now - offline_after_s),
-        key=lambda r: (r.ended_at if r.ended_at is not None else r.heartbeat_at, r.id),
+    ended = sorted((r for r in found if r.ended_at is not None), key=lambda r: (r.ended_at, r.id))
+    silent = sorted(
+        (r for r in found if r.ended_at is None and r.heartbeat_at <= now - quiet_for_s),
+        key=lambda r: (r.heartbeat_at, r.id),
     )
+    gone = [r.id for r in [*ended, *silent]]
     if len(gone) < excess:
         return False
-    conn.execute(delete(sessions).where(sessions.c.id.in_([r.id for r in gone[:excess]])))
+    for part in in_parts(gone[:excess]):
+        conn.execute(delete(sessions).where(sessions.c.id.in_(part)))
     return True
 
 
