@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import json
 import os
 import shlex
@@ -228,11 +229,15 @@ def _stage(change: Change) -> tuple[Path, Path]:
     """The new text beside its file, with the file's permissions: (target, staged). A symlink
     (say, into a dotfiles repository) stays one and its target gets the change."""
     try:
+        # A loop is told by the system (ELOOP); `resolve` raises on one only before Python 3.13.
+        os.stat(change.path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _symlink_loop(change.path) from None
+    try:
         target = change.path.resolve()
-    except RuntimeError:  # a symlink loop
-        raise AgentpostError(
-            ErrorCode.INVALID_ARGUMENT, f"cannot write {change.path}: a symlink loop"
-        ) from None
+    except RuntimeError:
+        raise _symlink_loop(change.path) from None
     staged = target.with_name(f".{target.name}.agentpost-{os.getpid()}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -245,6 +250,10 @@ def _stage(change: Change) -> tuple[Path, Path]:
             ErrorCode.INVALID_ARGUMENT, f"cannot write {change.path}: {exc.strerror or exc}"
         ) from None
     return target, staged
+
+
+def _symlink_loop(path: Path) -> AgentpostError:
+    return AgentpostError(ErrorCode.INVALID_ARGUMENT, f"cannot write {path}: a symlink loop")
 
 
 def _discard(staged: Path) -> None:
