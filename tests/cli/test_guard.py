@@ -19,6 +19,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from agentpost.cli import guard
 from agentpost.config import Settings
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
@@ -309,6 +310,25 @@ def test_once_agentpost_is_gone_the_hook_warns_and_lets_commits_through(repo: Pa
     done = commit(repo, "src/app.py")
     assert done.returncode == 0, done.stderr
     assert f"reservations not checked ({gone} is gone" in done.stderr
+
+
+def test_once_the_python_it_runs_in_lost_agentpost_the_hook_warns_and_lets_commits_through(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The form for an installation with no `agentpost` script: `python -c …` of the Python
+    it was installed into, which stays when agentpost is uninstalled from it."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    python = str(bare / "bin" / "python")
+    runner = "from agentpost.cli.entry import main; main()"
+    monkeypatch.setattr(guard, "agentpost_command", lambda: [python, "-c", runner])
+    installed(repo)
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text(guard.hook_script())
+    reserve("bob", ["src/**"])
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 0, done.stderr
+    assert f"reservations not checked ({python} is gone" in done.stderr
 
 
 def test_uninstall_leaves_a_foreign_hook_alone(repo: Path) -> None:

@@ -91,6 +91,12 @@ def hook_script() -> str:
     check does when it cannot read the post office."""
     program, *rest = agentpost_command()
     command = " ".join(shlex.quote(part) for part in [program, *rest, "guard", "check"])
+    # The script itself, or the Python it was installed into (then: can it still import it?).
+    there = (
+        f"[ -x {shlex.quote(program)} ]"
+        if not rest
+        else f"{shlex.quote(program)} -c 'import agentpost' 2>/dev/null"
+    )
     gone = (
         f"agentpost guard: reservations not checked ({program} is gone; install the guard "
         "again, or remove this hook); committing anyway"
@@ -99,7 +105,7 @@ def hook_script() -> str:
 {MARKER}: refuses a commit touching files another agent holds exclusively.
 # Written by `agentpost guard install`; `agentpost guard uninstall` removes it.
 # Bypass once: AGENTPOST_GUARD=off git commit ...
-if [ -x {shlex.quote(program)} ]; then
+if {there}; then
     {command} || exit $?
 else
     echo {shlex.quote(gone)} >&2
