@@ -322,6 +322,20 @@ async def test_with_delegate_requires_leader_only_the_projects_leader_delegates(
     await office.tasks.update_task(dev, task.id, "done")
 
 
+async def test_a_leader_silent_past_its_lease_still_delegates_when_it_asks(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """A laptop waking from sleep: its next heartbeat is seconds away, and its first call is
+    a delegation. Asking is a sign of life; nobody else took the seat meanwhile."""
+    office = await open_office(delegate_requires_leader=True, auto_lead=False)
+    lead = await session_caller(office, "lead", project="shop", branch="main")
+    await session_caller(office, "dev", project="shop", branch="main")
+    await office.leadership.claim(lead)
+    clock.advance(office.settings.offline_after_s + 1)
+    task = await office.tasks.delegate(lead, "dev", "Fix the build")
+    assert task.creator == "lead"
+
+
 async def test_without_the_setting_anyone_delegates_and_the_task_keeps_the_callers_project(
     office: PostOffice,
 ) -> None:

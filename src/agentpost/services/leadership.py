@@ -26,7 +26,7 @@ from agentpost.domain.models import Caller
 from agentpost.domain.names import check_channel, check_name
 from agentpost.services.local_identity import origin_head, pid_alive, process_exit, this_host
 from agentpost.services.mailbox import Mailbox
-from agentpost.services.presence import PresenceService
+from agentpost.services.presence import PresenceService, beat_asking
 from agentpost.store import agents as agent_rows
 from agentpost.store import leases
 from agentpost.store.database import Connection, Store
@@ -144,8 +144,7 @@ class Leadership:
 
         def tx(conn: Connection) -> Leader:
             name = self._project(conn, caller, project)
-            if caller.session_id is not None:  # alive, it asks: as a claim, its heartbeat
-                agent_rows.beat_sessions(conn, [caller.session_id], self.store.clock())
+            beat_asking(conn, caller.session_id, self.store.clock())
             before = self._seat(conn, name)
             mine = before.leader is not None and before.session_id == caller.session_id
             if not mine:
@@ -270,10 +269,9 @@ class Leadership:
         # would take it back, announced under a new term, again and again.
         self._check_not_ended(conn, caller)
         now = self.store.clock()
-        # The claimant is alive, it asks: a claim is its heartbeat. A session silent past
-        # the lease (a laptop waking from sleep before its next beat) keeps its own seat
-        # and term, rather than take it again, lapsed at once, on every commit till it beats.
-        agent_rows.beat_sessions(conn, [caller.session_id or ""], now)
+        # A session silent past the lease (a laptop waking) keeps its own seat and term,
+        # rather than take it again, lapsed at once, on every commit till it beats.
+        beat_asking(conn, caller.session_id, now)
         name = lease_name(project)
         before = leases.holding(conn, name, now=now, ttl_s=self._ttl_s)
         term = leases.claim(

@@ -103,6 +103,15 @@ class Heartbeat:
         await self._store.write(lambda conn: rows.beat_sessions(conn, due, self._store.clock()))
 
 
+def beat_asking(conn: Connection, session_id: str | None, now: float) -> None:
+    """A session that asks is alive: a call whose answer turns on whether its session is live
+    (a seat, a reservation) beats it in its own transaction. A local session beats every 15 s
+    on a clock that stops while the machine sleeps: waking, its first call would else find its
+    session gone, its seat or its reservations lapsed, and act on that."""
+    if session_id is not None:
+        rows.beat_sessions(conn, [session_id], now)
+
+
 async def check_standing(store: Store, caller: Caller) -> None:
     """A long wait or event stream goes on only while the key it was opened with stands: once
     the key is revoked or its agent disabled (here or by another process), the next look ends

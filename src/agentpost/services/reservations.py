@@ -51,7 +51,7 @@ from agentpost.domain.reservations import (
     tracked_matcher,
 )
 from agentpost.services.local_identity import this_host
-from agentpost.services.presence import PresenceService
+from agentpost.services.presence import PresenceService, beat_asking
 from agentpost.services.worktree_files import local_worktree, tracked_files
 from agentpost.store import agents as agent_rows
 from agentpost.store import notes
@@ -116,15 +116,6 @@ async def _off_loop_if_long(
     if tracked is no_tracked_files and _cost(paths, held, agent) < OFF_LOOP_FROM:
         return work()
     return await anyio.to_thread.run_sync(work)
-
-
-def _beat(conn: Connection, place: _Place, now: float) -> None:
-    """The caller is alive, it asks: its call is its session's heartbeat. A session silent
-    past the grace (a laptop waking from sleep before its next beat) would else have its
-    agent taken for gone: its own reservations released by its own call, and what it is
-    granted not live, free for another agent to be granted too."""
-    if place.session_id is not None:
-        agent_rows.beat_sessions(conn, [place.session_id], now)
 
 
 class Reservations:
@@ -195,7 +186,7 @@ class Reservations:
             conn: Connection, known: Tracked | None, looked: dict[str, dict[str, bool]]
         ) -> ReserveResult:
             now = self.store.clock()
-            _beat(conn, place, now)
+            beat_asking(conn, place.session_id, now)
             rows.release_lapsed(conn, place.project, now, offline_after_s)
             held = rows.live(conn, place.project, now, offline_after_s)
             if known is None and _globs_involved(wanted, held, caller.agent):
@@ -271,7 +262,7 @@ class Reservations:
 
         def tx(conn: Connection) -> ReservationsChanged:
             now = self.store.clock()
-            _beat(conn, place, now)
+            beat_asking(conn, place.session_id, now)
             found, missing = self._own(conn, caller, place.project, chosen_ids, now)
             for r in found:
                 rows.change(conn, r.id, expires_at=now + ttl)
@@ -295,7 +286,7 @@ class Reservations:
 
         def tx(conn: Connection) -> ReservationsChanged:
             now = self.store.clock()
-            _beat(conn, place, now)
+            beat_asking(conn, place.session_id, now)
             released: list[Reservation] = []
             missing: list[str] = []
             if chosen_ids is not None:

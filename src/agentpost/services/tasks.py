@@ -22,6 +22,7 @@ from agentpost.domain.tasks import ROLES, Task, TaskStatus, check_move, check_st
 from agentpost.services import outbox
 from agentpost.services.drafts import check_priority
 from agentpost.services.mailbox import Mailbox
+from agentpost.services.presence import beat_asking
 from agentpost.store import agents as agent_rows
 from agentpost.store import blocks, leases
 from agentpost.store import tasks as task_rows
@@ -256,6 +257,7 @@ class Tasks:
     ) -> None:
         if project is None:
             raise forbidden("only a project's leader may delegate, and you have no project")
+        beat_asking(conn, caller.session_id, now)  # a leader waking from sleep still leads
         holder = leases.holder_of(
             conn, lease_name(project), now=now, ttl_s=self.settings.offline_after_s
         )
