@@ -7,8 +7,8 @@ send's transaction, so a refused send leaves none of them behind.
   key, and gets the first answer back instead of a second message. The key is the agent's own
   and lives for a day; the same key with a different request is a `conflict`, never a quiet
   replay of something else. A task handed out or a question asked is a send too, and takes a
-  key the same way (`first_answer`, `remember_answer`): one agent's keys are one set, so a key
-  that sent a message is a `conflict` for a task.
+  key the same way (`Retry`): one agent's keys are one set, so a key that sent a message is a
+  `conflict` for a task.
 - Blocks: a blocked sender's mail is dropped for that recipient, and nothing tells the sender:
   its answer names the recipient as usual, and its receipt shows the mail as unread.
 """
@@ -18,7 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
@@ -88,18 +89,32 @@ def remember(
     remember_answer(conn, store, agent, key, fingerprint, answer)
 
 
-def operation_hash(operation: str, request: dict[str, Any]) -> str:
-    """A fingerprint of an operation other than a plain send (`delegate`, `request`): its name
-    counts, so one key cannot answer for two kinds of request."""
-    return _hash({"operation": operation, **request})
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """An operation other than a plain send (a task handed out, a question asked) under an
+    idempotency key: what it answered the first time, and the keeping of that. Its name
+    counts in the fingerprint, so one key cannot answer for two kinds of request."""
 
+    key: str
+    fingerprint: str
 
-def first_answer(
-    conn: Connection, agent: str, key: str, fingerprint: str, now: float
-) -> dict[str, Any] | None:
-    """What `remember_answer` kept under `key` for this request; `conflict` if another
-    request used the key."""
-    return _first(conn, agent, key, (fingerprint,), now)
+    @classmethod
+    def of(
+        cls, key: str | None, operation: str, request: Callable[[], dict[str, Any]]
+    ) -> Retry | None:
+        """None without a key; `request` (what was asked, after its checks) is built only
+        with one."""
+        checked = check_idempotency_key(key)
+        if checked is None:
+            return None
+        return cls(checked, _hash({"operation": operation, **request()}))
+
+    def first(self, conn: Connection, agent: str, now: float) -> dict[str, Any] | None:
+        """What `remember` kept for this request; `conflict` if another request used the key."""
+        return _first(conn, agent, self.key, (self.fingerprint,), now)
+
+    def remember(self, conn: Connection, store: Store, agent: str, answer: dict[str, Any]) -> None:
+        remember_answer(conn, store, agent, self.key, self.fingerprint, answer)
 
 
 def remember_answer(

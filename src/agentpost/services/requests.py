@@ -68,31 +68,26 @@ class Requests:
         if isinstance(to, str) and to.startswith("#"):
             raise invalid("a request goes to one agent, not to a channel")
         addressee = check_name(to, "recipient")
-        retry_key = outbox.check_idempotency_key(idempotency_key)
-        fingerprint = ""
-        if retry_key is not None:
+
+        def asked() -> dict[str, Any]:
             data_json = rules.encode_data(data, self.settings.limits)
-            asked = {
+            return {
                 "to": addressee,
                 "question": question,
                 "data": None if data_json is None else json.loads(data_json),
             }
-            fingerprint = outbox.operation_hash("request", asked)
+
+        retry = outbox.Retry.of(idempotency_key, "request", asked)
 
         def tx(conn: Connection) -> str:
-            if retry_key is not None:
-                now = self.store.clock()
-                first = outbox.first_answer(conn, caller.agent, retry_key, fingerprint, now)
-                if first is not None:
-                    return str(first["request_id"])
+            first = None if retry is None else retry.first(conn, caller.agent, self.store.clock())
+            if first is not None:
+                return str(first["request_id"])
             sent = self.mailbox.send_in(
                 conn, caller, addressee, question, data=data, kind=Kind.REQUEST
             )
-            if retry_key is not None:
-                answer = {"request_id": sent.id}
-                outbox.remember_answer(
-                    conn, self.store, caller.agent, retry_key, fingerprint, answer
-                )
+            if retry is not None:
+                retry.remember(conn, self.store, caller.agent, {"request_id": sent.id})
             return sent.id
 
         request_id = await self.store.write(tx)

@@ -90,23 +90,24 @@ class Tasks:
         level = check_priority(priority)
         data_json = rules.encode_data(data, self.settings.limits)
         when = _due(due)
-        retry_key = outbox.check_idempotency_key(idempotency_key)
-        asked = {
-            "to": assignee,
-            "title": title,
-            "detail": detail,
-            "priority": level.value,
-            "data": None if data_json is None else json.loads(data_json),
-            "due": when,
-        }
-        fingerprint = outbox.operation_hash("delegate", asked)
+        retry = outbox.Retry.of(
+            idempotency_key,
+            "delegate",
+            lambda: {
+                "to": assignee,
+                "title": title,
+                "detail": detail,
+                "priority": level.value,
+                "data": None if data_json is None else json.loads(data_json),
+                "due": when,
+            },
+        )
 
         def tx(conn: Connection) -> Task:
             now = self.store.clock()
-            if retry_key is not None:
-                first = outbox.first_answer(conn, caller.agent, retry_key, fingerprint, now)
-                if first is not None:
-                    return self._one(conn, first["task_id"])
+            first = None if retry is None else retry.first(conn, caller.agent, now)
+            if first is not None:
+                return self._one(conn, first["task_id"])
             project = self._project(conn, caller)
             if self.settings.delegate_requires_leader:
                 self._check_leader(conn, caller, project, now)
@@ -150,11 +151,8 @@ class Tasks:
                 to_status=TaskStatus.OPEN,
                 note="",
             )
-            if retry_key is not None:
-                answer = {"task_id": tid}
-                outbox.remember_answer(
-                    conn, self.store, caller.agent, retry_key, fingerprint, answer
-                )
+            if retry is not None:
+                retry.remember(conn, self.store, caller.agent, {"task_id": tid})
             return self._one(conn, tid)
 
         return await self.store.write(tx)
