@@ -25,14 +25,16 @@ ROOT = "agentpost"
 # but the domain may read it.
 MAY_IMPORT: dict[str, frozenset[str]] = {
     "domain": frozenset({"domain"}),
-    "config": frozenset({"config", "domain"}),
+    # Where the settings file lives and how it reads: standard library only, for the hook.
+    "settings_file": frozenset({"settings_file"}),
+    "config": frozenset({"config", "domain", "settings_file"}),
     "store": frozenset({"store", "domain", "config", ROOT}),
     "services": frozenset({"services", "store", "domain", "config", ROOT}),
     # The Python client speaks to a service over HTTP only: never the services or the store.
     "client": frozenset({"client", "domain", "config", ROOT}),
     "mcp": frozenset({"mcp", "services", "client", "domain", "config", ROOT}),
     "http": frozenset({"http", "services", "domain", "config", ROOT}),
-    "cli": frozenset({"cli", "services", "client", "domain", "config", ROOT}),
+    "cli": frozenset({"cli", "services", "client", "domain", "config", "settings_file", ROOT}),
     # The composition root of `agentpost serve`: the one module that puts faces side by side.
     "service": frozenset({"http", "mcp", "services", "domain", "config", ROOT}),
     # `agentpost.Client` and `agentpost.AsyncClient`: imported on first use (the package's

@@ -34,6 +34,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentpost.settings_file import config_file, default_home, home_in_file
+
 EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
 """The hook events whose JSON answer can add context for the model."""
 SHOWN = 20
@@ -50,8 +52,7 @@ def settings(environ: Mapping[str, str]) -> dict[str, str]:
         k: environ[f"AGENTPOST_{k.upper()}"] for k in keys if environ.get(f"AGENTPOST_{k.upper()}")
     }
     if len(found) < len(keys):
-        config = environ.get("AGENTPOST_CONFIG") or "~/.config/agentpost/config.toml"
-        path = Path(config).expanduser()
+        path = config_file(environ)
         if path.is_file():
             import tomllib
 
@@ -59,11 +60,8 @@ def settings(environ: Mapping[str, str]) -> dict[str, str]:
                 table = tomllib.load(f)
             for key in keys:
                 if key not in found and isinstance(table.get(key), str) and table[key]:
-                    found[key] = table[key]
-                    if key == "home" and not table[key].startswith("~"):
-                        # relative: the file's own folder's, as Settings reads it
-                        found[key] = str(path.parent / table[key])
-    found.setdefault("home", str(Path.home() / ".local" / "share" / "agentpost"))
+                    found[key] = home_in_file(table[key], path) if key == "home" else table[key]
+    found.setdefault("home", str(default_home()))
     return found
 
 
