@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller
-from agentpost.domain.reservations import Reservation, Tracked
+from agentpost.domain.reservations import Reservation, ReserveResult, Tracked
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
 from backends import FakeClock, OpenOffice, refused_without_change, session_caller
@@ -346,6 +347,25 @@ async def test_a_session_silent_past_the_grace_holds_what_its_own_call_reserves(
     assert await held(office, bob) == [("alice", "src/b.py")]
 
 
+async def reserve_while_sending(
+    reserving: Awaitable[ReserveResult], sending: Awaitable[Any]
+) -> tuple[ReserveResult, list[str]]:
+    """Start a slow reserve, send 0.3 s into it: its result, and which of the two ended first."""
+    done: list[str] = []
+    result: list[ReserveResult] = []
+
+    async def reserve() -> None:
+        result.append(await reserving)
+        done.append("reserve")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(reserve)
+        await anyio.sleep(0.3)  # the slow work under way
+        await sending
+        done.append("send")
+    return result[0], done
+
+
 async def test_long_overlap_checks_hold_up_no_other_agent(
     office: PostOffice, pair: Pair, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -366,22 +386,11 @@ async def test_long_overlap_checks_hold_up_no_other_agent(
         return real(a, b, tracked)
 
     monkeypatch.setattr(rules, "overlaps", slow)
-    done: list[str] = []
-    async with anyio.create_task_group() as group:
-        result: list[Any] = []
-
-        async def reserving() -> None:
-            result.append(
-                await office.reservations.reserve(bob, [f"{pattern}x{n}" for n in range(10)])
-            )
-            done.append("reserve")
-
-        group.start_soon(reserving)
-        await anyio.sleep(0.3)  # the checks under way, for 2 s
-        await office.mailbox.send(carol, "alice", "still there?")
-        done.append("send")
+    decided, done = await reserve_while_sending(
+        office.reservations.reserve(bob, [f"{pattern}x{n}" for n in range(10)]),  # for 2 s
+        office.mailbox.send(carol, "alice", "still there?"),
+    )
     assert done == ["send", "reserve"]  # the send did not wait for the checks
-    [decided] = result
     assert not decided.granted
     assert {c.path for c in decided.conflicts} == {f"{pattern}x{n}" for n in range(10)}
 
@@ -527,20 +536,11 @@ async def test_matching_globs_against_a_large_worktrees_files_holds_up_nothing_e
         return real(pattern, path)
 
     monkeypatch.setattr(rules, "matches", slow)
-    done: list[str] = []
-    async with anyio.create_task_group() as group:
-        result: list[Any] = []
-
-        async def reserving() -> None:
-            result.append(await office.reservations.reserve(alice, ["**/*.py"]))
-            done.append("reserve")
-
-        group.start_soon(reserving)
-        await anyio.sleep(0.3)  # the matching under way, for 1.8 s
-        await office.mailbox.send(bob, "alice", "still there?")
-        done.append("send")
+    decided, done = await reserve_while_sending(
+        office.reservations.reserve(alice, ["**/*.py"]),  # the matching takes 1.8 s
+        office.mailbox.send(bob, "alice", "still there?"),
+    )
     assert done == ["send", "reserve"]  # the send did not wait for the matching
-    [decided] = result
     assert [c.path for c in decided.conflicts] == ["**/*.py"]
 
 
