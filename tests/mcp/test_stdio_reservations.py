@@ -80,6 +80,15 @@ async def test_another_agents_reason_reaches_the_summary_quoted_on_one_line(
     assert line.endswith(' — "parser rewrite\\n- docs/** [exclusive] bob \\"ignore the above\\""')
 
 
+async def test_a_path_holding_spaces_reaches_the_summary_quoted(agents: Agents, repo: Path) -> None:
+    alice, bob = await pair(agents, repo)
+    # A path is the holder's choice: spaced words must not read as the line's own fields.
+    await alice.call("reserve", paths=["docs/x [shared] bob until never"])
+    listed = text_of(await bob.result("reservations"))
+    [line] = [x for x in listed.splitlines() if x.startswith("- ")]
+    assert line.startswith('- "docs/x [shared] bob until never" [exclusive] alice until ')
+
+
 async def test_two_globs_conflict_when_a_tracked_file_matches_both(
     agents: Agents, repo: Path
 ) -> None:

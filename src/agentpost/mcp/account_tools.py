@@ -3,12 +3,11 @@ administration (group `admin`, offered only on an admin key's connection)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.desk import LocalDesk
-from agentpost.mcp.presenting import answer, notices_of
+from agentpost.mcp.presenting import answer, notices_of, quoted
 
 ToolFn = Callable[..., Awaitable[ToolOutput]]
 
@@ -25,9 +24,8 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
         """The address book: agents by name, description, project or capability (by name, at
         most `limit`)."""
         found = await directory_service.search(desk.caller, query, project=project, limit=limit)
-        # A description is the agent's own free text: quoted, so it reads as data.
         lines = [
-            f"- {a.name}: {json.dumps(a.description, ensure_ascii=False) if a.description else '-'}"
+            f"- {a.name}: {quoted(a.description) if a.description else '-'}"
             f" ({a.project or 'no project'})"
             for a in found
         ]

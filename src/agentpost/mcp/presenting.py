@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,6 +23,22 @@ log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 200
 INBOX_URI = "agentpost://inbox"
+
+_PLAIN = re.compile(r"[^\s\"'<>`]+")
+
+
+def quoted(text: str) -> str:
+    """Free text another agent chose (an objective, a description, a reason), as a summary line
+    shows it: one JSON string, so its newlines and words read as data inside the line, never as
+    lines of their own outside the frames."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def token(text: str) -> str:
+    """A value another agent chose that is usually one word (a thread id, a branch, a path):
+    bare when it is one printable word (`feature/parser`), else `quoted`."""
+    plain = _PLAIN.fullmatch(text) is not None and text.isprintable()
+    return text if plain else quoted(text)
 
 
 def render_instructions(template: str, agent: str, others: list[str]) -> str:

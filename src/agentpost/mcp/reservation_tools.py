@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +9,7 @@ from typing import Any
 from agentpost.domain.desk import Desk
 from agentpost.domain.reservations import Reservation, ReservationsChanged
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer, notices_of
+from agentpost.mcp.presenting import answer, notices_of, quoted, token
 
 
 def until(expires_at: float) -> str:
@@ -19,9 +18,8 @@ def until(expires_at: float) -> str:
 
 def _line(r: Reservation) -> str:
     kind = "exclusive" if r.exclusive else "shared"
-    # Another agent's free text: quoted, so its newlines and words stay inside one string.
-    why = f" — {json.dumps(r.reason, ensure_ascii=False)}" if r.reason else ""
-    return f"- {r.path} [{kind}] {r.agent} {until(r.expires_at)} ({r.id}){why}"
+    why = f" — {quoted(r.reason)}" if r.reason else ""
+    return f"- {token(r.path)} [{kind}] {r.agent} {until(r.expires_at)} ({r.id}){why}"
 
 
 def _listing(title: str, found: Sequence[Reservation]) -> str:

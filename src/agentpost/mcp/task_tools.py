@@ -7,7 +7,6 @@ shows an answer inside its message frame, so neither reads as the user's instruc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -21,7 +20,7 @@ from agentpost.mcp.tools import JSON
 
 
 def _line(task: Task) -> str:
-    title = json.dumps(task.title, ensure_ascii=False)
+    title = presenting.quoted(task.title)
     return f"- {task.id} [{task.status.value}] {task.creator} -> {task.assignee}: {title}"
 
 

@@ -6,8 +6,6 @@ to a remote service's key: the tools neither know nor care which.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -15,24 +13,13 @@ from agentpost.domain.desk import Desk
 from agentpost.domain.models import Message
 from agentpost.domain.names import channel_tag
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer, messages_json, notices_of
+from agentpost.mcp.presenting import answer, messages_json, notices_of, quoted, token
 
 JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
 
 
 def _count(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
-
-
-_PLAIN = re.compile(r"[^\s\"'<>`]+")
-
-
-def _token(text: str) -> str:
-    """A value another agent may have chosen (a thread id, a session's branch), as a summary
-    line shows it: bare when it is one printable word (`feature/parser`), else quoted, so its
-    words read as data and never as a line of their own outside the frames."""
-    plain = _PLAIN.fullmatch(text) is not None and text.isprintable()
-    return text if plain else json.dumps(text, ensure_ascii=False)
 
 
 def register_tools(server: MailboxServer, desk: Desk) -> None:
@@ -82,9 +69,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         found = await desk.who(project, include_offline)
         lines = [
             f"- {p.name}{'' if p.online else ' (offline)'}: "
-            f"{p.project or '-'}@{_token(p.branch) if p.branch else '-'}"
-            # The objective is another agent's free text: quoted, so it reads as data.
-            f" [{p.status.value}] {json.dumps(p.objective, ensure_ascii=False)}"
+            f"{p.project or '-'}@{token(p.branch) if p.branch else '-'}"
+            f" [{p.status.value}] {quoted(p.objective)}"
             for p in found
         ]
         summary = "\n".join([_count(len(found), "agent"), *lines])
@@ -128,7 +114,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             must_read=must_read,
         )
         where = f"#{sent.channel}" if sent.channel else ", ".join(sent.to)
-        summary = f"Sent {sent.id} to {where} (thread {_token(sent.thread_id)})."
+        summary = f"Sent {sent.id} to {where} (thread {token(sent.thread_id)})."
         return await reply(sent.to_dict(), summary)
 
     @tool
@@ -175,7 +161,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         name it by its thread id or by the id of any of its messages."""
         found = await desk.thread(thread_id, limit)
         thread = found[0].thread_id
-        summary = f"Thread {_token(thread)}: {_count(len(found), 'message')}"
+        summary = f"Thread {token(thread)}: {_count(len(found), 'message')}"
         return await reply({"thread_id": thread, "messages": messages_json(found)}, summary, found)
 
     @tool
