@@ -111,3 +111,28 @@ async def test_a_key_cannot_mint_sessions_without_end(service: Service) -> None:
     )
     assert ended.status_code == 200
     assert (await alice.post("/v1/sessions", json={})).status_code == 201
+
+
+async def test_moving_to_another_project_moves_the_keys_own_session_with_it(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice", project="alpha")
+    await alice.get("/v1/me")  # the key's own session, opened in alpha
+    moved = await alice.patch("/v1/me", json={"project": "beta"})
+    assert moved.status_code == 200, moved.text
+
+    bob = await service.agent("bob")
+    assert [p["project"] for p in await presence_of(bob, "alice")] == ["beta"]
+    assert [p["name"] for p in (await bob.get("/v1/presence?project=alpha")).json()["agents"]] == []
+
+
+async def test_moving_project_leaves_a_registered_sessions_own_project(service: Service) -> None:
+    alice = await service.agent("alice", project="alpha")
+    minted = await alice.post("/v1/sessions", json={"project": "gamma", "branch": "main"})
+    on_it = {"Agentpost-Session": minted.json()["session_id"]}
+    moved = await alice.patch("/v1/me", json={"project": "beta"}, headers=on_it)
+    assert moved.status_code == 200, moved.text
+
+    bob = await service.agent("bob")
+    # A session registered in a worktree says where it works, whatever the directory says.
+    assert [p["project"] for p in await presence_of(bob, "alice")] == ["gamma"]

@@ -26,6 +26,7 @@ from agentpost.services.presence import PresenceService
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
 from agentpost.store import blocks as block_rows
+from agentpost.store import keys as key_rows
 from agentpost.store.database import Connection, Store
 
 MAX_QUERY_WORDS = 10
@@ -110,6 +111,8 @@ class Directory:
             if session_change is not None:
                 session_change(conn)
             agent_rows.update_agent(conn, caller.agent, **values)
+            if "project" in values:
+                key_rows.move_own_sessions(conn, caller.agent, values["project"])
             return accounts.account(conn, self.settings, self.store.clock(), caller.agent)
 
         return await self.store.write(tx)

@@ -50,6 +50,18 @@ def own_session_id(key_id: str) -> str:
 _OWN_SESSION_ID = literal("s_") + func.substr(keys.c.id, 3)
 """`own_session_id` in SQL."""
 
+
+def move_own_sessions(conn: Connection, agent: str, project: str | None) -> None:
+    """Put the agent's keys' own sessions in `project`: they stand for no worktree, so they
+    say where the agent works. Sessions registered with a project of their own keep it."""
+    own = select(_OWN_SESSION_ID).where(keys.c.agent == agent)
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.agent == agent, sessions.c.id.in_(own))
+        .values(project=project)
+    )
+
+
 # Everything a request's authentication reads, in one statement (one row, whatever matched):
 # the address's lock, the key and whether its agent may act, and the session it speaks for.
 _FOR_REQUEST = Prepared(
