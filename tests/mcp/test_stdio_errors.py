@@ -7,6 +7,8 @@ error (`is_error`) whose text starts with the stable code, and nothing changed a
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -138,3 +140,25 @@ async def test_numbers_and_booleans_sent_as_their_json_text_are_read_as_such(
     assert (message["id"], message["subject"], message["body"]) == (sent["id"], "42", "42")
     assert message["must_read"] is True
     assert "alice" in {a["name"] for a in (await bob.call("who", include_offline="true"))["agents"]}
+
+
+def delete_post_office(home: Path) -> None:
+    for leftover in home.glob("agentpost.db*"):  # -wal and -shm too, as `rm agentpost.db*`
+        leftover.unlink()
+
+
+@pytest.mark.anyio
+async def test_a_post_office_file_deleted_under_running_sessions_is_unavailable_until_restart(
+    agents: Agents,
+) -> None:
+    """Deleting the file to start over would split the post office: the running sessions
+    would go on in the unlinked file, their mail lost with them. They refuse instead, and a
+    session started afterwards works on the new file."""
+    alice, bob = await agents.start_many("alice", "bob")
+    await alice.call("send", to="bob", body="before")
+    delete_post_office(Path(os.environ["AGENTPOST_HOME"]))
+    assert await alice.refused("send", to="bob", body="into the void") == "unavailable"
+    assert await bob.refused("inbox") == "unavailable"
+
+    carol = await agents.start("carol")
+    assert [a["name"] for a in (await carol.call("who"))["agents"]] == ["carol"]  # a new office

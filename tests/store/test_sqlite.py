@@ -14,7 +14,7 @@ from sqlalchemy import Connection, text
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import rates, sqlite
 from agentpost.store.database import Store
-from store.test_sqlite_runner import stored_keys
+from store.test_sqlite_runner import insert_key, stored_keys
 
 pytestmark = pytest.mark.anyio
 
@@ -121,3 +121,34 @@ async def test_a_home_that_cannot_be_made_is_unavailable_naming_it(tmp_path: Pat
         await Store.open(f"sqlite:///{blocker / 'home' / 'agentpost.db'}")
     assert caught.value.code is ErrorCode.UNAVAILABLE
     assert str(blocker / "home" / "agentpost.db") in caught.value.message
+
+
+@pytest.mark.parametrize("how", ["deleted", "replaced"])
+async def test_a_file_deleted_or_replaced_under_a_running_store_is_refused_naming_it(
+    tmp_path: Path, how: str
+) -> None:
+    """Work kept on in the unlinked file would vanish with the process: every transaction is
+    refused instead, and the file now at the path is left to the processes started after."""
+    path = tmp_path / "agentpost.db"
+    store = await Store.open(f"sqlite:///{path}")
+    try:
+        await store.write(insert_key("before"))
+        for name in (path.name, path.name + "-wal", path.name + "-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        if how == "replaced":  # a backup moved into place, say
+            fresh = await Store.open(f"sqlite:///{tmp_path / 'backup.db'}")
+            await fresh.aclose()
+            (tmp_path / "backup.db").rename(path)
+        for attempt in (lambda: store.write(insert_key("after")), lambda: stored_keys(store)):
+            with pytest.raises(AgentpostError) as caught:
+                await attempt()
+            assert caught.value.code is ErrorCode.UNAVAILABLE
+            assert f"the database {path} was deleted or replaced" in caught.value.message
+    finally:
+        await store.aclose()
+    reopened = await Store.open(f"sqlite:///{path}")  # as the next process does
+    try:
+        await reopened.write(insert_key("new"))
+        assert await stored_keys(reopened) == {"new"}
+    finally:
+        await reopened.aclose()

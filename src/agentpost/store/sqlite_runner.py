@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import queue
 import sqlite3
 import threading
@@ -141,6 +142,23 @@ def _closed() -> AgentpostError:
     return AgentpostError(ErrorCode.UNAVAILABLE, "the post office is closing")
 
 
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _replaced(path: Path) -> AgentpostError:
+    return AgentpostError(
+        ErrorCode.UNAVAILABLE,
+        f"the database {path} was deleted or replaced while this process used it; "
+        "restart agentpost (the MCP server, the service) to use the file there now",
+        details={"path": str(path)},
+    )
+
+
 class SqliteRunner:
     """Runs transactions: writes on the event loop or the writer thread, reads on the reader
     threads, and tiny reads (`glance`) on the event loop itself.
@@ -200,6 +218,12 @@ class SqliteRunner:
         both at once: whoever uses it holds `_write_lock`. None once the writer has stopped."""
         self._write_conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
         self._write_conn.commit()
+        self._identity = _file_identity(path)
+        """The file this process opened: once the path names another (a user deleted it to
+        start over, or moved a backup into place), every transaction is refused. Work kept
+        on in the old, unlinked file would be lost with the last process holding it, while
+        new processes used the new one: two post offices, and a WAL the two may share."""
+        self._told_replaced = False
         self._write_conn_waits = True
         """Whether the writer's connection waits out the busy timeout (`_waiting`)."""
         self._foreign_since_last_look(self._write_conn)  # the baseline
@@ -312,7 +336,7 @@ class SqliteRunner:
         *,
         touches_accounts: bool,
     ) -> T:
-        self._refuse_when_closing()
+        self._refuse_when_unusable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
         ask(_Job(fn, loop, future, touches_accounts=touches_accounts))
@@ -364,9 +388,14 @@ class SqliteRunner:
             self._on_foreign()
         return foreign
 
-    def _refuse_when_closing(self) -> None:
+    def _refuse_when_unusable(self) -> None:
         if self._closing:  # no thread would ever take the job: refuse rather than wait forever
             raise _closed()
+        if _file_identity(self.path) != self._identity:
+            if not self._told_replaced:
+                self._told_replaced = True
+                log.error("%s", _replaced(self.path).message)
+            raise _replaced(self.path)
 
     async def glance(self, fn: Callable[[Connection], T]) -> T:
         """Run a tiny indexed read right here on the event loop, on a connection of its own.
@@ -374,7 +403,7 @@ class SqliteRunner:
         For what every answer needs (the unread count, the newest delivery): a WAL read never
         waits for a writer, and handing it to a thread would cost more than the read itself.
         """
-        self._refuse_when_closing()
+        self._refuse_when_unusable()
         if self._glance_conn is None:
             self._glance_conn = self._read_engine.connect()
             # Never hold the loop for long: a busy file sends the read to a reader thread.
