@@ -6,7 +6,9 @@ The client is the SDK's own `mcp.Client` over `streamable_http_client`, with an
 - one client calling `send` in sequence, next to the SDK's own echo tool served the same way
   (bench/echo_server.py --http: an `MCPServer` with one async tool, one uvicorn worker on another
   loopback port, started in the same run), in both protocol revisions: calls/s, and the ratio
-  send/echo, target ≥ 0.80. Also the CPU each call costs the server (all its threads, from
+  send/echo, target ≥ 0.80. Rounds of sends and of echoes take turns, so a guest's load that
+  comes and goes falls on both alike (measured one after the other, the ratio of the same
+  code moved by ±0.15 between runs). Also the CPU each call costs the server (all its threads, from
   /proc) and this client, which the machine's other load does not skew;
 - 16 clients at once, each its own agent and key, each calling `send` in sequence to the next
   agent of a ring: total calls/s, target ≥ 400; and 16 clients of the echo server the same way,
@@ -58,7 +60,7 @@ RATIO_TARGET = 0.80
 CONCURRENT_TARGET = 400
 SENDS = 1500
 ECHOES = 3000
-ROUNDS = 3
+ROUNDS = 5
 WARMUP = 50
 CLIENTS = 16
 CALLS_EACH = 150
@@ -132,11 +134,34 @@ async def _calls(client: Client, tool: str, args: Args, n: int, pid: int) -> Run
     return Run(times, server / n, own / n)
 
 
-async def _throughput(client: Client, tool: str, args: Args, n: int, pid: int) -> Run:
-    """The best of ROUNDS rounds of n/ROUNDS calls: the one least disturbed by other load."""
-    await _calls(client, tool, args, WARMUP, pid)
-    rounds = [await _calls(client, tool, args, n // ROUNDS, pid) for _ in range(ROUNDS)]
-    return max(rounds, key=lambda r: r.per_s)
+@dataclass
+class Paired:
+    """Rounds of sends and echoes taken in turns: the best round of each, and each pair's ratio."""
+
+    send: Run
+    echo: Run
+    ratios: list[float]
+
+
+async def _in_turns(
+    send: tuple[Client, Args, int], echo: tuple[Client, Args, int], revision: str
+) -> Paired:
+    """ROUNDS rounds of SENDS/ROUNDS sends, each followed by ECHOES/ROUNDS echoes, after
+    WARMUP calls of each; the best round of each counts (the one least disturbed)."""
+    (send_client, send_args, server_pid), (echo_client, echo_args, echo_pid) = send, echo
+    await _calls(send_client, "send", send_args, WARMUP, server_pid)
+    await _calls(echo_client, "echo", echo_args, WARMUP, echo_pid)
+    sends: list[Run] = []
+    echoes: list[Run] = []
+    for _ in range(ROUNDS):
+        sends.append(await _calls(send_client, "send", send_args, SENDS // ROUNDS, server_pid))
+        echoes.append(await _calls(echo_client, "echo", echo_args, ECHOES // ROUNDS, echo_pid))
+        log(NAME, f"round ({revision}): send/echo {sends[-1].per_s / echoes[-1].per_s:.2f}")
+    return Paired(
+        send=max(sends, key=lambda r: r.per_s),
+        echo=max(echoes, key=lambda r: r.per_s),
+        ratios=[s.per_s / e.per_s for s, e in zip(sends, echoes, strict=True)],
+    )
 
 
 @dataclass
@@ -209,8 +234,7 @@ async def _concurrent(
 
 async def run() -> Report:
     report = Report(NAME, config=dict(RAISED_LIMITS))
-    sends: dict[str, Run] = {}
-    echoes: dict[str, Run] = {}
+    paired: dict[str, Paired] = {}
     concurrent: dict[str, Concurrent] = {}
     concurrent_echo: dict[str, Concurrent] = {}
     with scratch_home(NAME) as home:
@@ -227,14 +251,13 @@ async def run() -> Report:
                 return {"text": BODY}
 
             for revision in REVISIONS:
-                log(NAME, f"{SENDS} send calls, then {ECHOES} echo calls ({revision})")
-                async with mcp_client(mcp_url, keys["bench-sender"], revision) as client:
-                    sends[revision] = await _throughput(
-                        client, "send", send_args, SENDS, server.pid
-                    )
-                async with mcp_client(echo_url, None, revision) as client:
-                    echoes[revision] = await _throughput(
-                        client, "echo", echo_args, ECHOES, echo_pid
+                log(NAME, f"{SENDS} send calls and {ECHOES} echo calls in turns ({revision})")
+                async with (
+                    mcp_client(mcp_url, keys["bench-sender"], revision) as sender,
+                    mcp_client(echo_url, None, revision) as echoer,
+                ):
+                    paired[revision] = await _in_turns(
+                        (sender, send_args, server.pid), (echoer, echo_args, echo_pid), revision
                     )
 
             def ring_send(i: int, n: int) -> tuple[str, dict[str, Any]]:
@@ -254,7 +277,7 @@ async def run() -> Report:
                 )
 
     for revision in REVISIONS:
-        send, echo = sends[revision], echoes[revision]
+        send, echo = paired[revision].send, paired[revision].echo
         ratio = send.per_s / echo.per_s
         report.add(
             f"mcp_http: send calls/s, one client in sequence ({revision})",
@@ -262,6 +285,11 @@ async def run() -> Report:
             f"{send.per_s:,.0f}/s = {ratio:.2f} x echo ({ms(median(send.times))} median; "
             f"{send.cpu()})",
             ratio >= RATIO_TARGET,
+        )
+        report.add(
+            f"mcp_http: send/echo of each round pair, in the order taken ({revision})",
+            "(reported)",
+            " ".join(f"{r:.2f}" for r in paired[revision].ratios),
         )
         report.add(
             f"mcp_http: the SDK's echo tool over HTTP, same client, same run ({revision})",
@@ -292,17 +320,19 @@ async def run() -> Report:
         )
     report.notes.append(
         f"one client: best of {ROUNDS} rounds of {SENDS // ROUNDS} sends / {ECHOES // ROUNDS} "
-        f"echoes after {WARMUP} warm-up calls, {len(BODY)}-char body, sends rotating over "
-        f"{RECIPIENTS} inboxes; {CLIENTS} clients: best of {CONCURRENT_ROUNDS} rounds of "
-        f"{CALLS_EACH} sends each after a warm-up round; the clients all run in this process"
+        f"echoes, taken in turns, after {WARMUP} warm-up calls of each, {len(BODY)}-char body, "
+        f"sends rotating over {RECIPIENTS} inboxes; {CLIENTS} clients: best of "
+        f"{CONCURRENT_ROUNDS} rounds of {CALLS_EACH} sends each after a warm-up round; "
+        "the clients all run in this process"
     )
 
     def run_data(r: Run) -> dict[str, Any]:
         return {"times_s": r.times, "server_cpu_s": r.server_cpu_s, "client_cpu_s": r.client_cpu_s}
 
     report.data = {
-        "sends": {k: run_data(v) for k, v in sends.items()},
-        "echo": {k: run_data(v) for k, v in echoes.items()},
+        "sends": {k: run_data(v.send) for k, v in paired.items()},
+        "echo": {k: run_data(v.echo) for k, v in paired.items()},
+        "round_ratios": {k: v.ratios for k, v in paired.items()},
         "concurrent": {k: vars(v) for k, v in concurrent.items()},
         "concurrent_echo": {k: vars(v) for k, v in concurrent_echo.items()},
         "protocols": [MODERN, LEGACY],
