@@ -384,6 +384,40 @@ async def test_a_name_that_resolves_to_a_forbidden_address_is_refused_at_deliver
     assert receiver.requests == []
 
 
+async def test_a_stored_name_no_resolver_takes_fails_its_delivery_and_others_go_on(
+    open_office: OpenOffice,
+) -> None:
+    """A name with a label over 63 characters makes the resolver raise UnicodeError, not a
+    lookup failure: that delivery fails, and the dispatcher (and `serve` with it) goes on.
+    The webhook is stored as one made before such names were refused."""
+    office = await open_office(webhook_max_attempts=1)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    bad = f"http://{'a' * 64}.example/hook"
+
+    def made_before(conn: Any) -> None:
+        webhook_rows.insert_webhook(
+            conn,
+            id="wh_old",
+            agent="bob",
+            url=bad,
+            events=["message.created"],
+            secret="whsec_old",
+            now=office.store.clock(),
+            key_id=None,
+        )
+
+    await office.store.write(made_before)
+    receiver = Receiver()
+    async with running(office, receiver):
+        webhook = await hook(office, carol, receiver)
+        await office.mailbox.send(alice, "bob", "to a name nobody resolves")
+        (failed,) = await until(office, log_when(office, bob, "wh_old", lambda d: d.attempts))
+        await office.mailbox.send(alice, "carol", "still delivered")
+        await until(office, log_when(office, carol, webhook, delivered))
+    assert failed.state is HookState.FAILED
+    assert failed.last_error
+
+
 async def test_a_webhook_made_by_another_office_hears_mail_sent_here(
     open_office: OpenOffice,
 ) -> None:
@@ -654,6 +688,24 @@ async def test_a_link_local_or_metadata_url_is_refused_at_create_and_nothing_sto
     "url", ["ftp://example.com/", "not a url", "http:///no-host", "", "/relative", 42, None]
 )
 async def test_a_url_that_is_no_http_url_is_refused(office: PostOffice, url: Any) -> None:
+    (bob,) = await agents(office, "bob")
+    create = office.webhooks.create(bob, url, ["message.created"])
+    await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, create)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"http://{'a' * 64}.example/",  # a label over 63 characters
+        f"http://{'a.' * 127}example/",  # a name over 253 characters
+        "http://a..b/",  # an empty label
+        "http://exa mple.com/",
+        "http://a%00b/",
+    ],
+)
+async def test_a_url_whose_host_is_no_name_a_resolver_takes_is_refused(
+    office: PostOffice, url: str
+) -> None:
     (bob,) = await agents(office, "bob")
     create = office.webhooks.create(bob, url, ["message.created"])
     await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, create)

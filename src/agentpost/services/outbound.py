@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 import socket
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,10 @@ MAX_LOOKUPS = 64
 executor threads, filled by one agent's slow nameserver, would hold up everyone's deliveries
 (and a lookup its attempt gave up on keeps its thread till the resolver answers)."""
 ERROR_CHARS = 500
+MAX_NAME_CHARS = 253
+_LABEL = re.compile(r"[a-z0-9_-]{1,63}")
+"""A label of a host name as a resolver takes it (an IDN's is its `xn--` form): the resolver
+refuses an empty or longer one by raising, not by answering that the name is unknown."""
 
 METADATA_NAMES = frozenset({"metadata.google.internal", "metadata.goog"})
 METADATA_ADDRESSES = frozenset(
@@ -174,12 +179,21 @@ def check_url(url: str) -> str:
             host, _port(parsed), type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST
         )
     except (socket.gaierror, UnicodeError):
-        return url  # a name: checked again once resolved, at every delivery
+        # A name: checked again once resolved, at every delivery.
+        if not _is_host_name(host):
+            raise invalid("url has a host that is no name a resolver takes", url=url) from None
+        return url
     for info in numeric:
         reason = refused_address(str(info[4][0]))
         if reason:
             raise _refuse(url, reason)
     return url
+
+
+def _is_host_name(host: str) -> bool:
+    """Whether `host` (lower case, no trailing dot) is a name a resolver may be asked about:
+    labels of letters, digits, `-` and `_`, each 1 to 63 long, 253 characters in all."""
+    return len(host) <= MAX_NAME_CHARS and all(_LABEL.fullmatch(p) for p in host.split("."))
 
 
 def lookup(host: str, port: int) -> list[str]:
@@ -196,13 +210,16 @@ async def _allowed_addresses(url: httpx.URL, lookups: anyio.CapacityLimiter) -> 
     try:
         addresses = [str(ipaddress.ip_address(host.split("%", 1)[0]))]  # no lookup for a literal
     except ValueError:
-        addresses = await anyio.to_thread.run_sync(
-            lookup,
-            host,
-            _port(url),
-            abandon_on_cancel=True,  # the attempt's deadline does not wait for a slow resolver
-            limiter=lookups,
-        )
+        try:
+            addresses = await anyio.to_thread.run_sync(
+                lookup,
+                host,
+                _port(url),
+                abandon_on_cancel=True,  # the attempt's deadline does not wait for a slow one
+                limiter=lookups,
+            )
+        except UnicodeError:  # a label empty or over 63 characters: the resolver raises
+            raise invalid(f"{host} is no name a resolver takes", url=str(url)) from None
     if not addresses:
         raise AgentpostError(ErrorCode.UNAVAILABLE, f"{host} has no address")
     for address in addresses:
