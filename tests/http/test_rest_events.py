@@ -105,3 +105,26 @@ async def test_a_stream_ends_cleanly_when_the_server_stops(service: Service) -> 
             rest = [line async for line in lines]  # a cut-off body raises here
     assert all(not line.startswith("data:") for line in rest)
     assert b"without completing response" not in service.log.read_bytes()
+
+
+async def test_a_last_event_id_past_every_event_resumes_at_the_newest_missing_nothing(
+    service: Service,
+) -> None:
+    """A cursor this log never handed out (another post office's, or a database started
+    afresh) must not leave the stream silent until the ids reach it some day."""
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    await alice.post("/v1/messages", json={"to": "bob", "body": "before the stream"})
+    (before,) = await read_events(bob, 1, **{"Last-Event-ID": "0"})
+    told: list[Any] = []
+    with anyio.fail_after(20):
+        async with bob.stream("GET", "/v1/events", headers={"Last-Event-ID": "9" * 18}) as stream:
+            lines = stream.aiter_lines()
+            first = [await anext(lines), await anext(lines)]
+            sent = (await alice.post("/v1/messages", json={"to": "bob", "body": "after"})).json()
+            async for line in lines:
+                if line.startswith("data:"):
+                    told.append(json.loads(line.partition(":")[2]))
+                    break
+    assert f"id: {before[0]}" in first  # where the stream starts: the newest event there is
+    assert [event["message_id"] for event in told] == [sent["id"]]

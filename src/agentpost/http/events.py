@@ -48,12 +48,10 @@ async def events(
     after: Annotated[int | None, Query(ge=0, le=MAX_SEQ)] = None,
 ) -> EventSourceResponse:
     """Your events as they happen: `message.created` (new mail), `message.read|acked|expired`
-    (receipts of what you sent). Without a cursor the stream starts at now; its first line
-    (an `id` without data) says where, so a reconnect misses nothing."""
-    cursor = _cursor(last_event_id, after)
-    if cursor is None:
-        cursor = await office.events.newest(me)
-    start = cursor
+    (receipts of what you sent). Without a cursor the stream starts at now, and a cursor past
+    every event at the newest one; its first line (an `id` without data) says where, so a
+    reconnect misses nothing."""
+    start = await office.events.start(me, _cursor(last_event_id, after))
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         # An id with no data moves a client's Last-Event-ID to where this stream starts, so a

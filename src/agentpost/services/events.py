@@ -56,6 +56,21 @@ class Events:
         """The cursor of the caller's newest event (0 when there is none): "from now on"."""
         return await self.store.glance(lambda conn: event_rows.newest_for(conn, caller.agent))
 
+    async def start(self, caller: Caller, after: int | None) -> int:
+        """Where a stream of the caller's events starts: after the cursor `after`; without
+        one, now (the caller's newest event). A cursor past every event there is was never
+        handed out by this log (it is another post office's, or the database started afresh):
+        the stream starts at the newest event there is, not at a number the log may reach in
+        years, so nothing that comes next is missed."""
+        if after is None:
+            return await self.newest(caller)
+        cursor = check_cursor(after)
+
+        def tx(conn: Connection) -> int:
+            return min(cursor, event_rows.newest(conn))
+
+        return await self.store.glance(tx)
+
     async def follow(
         self, caller: Caller, after: int, *, heartbeat_s: float | None = None
     ) -> AsyncIterator[Event]:
