@@ -185,6 +185,33 @@ async def test_a_stream_dropped_before_its_first_event_resumes_from_its_opening(
     assert (cursors[:2], event.message_id) == ([None, "41"], "m_2")
 
 
+async def test_a_cursor_the_service_moved_back_is_where_a_dropped_stream_resumes() -> None:
+    """The service starts a stream given a cursor past every event at its newest event (41):
+    after a drop, resuming at the old cursor would start at the newest again, and miss what
+    came while the stream was away."""
+    cursors: list[str | None] = []
+    transport = httpx.MockTransport(streams(cursors))
+    async with (
+        AsyncClient("http://agentpost.test", "ap_x", transport=transport) as bob,
+        aclosing(bob.events(after=999)) as events,
+    ):
+        with anyio.fail_after(WAKE_S):
+            event = await anext(events)
+    assert (cursors[:2], event.message_id) == (["999", "41"], "m_2")
+
+
+def test_the_blocking_client_resumes_where_the_service_moved_its_cursor_too() -> None:
+    cursors: list[str | None] = []
+    transport = httpx.MockTransport(streams(cursors))
+    with Client("http://agentpost.test", "ap_x", transport=transport) as bob:
+        events = bob.events(after=999)
+        try:
+            event = next(events)
+        finally:
+            events.close()
+    assert (cursors[:2], event.message_id) == (["999", "41"], "m_2")
+
+
 def test_the_blocking_client_resumes_from_the_opening_too() -> None:
     cursors: list[str | None] = []
     transport = httpx.MockTransport(streams(cursors))

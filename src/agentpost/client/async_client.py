@@ -145,8 +145,9 @@ class AsyncClient(
             except AgentpostError as err:
                 if not retry_stream(err):
                     raise
-            if cursor is None:  # the stream's opening id said where "now" was: resume there
-                cursor = reader.cursor
+            # The stream's opening id said where it starts ("now", or the newest event for a
+            # cursor past every event): resume there.
+            cursor = reader.cursor
             await anyio.sleep(reader.retry_s or delay)
             delay = min(delay * 2, MAX_RECONNECT_S)
 
