@@ -105,6 +105,17 @@ async def test_a_name_holding_a_slash_is_refused_as_a_name_not_as_a_missing_rout
     assert "m_1/2" in str(unknown.value)
 
 
+async def test_a_webhook_id_holding_a_slash_is_not_found_by_name_not_as_a_missing_route(
+    office: Office,
+) -> None:
+    alice = await office.agent("alice")
+    for call in (alice.delete_webhook, alice.webhook_deliveries):
+        with pytest.raises(AgentpostError) as unknown:
+            await call("wh_1/2")
+        assert unknown.value.code is ErrorCode.NOT_FOUND
+        assert "wh_1/2" in str(unknown.value)
+
+
 async def test_peek_reads_without_marking_and_unread_counts_the_rest(office: Office) -> None:
     alice, bob = await office.agent("alice"), await office.agent("bob")
     first = await alice.send("bob", "one")

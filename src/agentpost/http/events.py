@@ -84,14 +84,14 @@ async def webhooks(office: Office, me: Me) -> dict[str, Any]:
     return {"webhooks": [h.to_dict() for h in await office.webhooks.list(me)]}
 
 
-@router.delete("/webhooks/{webhook_id}", operation_id="delete_webhook")
+@router.delete("/webhooks/{webhook_id:path}", operation_id="delete_webhook")
 async def delete_webhook(webhook_id: str, office: Office, me: Me) -> dict[str, Any]:
     """Stop delivering to a webhook."""
     await office.webhooks.delete(me, webhook_id)
     return {"deleted": webhook_id}
 
 
-@router.get("/webhooks/{webhook_id}/deliveries", operation_id="webhook_deliveries")
+@router.get("/webhooks/{webhook_id:path}/deliveries", operation_id="webhook_deliveries")
 async def deliveries(
     webhook_id: str,
     office: Office,
