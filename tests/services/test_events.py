@@ -183,6 +183,19 @@ async def test_newest_is_where_a_reader_starts_to_hear_only_what_comes_next(
     assert [e.message_id for e in await office.events.since(bob, start)] == [later.id]
 
 
+async def test_a_stream_starts_after_its_cursor_and_one_past_every_event_at_the_newest(
+    office: PostOffice,
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "to bob")
+    await office.mailbox.send(bob, "alice", "to alice")  # the newest event is alice's
+    newest = (await office.events.since(alice, 0))[-1].seq
+    assert await office.events.start(bob, None) == await office.events.newest(bob)
+    assert await office.events.start(bob, 1) == 1
+    assert await office.events.start(bob, newest + 1) == newest
+    assert await office.events.start(bob, 2**63 - 1) == newest
+
+
 async def test_follow_wakes_on_a_send_from_another_office(open_office: OpenOffice) -> None:
     listening = await open_office()
     other = await open_office()  # another process on the same database
