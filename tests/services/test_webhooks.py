@@ -418,6 +418,35 @@ async def test_a_stored_name_no_resolver_takes_fails_its_delivery_and_others_go_
     assert failed.last_error
 
 
+async def test_a_delivery_that_raises_unforeseen_fails_alone_and_the_dispatcher_goes_on(
+    open_office: OpenOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever one receiver's address makes the outward path raise (as a resolver's
+    UnicodeError did), it is that delivery's failed attempt, never the end of `serve`."""
+    office = await open_office(webhook_max_attempts=1)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+
+    def unforeseen(host: str) -> None:
+        if host == "unforeseen.example":
+            raise RuntimeError("a resolver nobody expected")
+
+    resolving(monkeypatch, {}, unforeseen)
+    receiver = Receiver()
+    async with running(office, receiver):
+        strange = await office.webhooks.create(
+            bob, "http://unforeseen.example/hook", ["message.created"]
+        )
+        webhook = await hook(office, carol, receiver)
+        await office.mailbox.send(alice, "bob", "to a strange receiver")
+        (failed,) = await until(
+            office, log_when(office, bob, strange[0].id, lambda d: d.attempts)
+        )
+        await office.mailbox.send(alice, "carol", "still delivered")
+        await until(office, log_when(office, carol, webhook, delivered))
+    assert failed.state is HookState.FAILED
+    assert failed.last_error == "internal error: RuntimeError"
+
+
 async def test_a_webhook_made_by_another_office_hears_mail_sent_here(
     open_office: OpenOffice,
 ) -> None:

@@ -270,7 +270,11 @@ class Webhooks:
         """POST one claimed delivery and record the outcome; then wake the dispatcher, for its
         retry may be due sooner than anything it knew of, and there is room for another."""
         try:
-            ok, status, error = await poster.post(row)
+            try:
+                ok, status, error = await poster.post(row)
+            except Exception as exc:  # one receiver's oddity must not stop serve
+                log.exception("webhook dispatcher: posting %s failed unforeseen", row.id)
+                ok, status, error = False, None, f"internal error: {type(exc).__name__}"
             await self.store.write(
                 lambda conn: webhook_rows.record_attempt(
                     conn,
