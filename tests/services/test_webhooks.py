@@ -438,9 +438,7 @@ async def test_a_delivery_that_raises_unforeseen_fails_alone_and_the_dispatcher_
         )
         webhook = await hook(office, carol, receiver)
         await office.mailbox.send(alice, "bob", "to a strange receiver")
-        (failed,) = await until(
-            office, log_when(office, bob, strange[0].id, lambda d: d.attempts)
-        )
+        (failed,) = await until(office, log_when(office, bob, strange[0].id, lambda d: d.attempts))
         await office.mailbox.send(alice, "carol", "still delivered")
         await until(office, log_when(office, carol, webhook, delivered))
     assert failed.state is HookState.FAILED
@@ -819,3 +817,30 @@ async def test_a_stopped_dispatcher_hands_back_what_it_had_in_flight(
     assert handed_back.state is HookState.PENDING
     assert handed_back.attempts == 0
     assert handed_back.next_attempt_at == clock()
+
+
+async def test_making_and_deleting_a_webhook_is_audited_with_where_it_posts(
+    open_office: OpenOffice,
+) -> None:
+    """A webhook sends an agent's mail out of the post office: a leaked key's way out, so
+    the owner's audit log shows who pointed one where, from which address."""
+    office = await open_office()
+    bob, _key = await keyed(office, "bob")
+    made, _secret = await office.webhooks.create(
+        bob, "https://hooks.example/in", ["message.created", "message.acked"]
+    )
+    await office.webhooks.delete(bob, made.id)
+    entries = await office.admin.audit_log(await owner(office), actor="bob")
+    assert [(e.action, e.target, e.ip, e.detail) for e in entries] == [
+        ("webhook.deleted", "bob", ADDRESS, {"webhook": made.id}),
+        (
+            "webhook.created",
+            "bob",
+            ADDRESS,
+            {
+                "webhook": made.id,
+                "url": "https://hooks.example/in",
+                "events": ["message.created", "message.acked"],
+            },
+        ),
+    ]

@@ -36,6 +36,7 @@ from agentpost.domain.ids import webhook_id as new_webhook_id
 from agentpost.domain.models import Caller
 from agentpost.services.outbound import Poster, check_url
 from agentpost.store import agents as agent_rows
+from agentpost.store import audit
 from agentpost.store import keys as key_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Row, Store
@@ -116,6 +117,15 @@ class Webhooks:
                 now=now,
                 key_id=caller.key_id,
             )
+            audit.record(
+                conn,
+                at=now,
+                actor=caller.agent,
+                action="webhook.created",
+                target=caller.agent,
+                ip=caller.ip,
+                detail={"webhook": hook_id, "url": url, "events": types},
+            )
             return Webhook(hook_id, url, types, now)
 
         made = await self.store.write(tx)
@@ -132,7 +142,17 @@ class Webhooks:
         def tx(conn: Connection) -> None:
             if webhook_rows.live_webhook(conn, caller.agent, webhook_id) is None:
                 raise _no_webhook(webhook_id)
-            webhook_rows.delete_webhook(conn, webhook_id, self.store.clock())
+            now = self.store.clock()
+            webhook_rows.delete_webhook(conn, webhook_id, now)
+            audit.record(
+                conn,
+                at=now,
+                actor=caller.agent,
+                action="webhook.deleted",
+                target=caller.agent,
+                ip=caller.ip,
+                detail={"webhook": webhook_id},
+            )
 
         await self.store.write(tx)
         self._webhooks_changed()
