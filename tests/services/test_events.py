@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from account_helpers import ADDRESS, keyed
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.events import Event
 from agentpost.domain.models import Caller
@@ -27,6 +28,20 @@ async def told(office: PostOffice, caller: Caller, after: int = 0) -> list[tuple
     return [(e.type, e.message_id, e.data) for e in await office.events.since(caller, after)]
 
 
+async def test_new_mail_from_an_untrusted_sender_says_so_in_its_event(
+    open_office: OpenOffice,
+) -> None:
+    """A webhook or stream consumer hands what it heard to a model: it learns how far the
+    sender is trusted without fetching the message."""
+    office = await open_office(open_registration=True)
+    bob, _ = await keyed(office, "bob")
+    issued = await office.keys.self_register("drifter", ip=ADDRESS)
+    drifter = await office.keys.authenticate(issued.key, ip=ADDRESS)
+    sent = await office.mailbox.send(drifter, "bob", "hello")
+    [(_type, message_id, about)] = await told(office, bob)
+    assert (message_id, about["from"], about["trust"]) == (sent.id, "drifter", "untrusted")
+
+
 async def test_a_send_tells_each_recipient_and_nothing_to_the_sender(office: PostOffice) -> None:
     alice, bob, carol = await agents(office, "alice", "bob", "carol")
     sent = await office.mailbox.send(
@@ -38,6 +53,7 @@ async def test_a_send_tells_each_recipient_and_nothing_to_the_sender(office: Pos
         "thread_id": sent.thread_id,
         "kind": "message",
         "priority": "urgent",
+        "trust": "verified",
         "channel": None,
     }
     assert await told(office, bob) == [("message.created", sent.id, about)]

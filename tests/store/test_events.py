@@ -34,6 +34,7 @@ async def test_a_delivery_writes_message_created_into_each_recipients_log_only(
         "thread_id": "t1",
         "kind": "message",
         "priority": "normal",
+        "trust": "verified",
         "channel": None,
     }
     assert await kinds(store, "bob") == [("message.created", mid, about)]

@@ -80,8 +80,8 @@ def _constant(value: str) -> Any:
 
 _NOW: BindParameter[float] = bindparam("now", type_=Float)
 
-# message.created, in each recipient's log: what arrived, from whom, without its body; the
-# channel as every face shows it (`#name`).
+# message.created, in each recipient's log: what arrived, from whom, how far its sender is
+# trusted, without its body; the channel as every face shows it (`#name`).
 _CREATED = Prepared(
     insert(events)
     .from_select(
@@ -98,6 +98,7 @@ _CREATED = Prepared(
                     "thread_id": messages.c.thread_id,
                     "kind": messages.c.kind,
                     "priority": messages.c.priority,
+                    "trust": messages.c.trust,
                     "channel": _constant("#") + messages.c.channel,  # NULL stays NULL
                 }
             ),
