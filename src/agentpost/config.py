@@ -108,7 +108,8 @@ class Settings(BaseSettings):
     audit_bodies: bool = False
     """Keep message bodies in the audit log, not only their metadata."""
     clear_on_ack: bool = False
-    """Wipe a message's body and data once every recipient acknowledged it."""
+    """Wipe a message's body and data once every recipient handled it (acked it, or let it
+    expire while another acked it)."""
     tool_groups: list[str] = Field(default_factory=lambda: ["core", "channels", "profile", "coord"])
     """MCP tool groups a connection gets unless it asks (`/mcp?tools=core,coord`)."""
     max_mcp_connections: int = Field(32, ge=1)

@@ -1259,6 +1259,39 @@ async def test_with_clear_on_ack_mail_withheld_by_a_block_keeps_its_content_for_
     assert (await office.mailbox.get(alice, sent.id)).body == "kept while carol has not acked"
 
 
+async def test_with_clear_on_ack_content_is_wiped_when_the_last_open_copy_expires_after_an_ack(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Acked by one recipient and let expire by the other is handled in either order: the
+    expiry that comes last wipes the content as the ack that comes last does. Mail nobody
+    acknowledged keeps it."""
+    office = await open_office(clear_on_ack=True)
+    alice, bob, _carol = await agents(office, "alice", "bob", "carol")
+    sent = await office.mailbox.send(alice, ["bob", "carol"], "burn after reading", ttl_s=10)
+    unread = await office.mailbox.send(alice, ["bob", "carol"], "nobody read me", ttl_s=10)
+    await office.mailbox.ack(bob, [sent.id])
+    clock.advance(10)
+    await office.mailbox.expire_due()  # the sweeper's look as the TTL falls due
+    assert (await office.mailbox.get(alice, sent.id)).body == ""
+    assert await office.mailbox.search(alice, "burn") == []
+    assert (await office.mailbox.get(alice, unread.id)).body == "nobody read me"
+
+
+async def test_with_clear_on_ack_mail_withheld_by_a_block_is_wiped_once_its_ttl_has_passed(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """The blocker's silent receipt turns expired at the TTL, as a recipient's who never
+    reads: then the content goes, as it would for them."""
+    office = await open_office(clear_on_ack=True)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(carol, "alice")
+    sent = await office.mailbox.send(alice, ["bob", "carol"], "kept until the ttl", ttl_s=10)
+    await office.mailbox.ack(bob, [sent.id])
+    clock.advance(10)
+    await office.mailbox.expire_due()
+    assert (await office.mailbox.get(alice, sent.id)).body == ""
+
+
 async def test_without_clear_on_ack_acknowledged_mail_keeps_its_content(
     office: PostOffice,
 ) -> None:
