@@ -448,6 +448,22 @@ async def test_the_senders_receipt_says_expired_even_before_the_recipient_looks(
     assert receipt.state is DeliveryState.EXPIRED
 
 
+async def test_a_receipt_says_the_mail_expired_when_its_ttl_fell_due_however_late_the_sweep(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """No process ran when the TTL fell due (local agents that all stopped): the receipt
+    read then, and read again after a later look made the tombstone, tells one time."""
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "lunch in 10?", ttl_s=10)
+    due = clock.now + 10
+    clock.advance(3600)
+    ((before,),) = [s.receipts for s in await office.mailbox.sent(alice)]
+    await office.mailbox.inbox(bob)  # the reader's look expires it
+    ((after,),) = [s.receipts for s in await office.mailbox.sent(alice)]
+    assert before.expired_at == after.expired_at == due
+    assert after.state is DeliveryState.EXPIRED
+
+
 async def test_expiring_names_the_next_expiry_by_the_same_reading_of_the_clock(
     office: PostOffice, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -36,7 +36,9 @@ _DUE = and_(
     deliveries.c.expires_at.is_not(None),
     deliveries.c.expires_at <= _NOW,
 )
-_EXPIRED = {"state": DeliveryState.EXPIRED.value, "expired_at": _NOW}
+# When it expired is when its TTL fell due, as receipts say before any look made the tombstone,
+# not when a look came round to it (no process may have run then).
+_EXPIRED = {"state": DeliveryState.EXPIRED.value, "expired_at": deliveries.c.expires_at}
 _EXPIRE_ALL = (
     update(deliveries)
     .where(_DUE)
