@@ -1106,6 +1106,36 @@ async def test_follow_shows_every_new_message_of_the_post_office(office: PostOff
     assert seen == ["before", "direct", "broadcast"]
 
 
+async def test_follow_starts_with_the_last_messages_kept_after_retention_purged_between_them(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """`tail --backlog 2` shows the two newest messages there are, however many older ones
+    between them the sweep purged."""
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "still open")
+    handled = [(await office.mailbox.send(alice, "bob", f"handled {i}")).id for i in range(3)]
+    await office.mailbox.ack(bob, handled)
+    clock.advance(31 * 86_400)
+    assert await office.mailbox.sweep() == 3
+    await office.mailbox.send(alice, "bob", "newest")
+    seen: list[str] = []
+    following = anyio.Event()
+
+    async def follow() -> None:
+        async for message in office.mailbox.follow(backlog=2):
+            seen.append(message.body)
+            following.set()
+            if message.body == "later":
+                return
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            await following.wait()
+            await office.mailbox.send(alice, "bob", "later")
+    assert seen == ["still open", "newest", "later"]
+
+
 async def test_wait_times_out_by_real_time_even_when_the_store_clock_stands_still(
     office: PostOffice,
 ) -> None:

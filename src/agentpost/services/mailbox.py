@@ -573,8 +573,7 @@ class Mailbox:
 
         Starts with the last `backlog` messages; never marks anything read.
         """
-        cursor = await self.store.read(mail.newest_seq)
-        cursor = max(0, cursor - backlog)
+        cursor = await self.store.read(partial(mail.cursor_before_newest, count=max(0, backlog)))
         while True:
             version = self.store.version
             found = await self.store.read(partial(mail.messages_after, after_seq=cursor, limit=200))

@@ -528,6 +528,13 @@ def newest_seq(conn: Connection) -> int:
     return int(conn.execute(select(func.max(messages.c.seq))).scalar() or 0)
 
 
+def cursor_before_newest(conn: Connection, count: int) -> int:
+    """A cursor that `messages_after` reads the newest `count` messages from (0 when there
+    are no more): counted in messages, since retention leaves gaps in the `seq`s."""
+    query = select(messages.c.seq).order_by(messages.c.seq.desc()).limit(1).offset(count)
+    return int(conn.execute(query).scalar() or 0)
+
+
 def purge_handled(conn: Connection, before: float, limit: int, now: float) -> int:
     """Retention: delete up to `limit` messages created before `before` that nobody still has
     to handle (every delivery acked or expired, or none at all); returns how many went.
