@@ -12,7 +12,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, DeliveryState, Kind
 from agentpost.domain.requests import RequestAnswer
 from agentpost.services import PostOffice
-from backends import OpenOffice, agents, refused_without_change
+from backends import FakeClock, OpenOffice, agents, refused_without_change
 
 pytestmark = pytest.mark.anyio
 
@@ -81,6 +81,25 @@ async def test_a_request_times_out_then_the_late_answer_is_fetched_by_check_requ
     assert checked.response is not None
     assert checked.response.sender == "bob"
     assert (await office.mailbox.inbox(alice)).messages == []  # handed over: read
+
+
+async def test_a_late_answer_past_its_ttl_is_handed_over_as_expired_not_read(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Unread past its TTL, the answer is a tombstone on its sender's receipt already (before
+    any sweep); fetching it later does not turn that receipt into `read`."""
+    office = await open_office(default_ttl_s=30)
+    alice, bob = await agents(office, "alice", "bob")
+    timed_out = await office.requests.request(alice, "bob", "Still there?", timeout_s=0)
+    answer = await office.requests.respond(bob, timed_out.request_id, "yes, sorry")
+    clock.advance(30)
+    checked = await office.requests.check_request(alice, timed_out.request_id)
+    assert checked.response is not None
+    assert checked.response.state is DeliveryState.EXPIRED
+    [receipt] = next(
+        s.receipts for s in await office.mailbox.sent(bob) if s.message.id == answer.id
+    )
+    assert receipt.state is DeliveryState.EXPIRED
 
 
 async def test_a_wait_is_capped_by_max_wait_s(open_office: OpenOffice) -> None:

@@ -294,7 +294,7 @@ class Mailbox:
         def fetch(conn: Connection) -> Inbox:
             now = self.store.clock()
             if not peek:
-                self._expire_due(conn, now, caller.agent)
+                self.expire_due_in(conn, now, caller.agent)
             found = mail.inbox_rows(
                 conn,
                 caller.agent,
@@ -359,7 +359,7 @@ class Mailbox:
 
         def tx(conn: Connection) -> AckResult:
             now = self.store.clock()
-            self._expire_due(conn, now, caller.agent)  # mail past its TTL is a tombstone now
+            self.expire_due_in(conn, now, caller.agent)  # mail past its TTL is a tombstone now
             acked = mail.ack(conn, caller.agent, wanted, now)
             if self.settings.clear_on_ack:
                 clearing.clear_handled(conn, acked, now)
@@ -456,7 +456,7 @@ class Mailbox:
 
             def tx(conn: Connection) -> int:
                 now = self.store.clock()
-                self._expire_due(conn, now)
+                self.expire_due_in(conn, now)
                 return mail.purge_handled(conn, now - keep_s, batch, now)
 
             purged = await self.store.write(tx, lengthy=True)
@@ -474,14 +474,15 @@ class Mailbox:
 
         def tx(conn: Connection) -> float | None:
             now = self.store.clock()
-            self._expire_due(conn, now)
+            self.expire_due_in(conn, now)
             return expiry.next_expiry(conn, now)
 
         # A broadcast's deliveries fall due together: never on the event loop.
         return await self.store.write(tx, lengthy=True)
 
-    def _expire_due(self, conn: Connection, now: float, recipient: str | None = None) -> None:
-        """`expiry.expire_due`; with `clear_on_ack`, mail an expiry leaves handled by everyone
+    def expire_due_in(self, conn: Connection, now: float, recipient: str | None = None) -> None:
+        """`expiry.expire_due` (everyone's, or `recipient`'s before they read) in the caller's
+        write transaction; with `clear_on_ack`, mail an expiry leaves handled by everyone
         (after an ack) is cleared, as an ack that leaves it so clears it."""
         expired = expiry.expire_due_messages(conn, now, recipient)
         if expired and self.settings.clear_on_ack:

@@ -151,13 +151,16 @@ class Requests:
                 await news.wait(heartbeat.timeout(remaining))
 
     def _answer(self, conn: Connection, caller: Caller, request_id: str) -> RequestAnswer:
-        """The answer as the asker gets it; the response, now handed over, is marked read."""
+        """The answer as the asker gets it; the response, now handed over, is marked read
+        (unless it expired unread, as the inbox would have it)."""
+        now = self.store.clock()
+        self.mailbox.expire_due_in(conn, now, caller.agent)
         found = request_rows.response_row(conn, request_id, caller.agent)
         if found is None:
             return RequestAnswer(request_id, answered=False)
         state = found.delivery_state
         if state == DeliveryState.QUEUED.value:
-            mail.mark_read(conn, caller.agent, [found.seq], self.store.clock())
+            mail.mark_read(conn, caller.agent, [found.seq], now)
             state = DeliveryState.READ.value
         return RequestAnswer(
             request_id, answered=True, response=mail.message_from_row(found, state)
