@@ -102,6 +102,23 @@ async def test_a_late_answer_past_its_ttl_is_handed_over_as_expired_not_read(
     assert receipt.state is DeliveryState.EXPIRED
 
 
+async def test_a_request_kept_past_the_retention_keeps_its_answer_and_is_answered_once(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Bob answered without acknowledging the question (it stays), Alice acknowledged the
+    answer: the sweep must not purge the answer from under the question it answers."""
+    alice, bob = await agents(office, "alice", "bob")
+    timed_out = await office.requests.request(alice, "bob", "Still there?", timeout_s=0)
+    answer = await office.requests.respond(bob, timed_out.request_id, "yes, sorry")
+    await office.mailbox.ack(alice, [answer.id])
+    clock.advance(31 * 86_400)
+    await office.mailbox.sweep()
+    checked = await office.requests.check_request(alice, timed_out.request_id)
+    assert (checked.answered, checked.answer) == (True, "yes, sorry")
+    again = office.requests.respond(bob, timed_out.request_id, "no")
+    assert (await refused_without_change(office, ErrorCode.CONFLICT, again)).code
+
+
 async def test_a_wait_is_capped_by_max_wait_s(open_office: OpenOffice) -> None:
     office = await open_office(max_wait_s=0.05)
     alice, _ = await agents(office, "alice", "bob")
