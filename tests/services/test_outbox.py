@@ -196,6 +196,20 @@ async def test_a_blocked_senders_receipt_expires_as_unread_mail_does(
     assert (receipt.state, receipt.expired_at) == (DeliveryState.EXPIRED, clock.now)
 
 
+async def test_a_blockers_receipt_reads_as_a_never_readers_after_a_late_sweep(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Carol never reads, Bob blocks: once a look long after the TTL has made Carol's
+    tombstone, her receipt and Bob's still tell the same times."""
+    alice, bob, _carol = await agents(office, "alice", "bob", "carol")
+    await office.directory.block(bob, "alice")
+    await office.mailbox.send(alice, ["bob", "carol"], "soon gone", ttl_s=10)
+    clock.advance(3600)
+    await office.mailbox.expire_due()
+    blocker, reader = (await office.mailbox.sent(alice))[0].receipts
+    assert (blocker.state, blocker.expired_at) == (reader.state, reader.expired_at)
+
+
 async def test_a_blocked_recipients_full_inbox_does_not_give_the_block_away(
     open_office: OpenOffice,
 ) -> None:
