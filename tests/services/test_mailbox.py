@@ -1323,6 +1323,21 @@ async def test_with_clear_on_ack_content_is_wiped_when_the_last_open_copy_expire
     assert (await office.mailbox.get(alice, unread.id)).body == "nobody read me"
 
 
+async def test_with_clear_on_ack_the_last_ack_after_the_others_ttl_passed_wipes_at_once(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Unread past its TTL, Carol's copy is expired (her receipt says so) before any look
+    has made the tombstone: Bob's ack is the last to handle the message, as it would be
+    if Carol blocked Alice."""
+    office = await open_office(clear_on_ack=True)
+    alice, bob, _carol = await agents(office, "alice", "bob", "carol")
+    sent = await office.mailbox.send(alice, ["bob", "carol"], "burn after reading", ttl_s=10)
+    await office.mailbox.inbox(bob)
+    clock.advance(10)
+    await office.mailbox.ack(bob, [sent.id])
+    assert (await office.mailbox.get(alice, sent.id)).body == ""
+
+
 async def test_with_clear_on_ack_mail_withheld_by_a_block_is_wiped_once_its_ttl_has_passed(
     open_office: OpenOffice, clock: FakeClock
 ) -> None:

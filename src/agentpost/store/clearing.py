@@ -43,8 +43,15 @@ def clear_expired(conn: Connection, seqs: Sequence[int], now: float) -> int:
 
 
 def _clear(conn: Connection, which: ColumnElement[bool], now: float) -> int:
+    # Unread mail past its TTL is expired, as its receipt says, before a look makes the
+    # tombstone: it holds nothing open (as mail withheld past its TTL does not).
+    due = and_(
+        deliveries.c.state == DeliveryState.QUEUED.value,
+        deliveries.c.expires_at.is_not(None),
+        deliveries.c.expires_at <= now,
+    )
     still_open = exists().where(
-        deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(_OPEN)
+        deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(_OPEN), ~due
     )
     result = conn.execute(
         update(messages)
