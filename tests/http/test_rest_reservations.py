@@ -12,6 +12,7 @@ from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.reservations import MAX_LIVE, MAX_PATHS
 from remote_office import Office
 from service_process import Service
 
@@ -94,6 +95,21 @@ async def test_bad_input_is_refused_with_400(service: Service) -> None:
         answer = await alice.post("/v1/reservations", json=body)
         assert answer.status_code == 400, (body, answer.text)
         assert answer.json()["error"]["code"] == "invalid_argument"
+
+
+async def test_past_the_live_limit_reserve_is_a_409_naming_the_limit(service: Service) -> None:
+    alice = await service.agent("alice", project="shop")
+    for folder in ("a", "b"):
+        answer = await alice.post(
+            "/v1/reservations", json={"paths": [f"{folder}/{n}" for n in range(MAX_PATHS)]}
+        )
+        assert answer.status_code == 200, answer.text
+    answer = await alice.post("/v1/reservations", json={"paths": ["c"]})
+    assert answer.status_code == 409, answer.text
+    error = answer.json()["error"]
+    assert (error["code"], error["details"]) == ("conflict", {"limit": MAX_LIVE})
+    listed = await alice.get("/v1/reservations")
+    assert len(listed.json()["reservations"]) == MAX_LIVE
 
 
 async def test_the_coord_tools_reserve_over_mcp_http(service: Service) -> None:

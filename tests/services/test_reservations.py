@@ -15,7 +15,13 @@ import pytest
 
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller
-from agentpost.domain.reservations import Reservation, ReserveResult, Tracked
+from agentpost.domain.reservations import (
+    MAX_LIVE,
+    MAX_PATHS,
+    Reservation,
+    ReserveResult,
+    Tracked,
+)
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
 from backends import FakeClock, OpenOffice, refused_without_change, session_caller
@@ -179,6 +185,48 @@ async def test_bad_paths_ttls_and_reasons_are_refused_without_change(office: Pos
         ErrorCode.TOO_LARGE,
         office.reservations.reserve(alice, ["src/a.py"], reason="x" * 1001),
     )
+
+
+async def test_an_agent_holds_at_most_max_live_reservations_and_more_changes_nothing(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """One agent could hold any number of live reservations, and every other agent's reserve
+    was then checked against all of them."""
+    alice = await session_caller(office, "alice")
+    assert MAX_LIVE == 2 * MAX_PATHS
+    first = [f"a/{n}.py" for n in range(MAX_PATHS)]
+    await office.reservations.reserve(alice, first)
+    await office.reservations.reserve(alice, [f"b/{n}.py" for n in range(MAX_PATHS)])
+    refused = await refused_without_change(
+        office, ErrorCode.CONFLICT, office.reservations.reserve(alice, ["c.py", "a/0.py"])
+    )
+    assert refused.details == {"limit": MAX_LIVE}
+    elsewhere = await session_caller(office, "alice", project="bank")  # in every project
+    await refused_without_change(
+        office, ErrorCode.CONFLICT, office.reservations.reserve(elsewhere, ["c.py"])
+    )
+    # At the limit, reserving what one holds renews it; a released one makes room.
+    clock.advance(10)
+    renewed = await office.reservations.reserve(alice, first)
+    assert {r.expires_at for r in renewed.granted} == {clock.now + 3600}
+    await office.reservations.release_reservations(alice, paths=["a/0.py"])
+    assert [r.path for r in (await office.reservations.reserve(alice, ["c.py"])).granted] == [
+        "c.py"
+    ]
+
+
+async def test_expired_reservations_leave_room_under_the_limit(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    alice = await session_caller(office, "alice")
+    await office.reservations.reserve(alice, [f"a/{n}" for n in range(MAX_PATHS)], ttl_s=60)
+    await office.reservations.reserve(alice, [f"b/{n}" for n in range(MAX_PATHS)])
+    clock.advance(61)
+    await office.presence.heartbeat(alice.session_id or "")
+    granted = (
+        await office.reservations.reserve(alice, [f"c/{n}" for n in range(MAX_PATHS)])
+    ).granted
+    assert len(granted) == MAX_PATHS
 
 
 async def test_a_caller_with_no_project_is_told_how_to_name_one(office: PostOffice) -> None:

@@ -15,13 +15,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentpost.domain.errors import invalid
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.limits import check_text, too_large
 from agentpost.domain.wildmatch import Glob
 
 MAX_PATH_CHARS = 1024
 MAX_PATHS = 100
 """Paths per call: a reservation is a claim on what an agent is about to edit, not on a tree."""
+MAX_LIVE = 2 * MAX_PATHS
+"""Live reservations per agent, in every project: another agent's every reserve is checked
+against each of them, so one agent holding thousands would slow every claim of the project."""
 MAX_REASON_CHARS = 1000
 MAX_TTL_S = 7 * 24 * 3600.0
 DEFAULT_TTL_S = 3600.0
@@ -110,6 +113,18 @@ def check_ids(ids: Sequence[str]) -> list[str]:
     if not all(isinstance(i, str) for i in ids):
         raise invalid("reservation ids are strings")
     return list(dict.fromkeys(ids))
+
+
+def check_room(holding: int, adding: int) -> None:
+    """Refuse (`conflict`, `details.limit`) a call that would leave the agent holding more
+    than `MAX_LIVE` live reservations: `holding` now, `adding` new ones (renewals are none)."""
+    if holding + adding > MAX_LIVE:
+        raise AgentpostError(
+            ErrorCode.CONFLICT,
+            f"an agent holds at most {MAX_LIVE} live reservations; you hold {holding} and asked "
+            f"for {adding} more: release some first",
+            details={"limit": MAX_LIVE},
+        )
 
 
 def is_glob(path: str) -> bool:

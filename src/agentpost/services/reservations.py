@@ -41,6 +41,7 @@ from agentpost.domain.reservations import (
     check_ids,
     check_paths,
     check_reason,
+    check_room,
     check_ttl,
     conflicts_with,
     is_glob,
@@ -194,6 +195,7 @@ class Reservations:
             tracked = no_tracked_files if known is None else known
             mine = {r.path: r for r in held if r.agent == caller.agent}
             granted: list[Reservation] = []
+            added: list[Reservation] = []
             conflicts: list[Conflict] = []
             for path in wanted:
                 blocking = conflicts_with(
@@ -222,8 +224,12 @@ class Reservations:
                     created_at=now,
                     **values,
                 )
-                rows.add(conn, new, place.session_id)
+                added.append(new)
                 granted.append(new)
+            if added:
+                check_room(rows.live_count(conn, caller.agent, now, offline_after_s), len(added))
+            for new in added:
+                rows.add(conn, new, place.session_id)
             return ReserveResult(granted, conflicts)
 
         async def looked_at(tracked: Tracked) -> dict[str, dict[str, bool]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, exists, insert, not_, or_, select, update
+from sqlalchemy import Connection, Row, and_, exists, func, insert, not_, or_, select, update
 
 from agentpost.domain.reservations import Reservation
 from agentpost.store.schema import reservations, sessions
@@ -58,6 +58,17 @@ def live(
         query = query.where(reservations.c.agent == agent)
     rows = conn.execute(query.order_by(reservations.c.created_at, reservations.c.id))
     return [reservation_of(row) for row in rows]
+
+
+def live_count(conn: Connection, agent: str, now: float, offline_after_s: float) -> int:
+    """How many live reservations `agent` holds, in every project."""
+    query = select(func.count()).where(
+        reservations.c.agent == agent,
+        reservations.c.released_at.is_(None),
+        reservations.c.expires_at > now,
+        _agent_around(now, offline_after_s),
+    )
+    return int(conn.execute(query).scalar_one())
 
 
 def release_lapsed(conn: Connection, project: str, now: float, offline_after_s: float) -> None:
