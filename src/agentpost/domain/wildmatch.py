@@ -97,10 +97,17 @@ class Glob:
     """Optional groups: from the state before one to the state after it, with no character."""
     everything: bool = False
     _loops: int = 0
+    _skips: list[tuple[int, int]] = field(default_factory=list)
+    """The optional groups as (width, the states they start from), so that all groups of one
+    width are skipped by one shift, however many there are."""
     _masks: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._loops = sum(1 << i for i, t in enumerate(self.tokens) if t.kind == _LOOP)
+        starts: dict[int, int] = {}
+        for start, end in self.skips:
+            starts[end - start] = starts.get(end - start, 0) | 1 << start
+        self._skips = sorted(starts.items())
 
     @classmethod
     def compile(cls, pattern: str) -> Glob:
@@ -144,9 +151,8 @@ class Glob:
         """Every state reachable without a character: past a loop, over an optional group."""
         while True:
             more = states | ((states & self._loops) << 1)
-            for start, end in self.skips:
-                if more >> start & 1:
-                    more |= 1 << end
+            for width, starts in self._skips:
+                more |= (more & starts) << width
             if more == states:
                 return states
             states = more
