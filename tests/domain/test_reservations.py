@@ -12,6 +12,8 @@ from agentpost.domain.reservations import (
     MAX_PATH_CHARS,
     MAX_PATHS,
     MAX_TTL_S,
+    OVERLAP_BUDGET,
+    Budget,
     Conflict,
     Reservation,
     ReservationsChanged,
@@ -23,6 +25,7 @@ from agentpost.domain.reservations import (
     held_against,
     matches,
     normalise_path,
+    overlapping,
     overlaps,
     tracked_matcher,
 )
@@ -228,6 +231,55 @@ def test_a_path_is_covered_by_itself_and_by_every_folder_above_it(path: str) -> 
     parts = path.split("/")
     for depth in range(1, len(parts)):
         assert overlaps("/".join(parts[:depth]), path)
+
+
+# -- the budget of overlap checks -----------------------------------------------------------------
+
+LONG_A = "*?" * 500 + "a"
+"""Against LONG_B's text, and LONG_B against its, the automaton lives to the last character:
+1,001 characters read each way to learn that they do not overlap."""
+LONG_B = "*?" * 500 + "b"
+
+
+def test_a_pair_the_budget_runs_out_on_counts_as_overlapping() -> None:
+    assert not overlaps(LONG_A, LONG_B)
+    budget = Budget(1000)
+    assert overlaps(LONG_A, LONG_B, budget=budget)
+    assert overlaps(LONG_B, LONG_A, budget=Budget(1000))
+    assert budget.left <= 0
+
+
+def test_a_pair_decided_within_the_budget_gets_its_exact_answer() -> None:
+    budget = Budget(OVERLAP_BUDGET)
+    assert not overlaps(LONG_A, LONG_B, budget=budget)
+    assert OVERLAP_BUDGET - budget.left == 2 * (len(LONG_B) + 1)
+
+
+@given(patterns, patterns)
+def test_a_budget_that_lasts_changes_no_answer(a: str, b: str) -> None:
+    assert overlaps(a, b, TRACKED, Budget(OVERLAP_BUDGET)) == overlaps(a, b, TRACKED)
+
+
+@given(plain, plain)
+def test_plain_paths_overlap_when_one_is_under_the_other_at_no_cost(a: str, b: str) -> None:
+    budget = Budget(0)
+    assert overlaps(a, b, budget=budget) == (matches(a, b) or matches(b, a))
+    assert budget.left == 0
+
+
+def test_the_shortest_pairs_are_checked_first_and_only_the_longest_run_out() -> None:
+    theirs = [held("alice", LONG_B), held("alice", "docs/*")]
+    found = overlapping("bob", [LONG_A, "src/*"], theirs, TRACKED, Budget(100))
+    assert found == {
+        LONG_A: {f"r_alice_{LONG_B}": True, "r_alice_docs/*": False},
+        "src/*": {f"r_alice_{LONG_B}": False, "r_alice_docs/*": False},
+    }
+
+
+def test_conflicts_are_checked_within_the_budget_given() -> None:
+    theirs = [held("alice", LONG_B)]
+    assert conflicts_with("bob", LONG_A, True, theirs) == []
+    assert conflicts_with("bob", LONG_A, True, theirs, budget=Budget(1000)) == theirs
 
 
 # -- who conflicts --------------------------------------------------------------------------------

@@ -62,6 +62,19 @@ def test_bracket_expressions_and_plain_characters(pattern: str, path: str, match
     assert Glob.compile(pattern).match(path) is matched
 
 
+@settings(max_examples=500)
+@given(patterns, names, st.integers(min_value=0, max_value=25))
+def test_a_scan_reads_at_most_its_limit_and_answers_as_match_or_not_at_all(
+    pattern: str, path: str, limit: int
+) -> None:
+    glob = Glob.compile(pattern)
+    found, read = glob.scan(path, limit)
+    assert read <= limit
+    assert found in (None, glob.match(path))
+    if limit >= len(path):
+        assert found is not None
+
+
 @pytest.mark.parametrize(
     ("pattern", "path", "matched"),
     [

@@ -18,6 +18,7 @@ from agentpost.domain.models import Caller
 from agentpost.domain.reservations import (
     MAX_LIVE,
     MAX_PATHS,
+    Budget,
     Reservation,
     ReserveResult,
     Tracked,
@@ -429,9 +430,11 @@ async def test_long_overlap_checks_hold_up_no_other_agent(
     await office.reservations.reserve(alice, [f"{pattern}{n}" for n in range(20)])
     real = rules.overlaps
 
-    def slow(a: str, b: str, tracked: Tracked = rules.no_tracked_files) -> bool:
+    def slow(
+        a: str, b: str, tracked: Tracked = rules.no_tracked_files, budget: Budget | None = None
+    ) -> bool:
         time.sleep(0.01)
-        return real(a, b, tracked)
+        return real(a, b, tracked, budget)
 
     monkeypatch.setattr(rules, "overlaps", slow)
     decided, done = await reserve_while_sending(
@@ -441,6 +444,31 @@ async def test_long_overlap_checks_hold_up_no_other_agent(
     assert done == ["send", "reserve"]  # the send did not wait for the checks
     assert not decided.granted
     assert {c.path for c in decided.conflicts} == {f"{pattern}x{n}" for n in range(10)}
+
+
+async def test_globs_too_long_to_compare_within_the_budget_conflict_and_the_rest_is_decided(
+    office: PostOffice, pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 globs of 1,024 characters against another agent's 100 took half a minute of checks
+    on a worker thread every request shares. The checks now stop at a budget (made small
+    here), the longest pairs last, and a pair it runs out on counts as overlapping."""
+    from agentpost.services import reservations as service
+
+    monkeypatch.setattr(service, "OVERLAP_BUDGET", 1000)
+    alice, bob = pair
+    long = "*?" * 500  # keeps the other's automaton alive to its last character
+    await office.reservations.reserve(alice, [f"{long}a{n}" for n in range(3)] + ["docs/*"])
+    result = await office.reservations.reserve(
+        bob, [f"{long}b{n}" for n in range(3)] + ["src/a.py", "docs/x.md"]
+    )
+    assert [r.path for r in result.granted] == ["src/a.py"]
+    assert {(c.path, c.holder) for c in result.conflicts} == {
+        *((f"{long}b{n}", "alice") for n in range(3)),
+        ("docs/x.md", "alice"),
+    }
+    assert [r.agent for r in await office.reservations.reservations(bob, path="src/a.py")] == [
+        "bob"
+    ]
 
 
 # -- renewing and releasing -----------------------------------------------------------------------

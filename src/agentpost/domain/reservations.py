@@ -149,6 +149,30 @@ def matches(pattern: str, path: str) -> bool:
     return pattern == path or _compiled(pattern).match(path)
 
 
+OVERLAP_BUDGET = 4_000_000
+"""Characters the overlap checks of one call may read, about a microsecond each. Two globs of
+1,024 characters can each keep the other's automaton alive to its last character, so 100 of
+them against another agent's 100 read 20 million (half a minute on a worker thread, one of a
+small pool every request shares); a budget bounds that to a few seconds."""
+
+
+@dataclass(slots=True)
+class Budget:
+    """What is left of the characters a call's overlap checks may read (`OVERLAP_BUDGET`)."""
+
+    left: int
+
+
+def _covers(pattern: str, path: str, budget: Budget) -> bool | None:
+    """`matches`, within the budget (what it reads is taken from it); None when that ran out
+    before the answer."""
+    if pattern == path:
+        return True
+    found, read = _compiled(pattern).scan(path, max(budget.left, 0))
+    budget.left -= read + 1
+    return found
+
+
 Tracked = Callable[[str], Sequence[str]]
 """The tracked files a pattern matches (looked up once per pattern and call)."""
 
@@ -170,13 +194,27 @@ def tracked_matcher(files: Iterable[str]) -> Tracked:
     return matching
 
 
-def overlaps(a: str, b: str, tracked: Tracked = no_tracked_files) -> bool:
+def overlaps(
+    a: str, b: str, tracked: Tracked = no_tracked_files, budget: Budget | None = None
+) -> bool:
     """Two normalised patterns claim something in common: either matches the other as a path,
-    or a tracked file matches both. Symmetric; every pattern overlaps itself."""
-    if a == b or matches(a, b) or matches(b, a):
+    or a tracked file matches both. Symmetric; every pattern overlaps itself.
+
+    With a `budget`, a pair it runs out on counts as overlapping: a conflict the caller can
+    read (and retry with shorter patterns) is safe for an advisory claim, where a pair granted
+    unchecked would not be. Plain paths are compared without it: that is one `startswith`."""
+    if a == b:
         return True
     if not (is_glob(a) or is_glob(b)):
-        return False  # two plain paths share a file only when one is under the other
+        # Two plain paths share a file only when one is under the other.
+        return b.startswith(a + "/") or a.startswith(b + "/")
+    if budget is None:
+        if matches(a, b) or matches(b, a):
+            return True
+    else:
+        for pattern, path in ((a, b), (b, a)):
+            if _covers(pattern, path, budget) is not False:
+                return True
     few, other = sorted((a, b), key=lambda p: len(tracked(p)))
     return any(matches(other, f) for f in tracked(few))
 
@@ -310,15 +348,16 @@ def conflicts_with(
     held: Iterable[Reservation],
     tracked: Tracked = no_tracked_files,
     known: Mapping[str, bool] | None = None,
+    budget: Budget | None = None,
 ) -> list[Reservation]:
     """The live reservations that keep `agent` from reserving `path`: another agent's that
     overlap it, when either side is exclusive. Shared ones coexist; one's own never conflict.
     `known`: whether `path` overlaps a reservation, by its id, where that was worked out
-    already (`overlapping`)."""
+    already (`overlapping`); the others are checked within `budget` (see `overlaps`)."""
 
     def overlapping_it(r: Reservation) -> bool:
         found = None if known is None else known.get(r.id)
-        return overlaps(path, r.path, tracked) if found is None else found
+        return overlaps(path, r.path, tracked, budget) if found is None else found
 
     return [
         r for r in held if r.agent != agent and (exclusive or r.exclusive) and overlapping_it(r)
@@ -326,12 +365,23 @@ def conflicts_with(
 
 
 def overlapping(
-    agent: str, paths: Iterable[str], held: Iterable[Reservation], tracked: Tracked
+    agent: str,
+    paths: Iterable[str],
+    held: Iterable[Reservation],
+    tracked: Tracked,
+    budget: Budget | None = None,
 ) -> dict[str, dict[str, bool]]:
     """For each of `paths`, whether it overlaps each other agent's reservation of `held`, by
-    the reservation's id: what `conflicts_with` is then told it `known`."""
+    the reservation's id: what `conflicts_with` is then told it `known`. The shortest pairs
+    are checked first, so that what runs out of `budget` is the longest patterns' checks."""
     others = [r for r in held if r.agent != agent]
-    return {p: {r.id: overlaps(p, r.path, tracked) for r in others} for p in paths}
+    found: dict[str, dict[str, bool]] = {p: {} for p in paths}
+    pairs = sorted(
+        ((p, r) for p in found for r in others), key=lambda x: len(x[0]) + len(x[1].path)
+    )
+    for path, r in pairs:
+        found[path][r.id] = overlaps(path, r.path, tracked, budget)
+    return found
 
 
 def held_against(

@@ -171,15 +171,24 @@ class Glob:
         return found
 
     def match(self, path: str) -> bool:
+        found, _read = self.scan(path, len(path))
+        assert found is not None  # every character may be read
+        return found
+
+    def scan(self, path: str, limit: int) -> tuple[bool | None, int]:
+        """Whether the pattern covers `path`, reading at most `limit` of its characters (None
+        when that is not enough to tell), and how many it read."""
         if self.everything:
-            return bool(path)
+            return bool(path), 0
         accept = 1 << len(self.tokens)
         states = self._closed(1)
-        for ch in path:
+        for read, ch in enumerate(path):
             if ch == "/" and states & accept:
-                return True  # the pattern names a folder the path is in
+                return True, read  # the pattern names a folder the path is in
+            if read >= limit:
+                return None, read
             consume, loop = self._masks_of(ch)
             states = self._closed(((states & consume) << 1) | (states & loop))
             if not states:
-                return False
-        return bool(states & accept)
+                return False, read + 1
+        return bool(states & accept), len(path)

@@ -13,8 +13,11 @@ tries once more.
 
 Whether two patterns overlap is also worked out before the transaction, against the view just
 read, and for long patterns on a worker thread: a call's 100 globs of 1,024 characters against
-another agent's take half a minute of checks, which in the transaction, on the event loop,
-would hold up the whole post office. The transaction checks only reservations made since.
+another agent's would take half a minute of checks, which in the transaction, on the event
+loop, would hold up the whole post office. The transaction checks only reservations made since.
+Each of the two has a budget of characters to read (`OVERLAP_BUDGET` on the thread,
+`OFF_LOOP_FROM` in the transaction); a pair left undecided when it runs out counts as
+overlapping (domain.reservations.overlaps says why that is safe).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from agentpost.domain.models import Caller
 from agentpost.domain.names import check_name
 from agentpost.domain.reservations import (
     DEFAULT_TTL_S,
+    OVERLAP_BUDGET,
+    Budget,
     Conflict,
     Reservation,
     ReservationsChanged,
@@ -95,8 +100,9 @@ def _globs_involved(paths: Sequence[str], held: Iterable[Reservation], agent: st
 OFF_LOOP_FROM = 20_000
 """Characters to run through in overlap checks (about a microsecond each) from which they are
 worked out on a worker thread: 100 globs of 1,024 characters against as many of another
-agent's take half a minute, which on the event loop, or in the write transaction, would
-hold up every agent of the post office for as long."""
+agent's would take half a minute, which on the event loop, or in the write transaction, would
+hold up every agent of the post office for as long. Also the budget of the checks made in the
+transaction, of reservations made since those worked out before it."""
 
 
 def _cost(paths: Sequence[str], held: Sequence[Reservation], agent: str) -> int:
@@ -194,12 +200,13 @@ class Reservations:
                 raise _TrackedNotRead
             tracked = no_tracked_files if known is None else known
             mine = {r.path: r for r in held if r.agent == caller.agent}
+            on_loop = Budget(OFF_LOOP_FROM)  # for reservations made since `looked`
             granted: list[Reservation] = []
             added: list[Reservation] = []
             conflicts: list[Conflict] = []
             for path in wanted:
                 blocking = conflicts_with(
-                    caller.agent, path, exclusive, held, tracked, looked.get(path)
+                    caller.agent, path, exclusive, held, tracked, looked.get(path), on_loop
                 )
                 if blocking:
                     conflicts.extend(
@@ -240,7 +247,9 @@ class Reservations:
                 place.held,
                 caller.agent,
                 tracked,
-                partial(overlapping, caller.agent, wanted, place.held, tracked),
+                partial(
+                    overlapping, caller.agent, wanted, place.held, tracked, Budget(OVERLAP_BUDGET)
+                ),
             )
 
         guessed = await self._tracked(place, wanted, caller.agent)
@@ -342,12 +351,13 @@ class Reservations:
         tracked = await self._tracked(place, [wanted], "")
         if tracked is None:
             tracked = no_tracked_files
+        budget = Budget(OVERLAP_BUDGET)
         return await _off_loop_if_long(
             [wanted],
             place.held,
             "",
             tracked,
-            lambda: [r for r in place.held if overlaps(wanted, r.path, tracked)],
+            lambda: [r for r in place.held if overlaps(wanted, r.path, tracked, budget)],
         )
 
     async def live(self, project: str) -> list[Reservation]:
