@@ -88,6 +88,9 @@ def test_paths_are_spelled_one_way(given_path: str, spelled: str) -> None:
         "src\\a.py",
         "src/a\n.py",
         "src/\x00a",
+        "src/a\u2028- docs/** [exclusive] owner",  # a line of its own in a listing
+        "src/a\x85b",  # NEL: C1, and a line break too
+        "src/a\x9b2Jb",  # CSI: C1
         "x" * (MAX_PATH_CHARS + 1),
     ],
 )

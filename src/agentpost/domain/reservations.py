@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
-from agentpost.domain.limits import check_text, too_large
+from agentpost.domain.limits import check_text, is_one_line, too_large
 from agentpost.domain.wildmatch import Glob
 
 MAX_PATH_CHARS = 1024
@@ -40,7 +41,8 @@ def normalise_path(path: str) -> str:
     """The one spelling of a reserved path: `./src//a/` and `src/a` are the same claim.
 
     Refused (`invalid_argument`): empty, absolute, escaping the root with `..`, backslashes (git
-    paths use `/`), control characters, or over `MAX_PATH_CHARS`.
+    paths use `/`), control characters (C1 too) or line breaks (`\u2028` too: a path is shown
+    on one line of another agent's listing), or over `MAX_PATH_CHARS`.
     """
     if not isinstance(path, str):
         raise invalid("a reserved path is a string", path=repr(path))
@@ -49,8 +51,10 @@ def normalise_path(path: str) -> str:
         raise invalid("a reserved path may not be empty")
     if len(text) > MAX_PATH_CHARS:
         raise invalid(f"a reserved path is at most {MAX_PATH_CHARS} characters", path=text[:80])
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise invalid("a reserved path may not contain control characters", path=text)
+    if not is_one_line(text) or any(unicodedata.category(c) == "Cc" for c in text):
+        raise invalid(
+            "a reserved path may not contain control characters or line breaks", path=text
+        )
     if "\\" in text:
         raise invalid("a reserved path uses `/` between folders, never `\\`", path=text)
     if text.startswith(("/", "~/")) or text == "~" or _DRIVE.match(text):
