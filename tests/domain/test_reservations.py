@@ -85,6 +85,8 @@ def test_paths_are_spelled_one_way(given_path: str, spelled: str) -> None:
         "..",
         "../other/a.py",
         "src/../../a.py",
+        "src/**/../a.py",  # not `src/a.py`: `**` may be no folder, and `src/..` is the root
+        "*/../a.py",
         "src\\a.py",
         "src/a\n.py",
         "src/\x00a",

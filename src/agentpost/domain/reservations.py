@@ -40,9 +40,10 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 def normalise_path(path: str) -> str:
     """The one spelling of a reserved path: `./src//a/` and `src/a` are the same claim.
 
-    Refused (`invalid_argument`): empty, absolute, escaping the root with `..`, backslashes (git
-    paths use `/`), control characters (C1 too) or line breaks (`\u2028` too: a path is shown
-    on one line of another agent's listing), or over `MAX_PATH_CHARS`.
+    Refused (`invalid_argument`): empty, absolute, escaping the root with `..` (or undoing a
+    glob with it, which would narrow the claim), backslashes (git paths use `/`), control
+    characters (C1 too) or line breaks (`\u2028` too: a path is shown on one line of another
+    agent's listing), or over `MAX_PATH_CHARS`.
     """
     if not isinstance(path, str):
         raise invalid("a reserved path is a string", path=repr(path))
@@ -69,6 +70,8 @@ def normalise_path(path: str) -> str:
         if part == "..":
             if not parts:
                 raise invalid("a reserved path may not leave the project root with `..`", path=text)
+            if is_glob(parts[-1]):  # `src/**/..` is src and every folder in it, not `src`
+                raise invalid("`..` may not follow a glob: name the folder it means", path=text)
             parts.pop()
             continue
         parts.append(part)
