@@ -219,6 +219,48 @@ plain = st.lists(
 ).map("/".join)
 
 
+files = st.lists(
+    st.lists(st.text(alphabet="abc.-", min_size=1, max_size=3), min_size=1, max_size=4).map(
+        "/".join
+    ),
+    max_size=30,
+)
+
+
+@given(st.one_of(patterns, plain, st.just("**")), files)
+def test_the_tracked_files_of_a_pattern_are_every_file_it_matches(
+    pattern: str, tracked: list[str]
+) -> None:
+    """Only files beginning with the pattern's text before its first wildcard are tried."""
+    found = tracked_matcher(tracked)(pattern)
+    assert sorted(found) == sorted(f for f in tracked if matches(pattern, f))
+
+
+def test_only_the_files_under_a_patterns_literal_start_are_matched_against_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a repository of 50,000 files, 200 claims of folders and files were matched each
+    against every file: 20 s of a reserve call. Here every match is counted."""
+    from agentpost.domain import reservations as rules
+
+    tried: list[str] = []
+    real = rules.matches
+
+    def counted(pattern: str, path: str) -> bool:
+        tried.append(path)
+        return real(pattern, path)
+
+    monkeypatch.setattr(rules, "matches", counted)
+    tracked = tracked_matcher(
+        [f"{d}/f{n}.py" for d in ("docs", "src/a", "src/b") for n in range(5)]
+    )
+    assert tracked("src/a/*.py") == tuple(f"src/a/f{n}.py" for n in range(5))
+    assert tried == [f"src/a/f{n}.py" for n in range(5)]
+    assert tracked("src/b") == tuple(f"src/b/f{n}.py" for n in range(5))
+    assert tracked("docs/f1?py") == ("docs/f1.py",)
+    assert len(tracked("**/f1.py")) == 3
+
+
 @given(patterns, patterns)
 def test_overlap_is_symmetric(a: str, b: str) -> None:
     assert overlaps(a, b) == overlaps(b, a)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,13 +190,23 @@ def no_tracked_files(pattern: str) -> Sequence[str]:
 
 
 def tracked_matcher(files: Iterable[str]) -> Tracked:
-    """Tracked files as `overlaps` asks for them: those each pattern matches, each found once."""
-    listed = tuple(files)
+    """Tracked files as `overlaps` asks for them: those each pattern matches, each found once.
+
+    Only the files that begin with a pattern's text before its first wildcard are matched
+    against it (found by bisection in the sorted list), as no other can match: in a repository
+    of 50,000 files, 200 claims of folders and files are otherwise seconds each call."""
+    listed = sorted(files)
     found: dict[str, tuple[str, ...]] = {}
 
     def matching(pattern: str) -> Sequence[str]:
         if pattern not in found:
-            found[pattern] = tuple(f for f in listed if matches(pattern, f))
+            prefix = _GLOB.split(pattern, maxsplit=1)[0]
+            candidates = []
+            for file in listed[bisect_left(listed, prefix) :]:
+                if not file.startswith(prefix):
+                    break
+                candidates.append(file)
+            found[pattern] = tuple(f for f in candidates if matches(pattern, f))
         return found[pattern]
 
     return matching
