@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 import anyio
+import httpx
 import httpx2
 import pytest
 import uvicorn
@@ -21,6 +22,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
+from raw_stdio import legacy_initialize
+from stdio_agents import LEGACY
 
 pytestmark = pytest.mark.anyio
 WAIT_S = 10
@@ -111,3 +114,21 @@ async def test_a_tool_that_declares_no_header_ignores_such_headers() -> None:
         result = await c.call_tool("plain", {"text": "hi"})
 
     assert result.structured_content == {"text": "hi"}
+
+
+async def test_a_stream_reopened_with_a_last_event_id_is_a_new_stream() -> None:
+    """No event store keeps what a stream carried, so there is nothing to replay: a client that
+    reopens its 2025-era stream with `Last-Event-ID` gets a stream from now on (it was a 500,
+    the SDK answering nothing at all)."""
+    accepts = {"Accept": "application/json, text/event-stream"}
+    async with serving() as url, httpx.AsyncClient(headers=accepts, timeout=WAIT_S) as http:
+        hello = await http.post(url, json=legacy_initialize())
+        on_it = {"Mcp-Session-Id": hello.headers["mcp-session-id"], "MCP-Protocol-Version": LEGACY}
+        done = await http.post(
+            url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=on_it
+        )
+        assert done.status_code == 202
+        reopened = {**on_it, "Accept": "text/event-stream", "Last-Event-ID": "7"}
+        async with http.stream("GET", url, headers=reopened) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")

@@ -31,6 +31,7 @@ from agentpost.mcp.adapter.arguments import invalid_arguments, unknown_arguments
 from agentpost.mcp.adapter.streamable_http import (
     ConnectionClosed,
     ConnectionGate,
+    NoReplay,
     PrincipalOf,
     http_request_of,
     request_in_hand,
@@ -410,6 +411,7 @@ class MailboxServer:
             transport_security=security,
             **extra,
         )
+        app.add_middleware(NoReplay)
         if principal_of is not None:
             app.add_middleware(
                 ConnectionGate,

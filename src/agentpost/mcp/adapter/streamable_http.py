@@ -180,6 +180,26 @@ class ConnectionGate:
             opened()
 
 
+class NoReplay:
+    """In front of the SDK: a 2025-era stream reopened with `Last-Event-ID` is a new stream.
+
+    No event store keeps what a stream carried, so there is nothing to replay; the SDK then
+    answers such a GET with nothing at all (a 500 from the server). What a stream carries is
+    only ever a hint (`inbox updated`), and the log is the truth: the client reads it again.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            headers = scope["headers"]
+            if any(name == b"last-event-id" for name, _ in headers):
+                kept = [(name, value) for name, value in headers if name != b"last-event-id"]
+                scope = {**scope, "headers": kept}
+        await self._app(scope, receive, send)
+
+
 _RETRY_CONNECTION_S: Final = 60
 
 
