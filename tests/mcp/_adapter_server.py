@@ -45,7 +45,7 @@ async def whoami() -> ToolOutput:
 
 
 async def read_resource(uri: str) -> str:
-    if uri != INBOX:
+    if uri not in (INBOX, OTHER):
         raise AgentpostError(ErrorCode.NOT_FOUND, f"no resource {uri}")
     return json.dumps({"messages": []})
 
@@ -71,7 +71,7 @@ async def main(exit_marker: Path) -> None:
         "0.0.1",
         "Test post office.",
         read_resource,
-        resource_uris=(INBOX,),
+        resource_uris=(INBOX, OTHER),
         experimental_capabilities={"claude/channel": {}},
     )
     server.add_tool(echo)

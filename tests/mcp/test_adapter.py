@@ -146,14 +146,15 @@ async def test_tools_resources_and_clean_exit(revision: str, tmp_path: Path) -> 
 
         listed = (await client.list_resources()).resources
         assert [(r.uri, r.name, r.mime_type) for r in listed] == [
-            (INBOX, "inbox", "application/json")
+            (INBOX, "inbox", "application/json"),
+            (OTHER, "other", "application/json"),
         ]
         read = await client.read_resource(INBOX)
         [contents] = read.contents
         assert isinstance(contents, types.TextResourceContents)
         assert json.loads(contents.text) == {"messages": []}
         with pytest.raises(MCPError) as missing:
-            await client.read_resource(OTHER)
+            await client.read_resource("agentpost://nowhere")
         assert missing.value.message.startswith("not_found: ")
 
     # Closing stdin lets run_stdio() return normally, so the script gets to write its marker.

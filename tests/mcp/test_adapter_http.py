@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from pydantic import Field
 
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
@@ -83,7 +83,7 @@ async def serving() -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def client(url: str, **forced: str) -> AsyncIterator[Client]:
+async def client(url: str, mode: str = "auto", **forced: str) -> AsyncIterator[Client]:
     """The SDK's client; `forced` headers replace what it sends (the way a proxy could)."""
 
     async def force(request: httpx2.Request) -> None:
@@ -91,7 +91,11 @@ async def client(url: str, **forced: str) -> AsyncIterator[Client]:
 
     async with (
         httpx2.AsyncClient(timeout=WAIT_S, event_hooks={"request": [force]}) as http,
-        Client(streamable_http_client(url, http_client=http), read_timeout_seconds=WAIT_S) as c,
+        Client(
+            streamable_http_client(url, http_client=http),
+            read_timeout_seconds=WAIT_S,
+            mode=mode,
+        ) as c,
     ):
         yield c
 
@@ -132,3 +136,13 @@ async def test_a_stream_reopened_with_a_last_event_id_is_a_new_stream() -> None:
         async with http.stream("GET", url, headers=reopened) as stream:
             assert stream.status_code == 200
             assert stream.headers["content-type"].startswith("text/event-stream")
+
+
+async def test_a_subscription_to_a_resource_not_served_is_refused() -> None:
+    """Each subscription is kept for as long as its connection lives: one to any URI at all
+    let a client fill the server's memory, a URI of a few hundred kilobytes at a time."""
+    async with serving() as url, client(url, mode="legacy") as c:
+        with pytest.warns(MCPDeprecationWarning), pytest.raises(MCPError, match="not_found"):
+            await c.subscribe_resource("agentpost://" + "x" * 1000)
+        with pytest.warns(MCPDeprecationWarning):
+            await c.subscribe_resource("agentpost://inbox")

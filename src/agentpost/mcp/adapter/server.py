@@ -517,7 +517,11 @@ class MailboxServer:
     async def _subscribe(
         self, ctx: _Ctx, params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
-        # Any URI is accepted: one nobody publishes simply never fires (as on the listen path).
+        # Only a URI served: each is kept while the connection lives, and any URI at all let
+        # a client fill the server's memory (on the listen path they last one request).
+        if params.uri not in self._resource_uris:
+            err = AgentpostError(ErrorCode.NOT_FOUND, "no such resource to subscribe to")
+            raise MCPError(_rpc_code(err), f"{err.code.value}: {err.message}", err.to_dict())
         self._peers.track(_connection_of(ctx), self._audience()).add(params.uri)
         return types.EmptyResult()
 
