@@ -221,6 +221,9 @@ class Service:
                 principal_of=lambda state: caller_of(dict(state)).agent,
                 connections_per_principal=self.settings.max_mcp_connections,
                 on_connection_closed=self._connection_closed,
+                # A connection's own stream is its subscription: a heartbeat, for as long as
+                # its key stands.
+                while_streaming=lambda state: office.presence.held_open(caller_of(dict(state))),
             )
             self._mcp = mcp_app
             async with mcp_app.router.lifespan_context(mcp_app), anyio.create_task_group() as tg:

@@ -578,6 +578,41 @@ async def test_an_open_subscription_keeps_its_agent_online_without_requests(
                 assert "alice" in await online()
 
 
+async def test_an_open_legacy_stream_keeps_its_agent_online_without_requests(
+    tmp_path: Path,
+) -> None:
+    """The 2025-era connection's own stream (GET /mcp), where its pushes come, is its
+    subscription: open, it kept nobody online, and an idle Claude Code window showed offline."""
+    fast = {"AGENTPOST_HEARTBEAT_S": "0.3", "AGENTPOST_OFFLINE_AFTER_S": "1"}
+    async with running_service(tmp_path, fast) as service:
+        bob = await service.agent("bob")
+
+        async def online() -> set[str]:
+            found = (await bob.get("/v1/presence")).json()["agents"]
+            return {a["name"] for a in found if a["online"]}
+
+        alice_key = await service.create_agent("alice")
+        async with connect(service, alice_key, LEGACY) as alice, subscribed(alice, LEGACY):
+            await anyio.sleep(3)
+            assert "alice" in await online()
+
+
+async def test_a_legacy_stream_ends_once_its_key_is_revoked(tmp_path: Path) -> None:
+    """Within a heartbeat of the revocation, as every stream a revoked key holds open."""
+    fast = {"AGENTPOST_HEARTBEAT_S": "0.3"}
+    async with running_service(tmp_path, fast) as service:
+        created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
+        http = service.client(created["key"]["key"], Accept="application/json, text/event-stream")
+        connection = await legacy_handshake(http)
+        on_it = {"Mcp-Session-Id": connection, "MCP-Protocol-Version": LEGACY}
+        async with http.stream("GET", "/mcp", headers=on_it) as stream:
+            assert stream.status_code == 200
+            await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+            with anyio.fail_after(10):
+                async for _ in stream.aiter_bytes():
+                    pass
+
+
 async def test_an_open_subscription_ends_once_its_key_is_revoked(tmp_path: Path) -> None:
     """Within a heartbeat of the revocation, saying why, and before it tells of more mail."""
     fast = {"AGENTPOST_HEARTBEAT_S": "0.3"}

@@ -33,6 +33,7 @@ from agentpost.mcp.adapter.streamable_http import (
     ConnectionGate,
     NoReplay,
     PrincipalOf,
+    StreamHeld,
     http_request_of,
     request_in_hand,
 )
@@ -381,6 +382,7 @@ class MailboxServer:
         principal_of: PrincipalOf | None = None,
         connections_per_principal: int = 32,
         on_connection_closed: ConnectionClosed | None = None,
+        while_streaming: StreamHeld | None = None,
     ) -> Starlette:
         """A Starlette app serving Streamable HTTP at `path`.
 
@@ -388,8 +390,9 @@ class MailboxServer:
         session manager). Host and Origin headers are checked (DNS-rebinding protection):
         loopback names always pass, others only when listed. With `principal_of`, each
         2025-era connection belongs to the principal that opened it, who may hold at most
-        `connections_per_principal` open at once, and `on_connection_closed` hears when it
-        closes one (see `ConnectionGate`).
+        `connections_per_principal` open at once, `on_connection_closed` hears when it
+        closes one, and its own stream is held open inside `while_streaming` (see
+        `ConnectionGate`).
         """
         security = TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -419,6 +422,7 @@ class MailboxServer:
                 connections=self._peers,
                 per_principal=connections_per_principal,
                 on_closed=on_connection_closed,
+                while_streaming=while_streaming,
             )
         return app
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -18,6 +19,8 @@ from mcp.server.context import ServerRequestContext
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from agentpost.domain.errors import AgentpostError
 
 _Ctx = ServerRequestContext[dict[str, Any], Any]
 
@@ -73,6 +76,11 @@ ConnectionClosed = Callable[[Mapping[str, Any], str], Awaitable[None]]
 connection's `Mcp-Session-Id`."""
 
 
+StreamHeld = Callable[[Mapping[str, Any]], AbstractAsyncContextManager[None]]
+"""Entered, with the request's ASGI state, for as long as a 2025-era connection's own stream
+(`GET /mcp`) stays open; what it raises (a key revoked meanwhile, say) ends the stream."""
+
+
 class OpenConnections(Protocol):
     """The 2025-era connections open now, by principal, as the SDK holds them."""
 
@@ -95,6 +103,7 @@ class ConnectionGate:
     authentication middleware of its own would otherwise set), so a connection id that leaks is
     no way into someone else's push or session. And one principal holds at most `per_principal`
     connections open at once, so nobody fills the SDK's table of sessions for everyone else.
+    A connection's own stream is held open inside `while_streaming` (a heartbeat, say).
     """
 
     def __init__(
@@ -105,8 +114,10 @@ class ConnectionGate:
         connections: OpenConnections,
         per_principal: int,
         on_closed: ConnectionClosed | None = None,
+        while_streaming: StreamHeld | None = None,
     ) -> None:
         self._app = app
+        self._while_streaming = while_streaming
         self._principal_of = principal_of
         self._connections = connections
         self._per_principal = per_principal
@@ -128,10 +139,38 @@ class ConnectionGate:
         if scope["method"] == "DELETE" and connection is not None:
             await self._app(scope, receive, self._closing(scope, connection, send))
             return
+        if scope["method"] == "GET" and connection is not None:
+            await self._stream(scope, receive, send)
+            return
         if not _opens_connection(scope["method"], connection, version):
             await self._app(scope, receive, send)
             return
         await self._open(principal, scope, receive, send)
+
+    async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The connection's own stream, inside `while_streaming`; once that ends it (raising
+        an `AgentpostError`), the stream's body ends, and the client's next request hears why."""
+        if self._while_streaming is None:
+            await self._app(scope, receive, send)
+            return
+        started = finished = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started, finished
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                finished = True
+            await send(message)
+
+        try:
+            async with self._while_streaming(scope.get("state") or {}):
+                await self._app(scope, receive, watched)
+        except AgentpostError as err:
+            if not started:
+                await _refusal(err, 401)(scope, receive, send)
+            elif not finished:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def _closing(self, scope: Scope, connection: str, send: Send) -> Send:
         """The SDK answers a `DELETE` with 2xx once it has closed the connection (a refusal
@@ -225,6 +264,15 @@ def _opens_connection(method: str, connection: str | None, version: str | None) 
     if method != "POST" or connection is not None:
         return False
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+def _refusal(err: AgentpostError, status: int) -> JSONResponse:
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": types.INVALID_REQUEST, "message": f"{err.code.value}: {err.message}"},
+    }
+    return JSONResponse(body, status_code=status)
 
 
 def _too_many_connections(principal: str, most: int) -> JSONResponse:
