@@ -116,9 +116,9 @@ class Settings(BaseSettings):
     """2025-era MCP connections one agent may hold open over HTTP at once; another is refused
     (429) until one closes or idles out (after 30 minutes without a request)."""
     allowed_hosts: list[str] = Field(default_factory=list)
-    """Host headers `/mcp` accepts besides loopback ones (`host:port`, or `host:*`)."""
+    """Host headers `/mcp` accepts besides loopback ones (`host:port`, `host:*`, `host`)."""
     allowed_origins: list[str] = Field(default_factory=list)
-    """Origins `/mcp` accepts besides loopback ones (`https://host:port`)."""
+    """Origins `/mcp` accepts besides loopback ones (`https://host:port`, `:*`, none)."""
     trusted_proxies: list[str] = Field(default_factory=list)
     """Reverse proxies (addresses or networks) whose `X-Forwarded-For` and
     `X-Forwarded-Proto` `serve` believes; none by default, so a client's address, which

@@ -234,12 +234,27 @@ async def test_mcp_without_a_key_is_unauthenticated(service: Service) -> None:
     assert answer.json()["error"]["code"] == "unauthenticated"
 
 
-async def test_a_foreign_host_header_is_refused(service: Service) -> None:
+async def test_a_foreign_host_header_is_refused_naming_the_setting_that_lists_more(
+    service: Service,
+) -> None:
     key = await service.create_agent("alice")
-    answer = await service.client(key, Host="evil.example").post(
-        "/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
-    )
-    assert answer.status_code in (400, 403, 421)
+    for host in ("evil.example", f"127.0.0.1:{service.port}.evil.example"):
+        answer = await service.client(key, Host=host).post("/mcp", json=legacy_initialize())
+        assert answer.status_code == 421
+        message = answer.json()["error"]["message"]
+        assert message.startswith("forbidden: ")
+        assert "allowed_hosts" in message
+
+
+async def test_a_loopback_host_passes_in_any_case_and_without_a_port(service: Service) -> None:
+    """A client on port 80, or behind a local proxy, names no port; DNS names have no case."""
+    key = await service.create_agent("alice")
+    accepts = "application/json, text/event-stream"
+    for host in ("localhost", "127.0.0.1", f"LocalHost:{service.port}"):
+        answer = await service.client(key, Host=host, Accept=accepts).post(
+            "/mcp", json=legacy_initialize()
+        )
+        assert answer.status_code == 200, (host, answer.text)
 
 
 async def test_register_over_http_cannot_take_another_agents_name(

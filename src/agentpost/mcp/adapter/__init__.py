@@ -1,14 +1,14 @@
 """The one seam between agentpost and the MCP server SDK (`mcp` 2.3).
 
 Everything else in the project talks to `MailboxServer`, so an SDK upgrade touches this package
-only: `server` (tools, resources, push), `arguments` (a tool call's arguments, checked) and
+only: `server` (tools, resources, push), `arguments` (a tool call's arguments, checked),
 `streamable_http` (the HTTP request a message came on, and whose each 2025-era connection
-is). It is built on the low-level `mcp.server.Server`, not on `MCPServer`, because `MCPServer`
-hides the pieces a post office needs: it has no public way to serve 2025-era
-`resources/subscribe`, it rewrites tool exceptions into "Error executing tool NAME" text (so
-the stable error code would not lead the message), and it declares no experimental
-capabilities. Tool schemas still come from the SDK's own `Tool.from_function`,
-exactly as `@mcp.tool()` builds them.
+is) and `rebinding` (the `Host` and `Origin` a request over HTTP may name). It is built on
+the low-level `mcp.server.Server`, not on `MCPServer`, because `MCPServer` hides the pieces a
+post office needs: it has no public way to serve 2025-era `resources/subscribe`, it rewrites
+tool exceptions into "Error executing tool NAME" text (so the stable error code would not lead
+the message), and it declares no experimental capabilities. Tool schemas still come from the
+SDK's own `Tool.from_function`, exactly as `@mcp.tool()` builds them.
 
 Push, in the two protocol revisions one server answers:
 

@@ -28,6 +28,7 @@ from starlette.applications import Starlette
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import holds_half_pair, not_unicode
 from agentpost.mcp.adapter.arguments import invalid_arguments, unknown_arguments, validated
+from agentpost.mcp.adapter.rebinding import RebindingCheck
 from agentpost.mcp.adapter.streamable_http import (
     ConnectionClosed,
     ConnectionGate,
@@ -394,16 +395,8 @@ class MailboxServer:
         closes one, and its own stream is held open inside `while_streaming` (see
         `ConnectionGate`).
         """
-        security = TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", *allowed_hosts],
-            allowed_origins=[
-                "http://127.0.0.1:*",
-                "http://localhost:*",
-                "http://[::1]:*",
-                *allowed_origins,
-            ],
-        )
+        # Host and Origin are checked in front, by `RebindingCheck`; the SDK checks the rest.
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
         extra: dict[str, Any] = {}
         if max_request_bytes is not None:
             extra["max_request_body_size"] = max_request_bytes
@@ -424,6 +417,9 @@ class MailboxServer:
                 on_closed=on_connection_closed,
                 while_streaming=while_streaming,
             )
+        app.add_middleware(
+            RebindingCheck, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+        )
         return app
 
     # -- SDK handlers -------------------------------------------------------------------------

@@ -1,0 +1,136 @@
+"""DNS-rebinding protection in front of the MCP endpoint: the `Host` and `Origin` a request
+names must be ones the server answers to.
+
+Loopback names (`127.0.0.1`, `localhost`, `[::1]`) always pass, on any port or none; others
+only when listed: `name:port`, `name:*` (any port, or none), or `name` (none). Origins the
+same way, with their scheme (`https://name:port`, `https://name:*`, `https://name`). Names
+compare in any case, as DNS has them. (The SDK's own check took `LOCALHOST:8470` for a
+stranger, `localhost` without a port too, and `127.0.0.1:8470.evil.example` for loopback, and
+its refusals were bare text that named no setting.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import mcp.types as types
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+LOOPBACK: Final = ("127.0.0.1", "localhost", "[::1]")
+ANY_PORT: Final = "*"
+
+
+@dataclass(frozen=True)
+class _Place:
+    """A host (`name`, `[v6]`) with its port ("" for none, `*` in a pattern for any)."""
+
+    name: str
+    port: str
+
+    def matches(self, pattern: _Place) -> bool:
+        if self.name != pattern.name:
+            return False
+        return pattern.port == ANY_PORT or pattern.port == self.port
+
+
+def _place(value: str, *, pattern: bool = False) -> _Place | None:
+    """`name[:port]` read, in lower case; None when it is no such thing."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return None
+        name, rest = value[: end + 1], value[end + 1 :]
+        if rest and not rest.startswith(":"):
+            return None
+        port = rest[1:]
+    else:
+        name, _, port = value.partition(":")
+        if ":" in port:
+            return None
+    if not name or (port == "" and value.endswith(":")):
+        return None
+    if not (port.isdigit() and port.isascii()) and port != "" and not (pattern and port == "*"):
+        return None
+    return _Place(name, port)
+
+
+def _origin(value: str, *, pattern: bool = False) -> tuple[str, _Place] | None:
+    """`scheme://name[:port]` read; None when it is no such thing (a path, `null`)."""
+    scheme, sep, rest = value.strip().lower().partition("://")
+    if not sep or scheme not in ("http", "https") or "/" in rest:
+        return None
+    place = _place(rest, pattern=pattern)
+    return None if place is None else (scheme, place)
+
+
+class RebindingCheck:
+    """Refuses a request whose `Host` (421) or `Origin` (403) the server does not answer to,
+    saying which setting would list it."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        allowed_hosts: Sequence[str] = (),
+        allowed_origins: Sequence[str] = (),
+    ) -> None:
+        self._app = app
+        loopback = [_Place(name, ANY_PORT) for name in LOOPBACK]
+        self._hosts = loopback + [
+            p for p in (_place(h, pattern=True) for h in allowed_hosts) if p is not None
+        ]
+        self._origins = [("http", p) for p in loopback] + [
+            o for o in (_origin(v, pattern=True) for v in allowed_origins) if o is not None
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        host = origin = None
+        for name, value in scope["headers"]:  # ASGI header names come lower-cased
+            if name == b"host":
+                host = value.decode("latin-1")
+            elif name == b"origin":
+                origin = value.decode("latin-1")
+        if not self._host_passes(host):
+            refusal = _refusal(
+                421, f"this server does not answer to the Host {host!r}", "allowed_hosts"
+            )
+            await refusal(scope, receive, send)
+            return
+        if origin is not None and not self._origin_passes(origin):
+            refusal = _refusal(
+                403, f"requests from the Origin {origin!r} are refused", "allowed_origins"
+            )
+            await refusal(scope, receive, send)
+            return
+        await self._app(scope, receive, send)
+
+    def _host_passes(self, host: str | None) -> bool:
+        place = None if host is None else _place(host)
+        return place is not None and any(place.matches(p) for p in self._hosts)
+
+    def _origin_passes(self, origin: str) -> bool:
+        found = _origin(origin)
+        if found is None:
+            return False
+        scheme, place = found
+        return any(scheme == s and place.matches(p) for s, p in self._origins)
+
+
+def _refusal(status: int, why: str, setting: str) -> JSONResponse:
+    message = (
+        f"forbidden: {why} (DNS-rebinding protection); "
+        f"a server reached by another name lists it in its {setting} setting"
+    )
+    body = {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": types.INVALID_REQUEST, "message": message},
+    }
+    return JSONResponse(body, status_code=status)
