@@ -221,6 +221,18 @@ async def test_a_connection_chooses_its_tool_groups(service: Service, revision: 
         assert "directory" not in tools
 
 
+async def test_a_tools_query_that_names_no_group_gets_the_default_groups(
+    service: Service, revision: str
+) -> None:
+    """`?tools=,` (a template whose list came out empty) offered no tool at all, and took the
+    admin tools from an admin key's connection: as `?tools=`, it asks for nothing."""
+    key = await service.create_agent("alice")
+    async with connect(service, key, revision, "?tools=,") as alice:
+        assert await alice.tools() == CORE_AND_CHANNELS | PROFILE | COORD
+    async with connect(service, service.admin_key, revision, "?tools=%20,") as owner:
+        assert "admin_list_agents" in await owner.tools()
+
+
 async def test_an_unknown_tool_group_is_refused_before_mcp(service: Service) -> None:
     key = await service.create_agent("alice")
     answer = await service.client(key).post("/mcp?tools=core,nonsense", json={})

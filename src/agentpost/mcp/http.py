@@ -84,9 +84,14 @@ GROUPS: dict[str, tuple[str, ...]] = {
 """Tool groups and their members; docs/SERVICE.md lists the same (a test keeps them equal)."""
 
 
+def asked_groups(value: str | None) -> list[str]:
+    """The groups `?tools=` names (none: it asks for nothing, whatever commas it holds)."""
+    return [g.strip() for g in value.split(",") if g.strip()] if value else []
+
+
 def parse_groups(value: str | None, default: Collection[str]) -> list[str]:
     """The groups a connection asked for (`?tools=core,profile`), or the default ones."""
-    names = [g.strip() for g in value.split(",") if g.strip()] if value else list(default)
+    names = asked_groups(value) or list(default)
     unknown = [g for g in names if g not in GROUPS]
     if unknown:
         raise invalid(
@@ -185,7 +190,7 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
             groups = parse_groups(asked, default_groups)
         except AgentpostError:
             groups = list(default_groups)  # the service answered 400 before we got here
-        if admin and not asked:
+        if admin and not asked_groups(asked):
             groups.append("admin")  # an admin key's connection lists them unless it chose
         elif not admin:
             groups = [g for g in groups if g != "admin"]
