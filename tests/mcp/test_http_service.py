@@ -99,6 +99,19 @@ async def test_two_agents_exchange_mail_over_mcp_http(service: Service, revision
         assert (await alice.call("whoami"))["agent"] == "alice"
 
 
+async def test_the_instructions_over_http_say_nobody_else_is_there_only_when_true(
+    service: Service, revision: str
+) -> None:
+    """One server speaks to every agent over HTTP, with the same instructions for all: they
+    told each model it worked beside "none yet", whoever else was there."""
+    alice_key = await service.create_agent("alice")
+    await service.create_agent("bob")
+    async with connect(service, alice_key, revision) as alice:
+        instructions = alice.client.instructions
+    assert instructions is not None
+    assert "none yet" not in instructions
+
+
 async def test_mail_crosses_between_rest_and_mcp(service: Service, revision: str) -> None:
     alice_key = await service.create_agent("alice")
     bob = await service.agent("bob")

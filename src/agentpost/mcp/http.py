@@ -212,7 +212,11 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
             return nullcontext()
         return office.presence.held_open(caller_of(request))
 
-    instructions = render_instructions(office.settings.instructions, "(the agent of your key)", [])
+    # The same for every agent this server speaks to, and for as long as it runs: who works
+    # beside them changes, and `who` tells.
+    instructions = render_instructions(
+        office.settings.instructions, "(the agent of your key)", ["`who` lists them"]
+    )
     server = MailboxServer(
         "agentpost",
         __version__,
