@@ -30,7 +30,7 @@ from mcp.shared.subscriptions import ResourceUpdated
 from agentpost.mcp.http import GROUPS
 from agentpost.service import SHUTDOWN_GRACE_S
 from raw_stdio import legacy_initialize
-from service_process import Service, running_service
+from service_process import Service, eventually, running_service
 from stdio_agents import INBOX_URI, LEGACY, MODERN, WAKE_TIMEOUT_S
 
 pytestmark = pytest.mark.anyio
@@ -416,6 +416,34 @@ async def legacy_call(
         result = answer.json()["result"]
     assert not result.get("isError"), result
     return result
+
+
+async def test_a_legacy_wait_whose_client_hung_up_takes_no_mail(tmp_path: Path) -> None:
+    """A 2025-era `wait` whose client went away (a dropped network, a proxy's idle limit, a
+    client killed) went on waiting: the next mail was marked read into a connection nobody
+    held, its sender's receipt said `read`, and its agent stayed online the wait's length."""
+    quick = {"AGENTPOST_HEARTBEAT_S": "0.2", "AGENTPOST_OFFLINE_AFTER_S": "1"}
+    async with running_service(tmp_path, quick) as service:
+        alice = await service.agent("alice")
+        key = await service.create_agent("bob")
+        http = service.client(key, Accept="application/json, text/event-stream")
+        connection = await legacy_handshake(http)
+        call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call"}
+        call["params"] = {"name": "wait", "arguments": {"timeout_s": 60}}
+        on_it = {"Mcp-Session-Id": connection, "MCP-Protocol-Version": LEGACY}
+        async with http.stream("POST", "/mcp", json=call, headers=on_it) as waiting:
+            assert waiting.status_code == 200
+        # A wait still open would keep bob online for its minute.
+        await eventually(lambda: offline(alice, "bob"))
+        sent = (await alice.post("/v1/messages", json={"to": "bob", "body": "ping"})).json()
+        [receipt] = (await alice.get("/v1/sent")).json()["messages"]
+        assert receipt["id"] == sent["id"]
+        assert [(r["to"], r["state"]) for r in receipt["receipts"]] == [("bob", "queued")]
+
+
+async def offline(client: httpx.AsyncClient, name: str) -> bool:
+    agents = (await client.get("/v1/presence")).json()["agents"]
+    return not any(a["name"] == name and a["online"] for a in agents)
 
 
 async def test_another_agents_key_cannot_use_a_legacy_connection_id(service: Service) -> None:

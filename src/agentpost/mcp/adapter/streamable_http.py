@@ -6,12 +6,14 @@ connections (whose each one is, and how many one principal holds open).
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+import anyio
 import mcp.types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
@@ -142,10 +144,43 @@ class ConnectionGate:
         if scope["method"] == "GET" and connection is not None:
             await self._stream(scope, receive, send)
             return
+        if scope["method"] == "POST" and connection is not None and _legacy(version):
+            await self._request(scope, receive, send)
+            return
         if not _opens_connection(scope["method"], connection, version):
             await self._app(scope, receive, send)
             return
         await self._open(principal, scope, receive, send)
+
+    async def _request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A message on a 2025-era connection. Its answer goes only to the request it came on
+        (no event store keeps it for a reconnect): once that request's client hangs up before
+        the answer, the SDK is told the request is cancelled, as if the client had said so, so a
+        `wait` that nobody will read takes no mail (the SDK would run it to the end)."""
+        body = bytearray()
+        request_id: int | str | None = None
+        answered = False
+
+        async def reading() -> Message:
+            nonlocal request_id
+            message = await receive()
+            if message["type"] == "http.request":
+                body.extend(message.get("body", b""))
+                if not message.get("more_body", False):
+                    request_id = _request_id(bytes(body))
+                    body.clear()
+            return message
+
+        async def watched(message: Message) -> None:
+            nonlocal answered
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                answered = True
+            await send(message)
+
+        await self._app(scope, reading, watched)
+        if not answered and request_id is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_TIMEOUT_S):
+                await self._app(*_cancelling(scope, request_id))
 
     async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The connection's own stream, inside `while_streaming`; once that ends it (raising
@@ -240,6 +275,52 @@ class NoReplay:
 
 
 _RETRY_CONNECTION_S: Final = 60
+_CANCEL_TIMEOUT_S: Final = 5
+
+
+def _legacy(version: str | None) -> bool:
+    return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+
+
+def _request_id(body: bytes) -> int | str | None:
+    """The id of the JSON-RPC request `body` holds; None for anything else (a notification,
+    a response, what is not JSON-RPC)."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None
+    found = message.get("id")
+    return found if isinstance(found, int | str) and not isinstance(found, bool) else None
+
+
+def _cancelling(scope: Scope, request_id: int | str) -> tuple[Scope, Receive, Send]:
+    """A `notifications/cancelled` of `request_id` on the connection `scope` is on, as its
+    client would POST it, to be answered nowhere."""
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": request_id, "reason": "the client hung up"},
+    }
+    body = json.dumps(note).encode()
+    headers = [
+        (k, v) for k, v in scope["headers"] if k not in (b"content-length", b"transfer-encoding")
+    ]
+    headers.append((b"content-length", str(len(body)).encode()))
+    given = False
+
+    async def receive() -> Message:
+        nonlocal given
+        if given:
+            return {"type": "http.disconnect"}
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def nowhere(message: Message) -> None:
+        pass
+
+    return {**scope, "headers": headers}, receive, nowhere
 
 
 @functools.lru_cache(maxsize=1024)
