@@ -84,6 +84,27 @@ def create_pg_database(prefix: str = "agentpost_test") -> str:
     return name
 
 
+HUMAN_COLLATIONS = (
+    "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'",
+    "LC_COLLATE 'en_US.utf8' LC_CTYPE 'en_US.utf8'",
+)
+"""Ways to create a database that orders text as people read it (`_` before `-`, both
+before digits and letters), not by code point: an ICU locale (PostgreSQL 15), else glibc's."""
+
+
+def create_human_collated_pg_database() -> str:
+    """A new, empty database whose collation is not C, as many servers' default is."""
+    name = f"agentpost_collated_{secrets.token_hex(6)}"
+    errors = []
+    for collation in HUMAN_COLLATIONS:
+        try:
+            asyncio.run(_admin(f'CREATE DATABASE "{name}" TEMPLATE template0 {collation}'))
+            return name
+        except (OSError, asyncpg.PostgresError) as exc:
+            errors.append(exc)
+    pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} can make no database collated for people: {errors}")
+
+
 def drop_pg_database(name: str) -> None:
     asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
@@ -129,6 +150,16 @@ def pg_session_database() -> Iterator[str]:
 def fresh_pg_url() -> Iterator[str]:
     """An empty PostgreSQL database of this test's own (for tests of migrations)."""
     name = create_pg_database("agentpost_fresh")
+    try:
+        yield pg_url(name)
+    finally:
+        drop_pg_database(name)
+
+
+@pytest.fixture
+def human_collated_pg_url() -> Iterator[str]:
+    """An empty PostgreSQL database of this test's own, collated as people read (not C)."""
+    name = create_human_collated_pg_database()
     try:
         yield pg_url(name)
     finally:
@@ -182,6 +213,25 @@ def database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture
+def collated_database_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A database that orders text as people read it when it can (PostgreSQL collated for
+    English; SQLite has no such collation): what user-visible orders must not depend on."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path / 'agentpost.db'}"
+    return str(request.getfixturevalue("human_collated_pg_url"))
+
+
+@pytest.fixture
+async def collated_store(collated_database_url: str, clock: FakeClock) -> AsyncIterator[Store]:
+    """A store on `collated_database_url`."""
+    opened = await Store.open(collated_database_url, clock=clock)
+    try:
+        yield opened
+    finally:
+        await opened.aclose()
 
 
 def _delete_all(conn: Connection) -> None:

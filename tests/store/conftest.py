@@ -9,9 +9,12 @@ from agentpost.store.database import Store
 from backends import (  # noqa: F401 - fixtures, registered by being imported here
     backend,
     clock,
+    collated_database_url,
+    collated_store,
     database_url,
     fresh_database_url,
     fresh_pg_url,
+    human_collated_pg_url,
     pg_session_database,
     sqlite_template,
     store,

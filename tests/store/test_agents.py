@@ -115,3 +115,25 @@ async def test_projects_lists_each_project_of_an_enabled_agent_once(
     await store.write(lambda c: agents.update_agent(c, "d", disabled_at=clock()))
     assert await store.read(agents.projects) == ["blog", "shop"]
     assert sorted(await store.read(lambda c: agents.project_agent_names(c, "shop"))) == ["a", "b"]
+
+
+NAMES_BY_CODE_POINT = ["a-b", "a.c", "a9", "a_a", "ab"]
+"""As SQLite orders them; a database collated for English reads `a_a` before `a-b`."""
+
+
+async def test_agents_are_listed_by_code_point_whatever_the_databases_collation(
+    collated_store: Store,
+) -> None:
+    store = collated_store
+    for name in reversed(NAMES_BY_CODE_POINT):
+        await add(store, name, f"s-{name}")
+
+    def listed(conn: Connection) -> list[list[str]]:
+        accounts = agents.account_rows(conn, now=store.clock(), offline_after_s=OFFLINE_AFTER)
+        return [
+            agents.enabled_agent_names(conn),
+            [row.name for row in agents.presence_rows(conn, None)],
+            [row.name for row in accounts],
+        ]
+
+    assert await store.read(listed) == [NAMES_BY_CODE_POINT] * 3

@@ -24,7 +24,7 @@ from sqlalchemy import (
 from agentpost.domain.limits import never_stored
 from agentpost.domain.models import SessionInfo, Status
 from agentpost.store.prepared import Prepared, in_parts, numbered, numbered_values
-from agentpost.store.schema import agents, sessions
+from agentpost.store.schema import agents, by_code_point, sessions
 
 _GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
 
@@ -80,7 +80,9 @@ def update_agent(conn: Connection, name: str, **values: Any) -> None:
 
 def enabled_agent_names(conn: Connection) -> list[str]:
     rows = conn.execute(
-        select(agents.c.name).where(agents.c.disabled_at.is_(None)).order_by(agents.c.name)
+        select(agents.c.name)
+        .where(agents.c.disabled_at.is_(None))
+        .order_by(by_code_point(agents.c.name))
     )
     return [row.name for row in rows]
 
@@ -241,7 +243,7 @@ def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
         .outerjoin(latest, and_(latest.c.agent == agents.c.name, latest.c.rank == 1))
         .outerjoin(sessions, sessions.c.id == latest.c.id)
         .where(agents.c.disabled_at.is_(None))
-        .order_by(agents.c.name)
+        .order_by(by_code_point(agents.c.name))
     )
     if project is not None:
         query = query.where(or_(agents.c.project == project, sessions.c.project == project))
@@ -294,7 +296,7 @@ def account_rows(
         select(agents, seen.c.last_seen, func.coalesce(seen.c.online, 0).label("online"))
         .select_from(agents)
         .outerjoin(seen, seen.c.agent == agents.c.name)
-        .order_by(agents.c.name)
+        .order_by(by_code_point(agents.c.name))
     )
     if names is not None:
         query = query.where(agents.c.name.in_(list(names)))

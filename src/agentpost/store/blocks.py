@@ -8,7 +8,7 @@ from types import ModuleType
 from sqlalchemy import Connection, bindparam, delete, select
 
 from agentpost.store.prepared import Prepared, in_parts
-from agentpost.store.schema import blocks
+from agentpost.store.schema import blocks, by_code_point
 
 _BLOCKING_ONE = Prepared(
     select(blocks.c.recipient).where(
@@ -38,7 +38,9 @@ def blocking(conn: Connection, sender: str, recipients: Sequence[str]) -> set[st
 
 def blocked_senders(conn: Connection, recipient: str) -> list[str]:
     rows = conn.execute(
-        select(blocks.c.sender).where(blocks.c.recipient == recipient).order_by(blocks.c.sender)
+        select(blocks.c.sender)
+        .where(blocks.c.recipient == recipient)
+        .order_by(by_code_point(blocks.c.sender))
     )
     return [row.sender for row in rows]
 

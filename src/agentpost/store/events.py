@@ -44,7 +44,7 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
-from agentpost.store.schema import deliveries, events, messages, webhooks
+from agentpost.store.schema import by_code_point, deliveries, events, messages, webhooks
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
 
@@ -105,7 +105,7 @@ _CREATED = Prepared(
         )
         .join(messages, messages.c.seq == deliveries.c.message_seq)
         .where(deliveries.c.message_seq == bindparam("seq"))
-        .order_by(deliveries.c.recipient),
+        .order_by(by_code_point(deliveries.c.recipient)),
     )
     .returning(events.c.agent, events.c.seq)
 )

@@ -20,7 +20,7 @@ from sqlalchemy import (
 from agentpost.domain.limits import never_stored
 from agentpost.store import lockouts
 from agentpost.store.prepared import Prepared
-from agentpost.store.schema import ONE_ROW, agents, keys, sessions
+from agentpost.store.schema import ONE_ROW, agents, by_code_point, keys, sessions
 
 # What authentication needs in one indexed read: the key, and whether its agent may act.
 _BY_HASH: Select[Any] = (
@@ -129,7 +129,7 @@ def stands(conn: Connection, key_id: str) -> bool:
 
 
 def list_keys(conn: Connection, agent: str | None = None) -> list[Row[Any]]:
-    query = select(keys).order_by(keys.c.agent, keys.c.created_at, keys.c.id)
+    query = select(keys).order_by(by_code_point(keys.c.agent), keys.c.created_at, keys.c.id)
     if agent is not None:
         query = query.where(keys.c.agent == agent)
     return list(conn.execute(query))

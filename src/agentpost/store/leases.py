@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, and_, exists, or_, select, update
 from sqlalchemy.sql import ColumnElement
 
-from agentpost.store.schema import leases, sessions
+from agentpost.store.schema import by_code_point, leases, sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +146,7 @@ def holding(conn: Connection, name: str, *, now: float, ttl_s: float) -> Holding
 def holdings(conn: Connection, prefix: str, *, now: float, ttl_s: float) -> list[Holding]:
     """Every lease whose name starts with `prefix`, by name."""
     query = _HOLDING.where(leases.c.name.startswith(prefix, autoescape=True)).order_by(
-        leases.c.name
+        by_code_point(leases.c.name)
     )
     return [_holding(row, now - ttl_s) for row in conn.execute(query)]
 

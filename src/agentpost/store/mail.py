@@ -49,7 +49,14 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
-from agentpost.store.schema import ONE_ROW, deliveries, messages, sessions, silent_expiries
+from agentpost.store.schema import (
+    ONE_ROW,
+    by_code_point,
+    deliveries,
+    messages,
+    sessions,
+    silent_expiries,
+)
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
 # Written as ORs of constants, not `in_(list)`: SQLite reads them as an IN on the index, and
@@ -484,7 +491,7 @@ def receipts(conn: Connection, seqs: Sequence[int], now: float) -> dict[int, lis
     rows = conn.execute(
         select(deliveries)
         .where(deliveries.c.message_seq.in_(list(seqs)))
-        .order_by(deliveries.c.message_seq, deliveries.c.recipient)
+        .order_by(deliveries.c.message_seq, by_code_point(deliveries.c.recipient))
     )
     for row in rows:
         state = DeliveryState(row.state)

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, exists, insert, or_, select
 
-from agentpost.store.schema import messages, withheld
+from agentpost.store.schema import by_code_point, messages, withheld
 
 
 def record(conn: Connection, seq: int, recipients: Sequence[str]) -> None:
@@ -30,7 +30,7 @@ def of_messages(conn: Connection, seqs: Sequence[int]) -> dict[int, list[str]]:
     rows = conn.execute(
         select(withheld.c.message_seq, withheld.c.recipient)
         .where(withheld.c.message_seq.in_(list(seqs)))
-        .order_by(withheld.c.message_seq, withheld.c.recipient)
+        .order_by(withheld.c.message_seq, by_code_point(withheld.c.recipient))
     )
     for seq, name in rows:
         out.setdefault(seq, []).append(name)
