@@ -271,6 +271,33 @@ async def test_search_matches_every_word_in_subject_or_body(store: Store) -> Non
     assert await find("nowhere") == []
 
 
+@pytest.mark.parametrize(
+    ("body", "word", "matches"),
+    [
+        ("un café crème", "cafe", True),
+        ("un cafe creme", "café", True),
+        ("UN CAFÉ", "café", True),
+        ("un cafe\u0301 decomposed", "café", True),  # e and a combining accent
+        ("Ångström units", "angstrom", True),
+        ("el niño", "NINO", True),
+        ("Ölbild", "olbild", True),
+        ("façade", "facade", True),
+        ("naïve-approach", "naive", True),
+        ("the caféteria", "cafe", False),  # a whole word, as ever
+        ("Øresund", "oresund", False),  # ø, ß, æ are letters of their own on SQLite
+        ("straße", "strasse", False),
+        ("Æsir", "aesir", False),
+        ("Ἀθῆναι", "αθηναι", False),  # only Latin letters lose their accents
+    ],
+)
+async def test_search_ignores_diacritics_of_latin_letters_alike_on_both_databases(
+    store: Store, body: str, word: str, matches: bool
+) -> None:
+    await put(store, "alice", ["bob"], body)
+    found = [r.body for r in await search(store, "bob", [word])]
+    assert found == ([body] if matches else [])
+
+
 async def test_search_takes_as_many_words_as_the_longest_query_holds(store: Store) -> None:
     """A query of 500 characters holds 250 one-letter words: each is a phrase of its own,
     all of them required, on PostgreSQL as on SQLite."""

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import asyncpg
-from sqlalchemy import Connection, func, literal, text
+from sqlalchemy import Connection, func, literal, literal_column, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -386,17 +386,32 @@ def upsert(
     return stmt.on_conflict_do_update(index_elements=keys, set_=update, where=where)
 
 
+_ONE_MARK_ON_A_LATIN_LETTER = "([A-Za-z])[\u0300-\u036f](?![\u0300-\u036f])"
+
+
+def _without_diacritics(value: Any) -> Any:
+    """Text as SQLite's index folds it (`unicode61`, `remove_diacritics=1`): a Latin letter
+    with one diacritic is the letter alone (`é` is `e`, `Å` is `A`, spelt as one character
+    or as letter and mark), and nothing else changes: `ø`, `ß`, `æ` stay letters of their
+    own, Greek and Cyrillic keep their accents, as do letters with two (`ǖ`). Built in, where
+    the `unaccent` extension, which also maps `ß` to `ss`, would have to be installed."""
+    decomposed = func.normalize(value, literal_column("NFD"))
+    bare = func.regexp_replace(decomposed, _ONE_MARK_ON_A_LATIN_LETTER, "\\1", "g")
+    return func.normalize(bare, literal_column("NFC"))
+
+
 def _split(value: Any) -> Any:
     """Text as SQLite's index reads it (`unicode61`): runs of letters and digits, whatever
-    stands between them. PostgreSQL's parser keeps a path, an address or a URL as one word
-    (`src/app/store.py`), where a search for `store` is to find it."""
-    return func.regexp_replace(value, "[^[:alnum:]]+", " ", "g")
+    stands between them, without their diacritics. PostgreSQL's parser keeps a path, an
+    address or a URL as one word (`src/app/store.py`), where a search for `store` is to
+    find it."""
+    return func.regexp_replace(_without_diacritics(value), "[^[:alnum:]]+", " ", "g")
 
 
 def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:
     """Each word matched as FTS5 matches a quoted word (`store.fulltext`): the runs of letters
-    and digits it holds, in a row. Unindexed `to_tsvector`: correct now; the index arrives
-    with scale-out."""
+    and digits it holds, in a row, in any case and with or without diacritics. Unindexed
+    `to_tsvector`: correct now; the index arrives with scale-out."""
     document = func.to_tsvector("simple", _split(table.c.subject + " " + table.c.body))
     phrases = [func.phraseto_tsquery("simple", _split(literal(word))) for word in words]
     return select.where(document.op("@@")(_all_of(phrases)))
