@@ -368,3 +368,67 @@ def test_0009_keeps_every_webhook_and_its_downgrade_keeps_them_and_their_deliver
         assert db.execute("SELECT id FROM webhooks").fetchall() == [("wh_1",)]
         assert db.execute("SELECT webhook_id FROM webhook_deliveries").fetchall() == [("wh_1",)]
         assert "key_id" not in [row[1] for row in db.execute("PRAGMA table_info(webhooks)")]
+
+
+async def migrate_to(url: str, target: str) -> None:
+    """Alembic's upgrade to `target` on the database at `url`, as a start would run it."""
+    if url.startswith("sqlite"):
+        from agentpost.store import sqlite
+        from store.test_fulltext import alembic_on
+
+        path = Path(url.removeprefix("sqlite:///"))
+        sqlite.prepare_file(path)
+        alembic_on(path, "upgrade", target)
+        return
+
+    def upgrade(conn: Connection) -> None:
+        from alembic import command
+        from alembic.config import Config
+
+        config = Config()
+        config.set_main_option("script_location", str(migrate.MIGRATIONS))
+        config.attributes["connection"] = conn
+        command.upgrade(config, target)
+
+    async_engine = create_async_engine(async_url(url))
+    try:
+        async with async_engine.begin() as conn:
+            await conn.run_sync(upgrade)
+    finally:
+        await async_engine.dispose()
+
+
+def _members_before_0010(conn: Connection) -> None:
+    """dev joined #shop while of project shop (the membership 0010 drops), and #ops; web,
+    of project blog, joined #shop; solo has no project."""
+    for name, project in [("dev", "shop"), ("web", "blog"), ("solo", None)]:
+        conn.execute(
+            text("INSERT INTO agents (name, project, created_at) VALUES (:n, :p, 1.0)"),
+            {"n": name, "p": project},
+        )
+    for channel, agent in [("shop", "dev"), ("ops", "dev"), ("shop", "web"), ("shop", "solo")]:
+        conn.execute(
+            text("INSERT INTO channel_members (channel, agent, joined_at) VALUES (:c, :a, 1.0)"),
+            {"c": channel, "a": agent},
+        )
+    conn.commit()
+
+
+def _memberships(conn: Connection) -> list[tuple[str, str]]:
+    rows = conn.execute(text("SELECT channel, agent FROM channel_members"))
+    return sorted((row.channel, row.agent) for row in rows)
+
+
+async def test_0010_drops_memberships_of_an_agents_own_project_channel_and_keeps_the_rest(
+    fresh_database_url: str,
+) -> None:
+    """Recorded before joining one's own project's channel recorded nothing, they kept an
+    agent in that channel after it moved to another project."""
+    await migrate_to(fresh_database_url, "0009")
+    await inspected(fresh_database_url, _members_before_0010)
+    await migrate_to(fresh_database_url, "0010")
+    assert await inspected(fresh_database_url, _memberships) == [
+        ("ops", "dev"),
+        ("shop", "solo"),
+        ("shop", "web"),
+    ]
