@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 import anyio
 import asyncpg
 import pytest
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
@@ -29,8 +29,10 @@ from agentpost.store.postgres import (
     NEWS_CHANNEL,
     announcements,
     heard,
+    search,
     unavailable_when_unreachable,
 )
+from agentpost.store.schema import messages
 from backends import PG_ADMIN_URL, refuse_connections
 from service_process import eventually as eventually_true
 
@@ -390,3 +392,25 @@ async def test_a_pooled_connection_the_server_ended_is_replaced_not_answered_una
     await end_pooled_connections(pg_session_database)
     ask = first.read if attempt == "read" else first.write
     assert await ask(lambda c: c.exec_driver_sql("SELECT 2").scalar()) == 2
+
+
+def _plan(conn: Connection) -> str:
+    """The plan of a search, with a scan of every message ruled out where another way exists
+    (the planner scans a table this small whatever its indexes)."""
+    query = search(select(messages.c.seq), messages, ["billing", "café"])
+    sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+    return "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql))
+
+
+async def test_a_search_reads_the_index_of_the_words_not_every_message(
+    pg_session_database: str,
+) -> None:
+    """Migration 0011 indexes the very expression a search matches (`postgres.document`):
+    were the two to differ, a search would read every message again, and take seconds."""
+    store = await Store.open(pg_session_database)
+    try:
+        plan = await store.read(_plan)
+    finally:
+        await store.aclose()
+    assert "ix_messages_search" in plan, plan

@@ -386,7 +386,15 @@ def upsert(
     return stmt.on_conflict_do_update(index_elements=keys, set_=update, where=where)
 
 
-_ONE_MARK_ON_A_LATIN_LETTER = "([A-Za-z])[\u0300-\u036f](?![\u0300-\u036f])"
+_ONE_MARK_ON_A_LATIN_LETTER = r"E'([A-Za-z])[\\u0300-\\u036f](?![\\u0300-\\u036f])'"
+"""A letter and one combining mark, as an E'' string: the same whatever the server's
+`standard_conforming_strings`."""
+
+
+def _sql(constant: str) -> Any:
+    """A constant written into the statement, not bound: the document's expression must be
+    the very one migration 0011 indexes, which a parameter is not to the planner."""
+    return literal_column(constant)
 
 
 def _without_diacritics(value: Any) -> Any:
@@ -395,9 +403,11 @@ def _without_diacritics(value: Any) -> Any:
     or as letter and mark), and nothing else changes: `ø`, `ß`, `æ` stay letters of their
     own, Greek and Cyrillic keep their accents, as do letters with two (`ǖ`). Built in, where
     the `unaccent` extension, which also maps `ß` to `ss`, would have to be installed."""
-    decomposed = func.normalize(value, literal_column("NFD"))
-    bare = func.regexp_replace(decomposed, _ONE_MARK_ON_A_LATIN_LETTER, "\\1", "g")
-    return func.normalize(bare, literal_column("NFC"))
+    decomposed = func.normalize(value, _sql("NFD"))
+    bare = func.regexp_replace(
+        decomposed, _sql(_ONE_MARK_ON_A_LATIN_LETTER), _sql(r"E'\\1'"), _sql("'g'")
+    )
+    return func.normalize(bare, _sql("NFC"))
 
 
 def _split(value: Any) -> Any:
@@ -405,16 +415,25 @@ def _split(value: Any) -> Any:
     stands between them, without their diacritics. PostgreSQL's parser keeps a path, an
     address or a URL as one word (`src/app/store.py`), where a search for `store` is to
     find it."""
-    return func.regexp_replace(_without_diacritics(value), "[^[:alnum:]]+", " ", "g")
+    return func.regexp_replace(
+        _without_diacritics(value), _sql("'[^[:alnum:]]+'"), _sql("' '"), _sql("'g'")
+    )
+
+
+def document(table: Table) -> Any:
+    """A message's words as search reads them: the expression migration 0011 indexes."""
+    text_ = table.c.subject + _sql("' '") + table.c.body
+    return func.to_tsvector(_sql("'simple'::regconfig"), _split(text_))
 
 
 def search(select: Select[Any], table: Table, words: list[str]) -> Select[Any]:
     """Each word matched as FTS5 matches a quoted word (`store.fulltext`): the runs of letters
-    and digits it holds, in a row, in any case and with or without diacritics. Unindexed
-    `to_tsvector`: correct now; the index arrives with scale-out."""
-    document = func.to_tsvector("simple", _split(table.c.subject + " " + table.c.body))
-    phrases = [func.phraseto_tsquery("simple", _split(literal(word))) for word in words]
-    return select.where(document.op("@@")(_all_of(phrases)))
+    and digits it holds, in a row, in any case and with or without diacritics. The index of
+    migration 0011 finds the messages that hold every word; the phrases are checked on them."""
+    phrases = [
+        func.phraseto_tsquery(_sql("'simple'::regconfig"), _split(literal(word))) for word in words
+    ]
+    return select.where(document(table).op("@@")(_all_of(phrases)))
 
 
 def _all_of(queries: list[Any]) -> Any:
