@@ -74,11 +74,13 @@ async def _admin(sql: str) -> None:
         await conn.close()
 
 
-def create_pg_database(prefix: str = "agentpost_test") -> str:
-    """A new, empty database; returns its name. Fails loudly when the server is not there."""
+def create_pg_database(prefix: str = "agentpost_test", options: str = "") -> str:
+    """A new, empty database (`options` of CREATE DATABASE, from template0, if any); returns
+    its name. Fails loudly when the server is not there."""
     name = f"{prefix}_{secrets.token_hex(6)}"
+    template = f" TEMPLATE template0 {options}" if options else ""
     try:
-        asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
+        asyncio.run(_admin(f'CREATE DATABASE "{name}"{template}'))
     except (OSError, asyncpg.PostgresError) as exc:
         pytest.fail(f"PostgreSQL at {PG_ADMIN_URL} is needed by these tests: {exc!r}")
     return name

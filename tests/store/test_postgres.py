@@ -9,7 +9,8 @@ the announcement is lost rather than pass a second later.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import anyio
 import asyncpg
@@ -33,7 +34,13 @@ from agentpost.store.postgres import (
     unavailable_when_unreachable,
 )
 from agentpost.store.schema import messages
-from backends import PG_ADMIN_URL, refuse_connections
+from backends import (
+    PG_ADMIN_URL,
+    create_pg_database,
+    drop_pg_database,
+    pg_url,
+    refuse_connections,
+)
 from service_process import eventually as eventually_true
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -414,3 +421,30 @@ async def test_a_search_reads_the_index_of_the_words_not_every_message(
     finally:
         await store.aclose()
     assert "ix_messages_search" in plan, plan
+
+
+@pytest.fixture
+def ascii_letters_url() -> Iterator[str]:
+    """A database whose character type is C: only ASCII letters are letters there."""
+    name = create_pg_database("agentpost_ctype_c", "LOCALE 'C' ENCODING 'UTF8'")
+    try:
+        yield pg_url(name)
+    finally:
+        drop_pg_database(name)
+
+
+def _ctype_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "LC_CTYPE" in r.getMessage()]
+
+
+async def test_a_database_that_knows_only_ascii_letters_is_named_in_the_log_on_open(
+    ascii_letters_url: str, pg_session_database: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Search breaks words at every other letter there; the owner is told how to mend it."""
+    caplog.set_level(logging.WARNING, logger="agentpost.store.postgres")
+    await (await Store.open(pg_session_database)).aclose()
+    assert _ctype_warnings(caplog) == []
+    await (await Store.open(ascii_letters_url)).aclose()
+    (warning,) = _ctype_warnings(caplog)
+    assert "LC_CTYPE is C" in warning
+    assert "C.UTF-8" in warning

@@ -159,6 +159,7 @@ class Store:
             try:
                 with postgres.unavailable_when_unreachable():
                     await migrate.migrate_postgres(self._postgres.engine)
+                await self._postgres.warn_when_letters_are_ascii()
             except BaseException:
                 await self._postgres.aclose()
                 raise

@@ -95,6 +95,7 @@ _BUSY = frozenset({"55P03", "57014", "53300"})
 _REFUSED_CONNECTION = ("28", "3D", "55000")
 """SQLSTATEs of a connection refused as it opens (no statement of ours ran): a password or
 role refused, a database that is not there, one closed to connections."""
+_CTYPE = text("SELECT datctype FROM pg_database WHERE datname = current_database()")
 _GONE_CLASSES = ("08", "57P")
 """SQLSTATE classes of a connection lost or a server shutting down or starting up."""
 LOCK_TIMEOUT_S = 10
@@ -356,6 +357,21 @@ class PostgresRunner:
         replica, concerned = heard(payload)
         if replica != self.replica:
             self._on_foreign(concerned)
+
+    async def warn_when_letters_are_ascii(self) -> None:
+        """Log, once on open, a database whose character type is `C` or `POSIX`: there
+        PostgreSQL takes only ASCII letters for letters, and a search breaks words at every
+        other one (`øre` finds `re`). Served all the same: the owner chose it."""
+        with unavailable_when_unreachable():
+            async with self.engine.connect() as conn:
+                ctype = (await conn.execute(_CTYPE)).scalar()
+        if ctype in ("C", "POSIX"):
+            log.warning(
+                "the database's LC_CTYPE is %s: PostgreSQL takes only ASCII letters for letters,"
+                " so a search breaks words at every other one; create the database with a"
+                " UTF-8 LC_CTYPE (C.UTF-8, en_US.UTF-8) for search to match SQLite's",
+                ctype,
+            )
 
     async def aclose(self) -> None:
         self._closed = True
