@@ -448,3 +448,26 @@ async def test_a_database_that_knows_only_ascii_letters_is_named_in_the_log_on_o
     (warning,) = _ctype_warnings(caplog)
     assert "LC_CTYPE is C" in warning
     assert "C.UTF-8" in warning
+
+
+@pytest.fixture
+def latin1_url() -> Iterator[str]:
+    name = create_pg_database("agentpost_latin1", "ENCODING 'LATIN1' LOCALE 'C'")
+    try:
+        yield pg_url(name)
+    finally:
+        drop_pg_database(name)
+
+
+async def test_a_database_not_in_utf8_is_refused_on_open_and_left_alone(latin1_url: str) -> None:
+    """It could not hold every message, and search folds text as PostgreSQL does only in
+    UTF8: refused before anything is written, rather than every send failing later."""
+    with pytest.raises(AgentpostError) as refused:
+        await Store.open(latin1_url)
+    assert refused.value.code is ErrorCode.UNAVAILABLE
+    assert "encoding is LATIN1; agentpost needs UTF8" in refused.value.message
+    conn = await asyncpg.connect(latin1_url)
+    try:
+        assert await conn.fetchval("SELECT to_regclass('alembic_version')") is None
+    finally:
+        await conn.close()

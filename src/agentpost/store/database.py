@@ -157,9 +157,9 @@ class Store:
                 on_hearing=self._hearing,
             )
             try:
+                await self._postgres.check_database()
                 with postgres.unavailable_when_unreachable():
                     await migrate.migrate_postgres(self._postgres.engine)
-                await self._postgres.warn_when_letters_are_ascii()
             except BaseException:
                 await self._postgres.aclose()
                 raise

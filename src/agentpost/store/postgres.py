@@ -95,7 +95,10 @@ _BUSY = frozenset({"55P03", "57014", "53300"})
 _REFUSED_CONNECTION = ("28", "3D", "55000")
 """SQLSTATEs of a connection refused as it opens (no statement of ours ran): a password or
 role refused, a database that is not there, one closed to connections."""
-_CTYPE = text("SELECT datctype FROM pg_database WHERE datname = current_database()")
+_ENCODING_AND_CTYPE = text(
+    "SELECT pg_encoding_to_char(encoding), datctype FROM pg_database"
+    " WHERE datname = current_database()"
+)
 _GONE_CLASSES = ("08", "57P")
 """SQLSTATE classes of a connection lost or a server shutting down or starting up."""
 LOCK_TIMEOUT_S = 10
@@ -358,13 +361,21 @@ class PostgresRunner:
         if replica != self.replica:
             self._on_foreign(concerned)
 
-    async def warn_when_letters_are_ascii(self) -> None:
-        """Log, once on open, a database whose character type is `C` or `POSIX`: there
-        PostgreSQL takes only ASCII letters for letters, and a search breaks words at every
-        other one (`øre` finds `re`). Served all the same: the owner chose it."""
+    async def check_database(self) -> None:
+        """Refuse a database not in the UTF8 encoding, before anything is written to it: it
+        cannot hold every message (an emoji), and search folds text with `normalize`, which
+        PostgreSQL performs only there. Log one whose character type is `C` or `POSIX`:
+        there PostgreSQL takes only ASCII letters for letters, and a search breaks words at
+        every other one (`øre` finds `re`); it is served all the same."""
         with unavailable_when_unreachable():
             async with self.engine.connect() as conn:
-                ctype = (await conn.execute(_CTYPE)).scalar()
+                encoding, ctype = (await conn.execute(_ENCODING_AND_CTYPE)).one()
+        if encoding != "UTF8":
+            raise AgentpostError(
+                ErrorCode.UNAVAILABLE,
+                f"the database's encoding is {encoding}; agentpost needs UTF8"
+                " (CREATE DATABASE … ENCODING 'UTF8')",
+            )
         if ctype in ("C", "POSIX"):
             log.warning(
                 "the database's LC_CTYPE is %s: PostgreSQL takes only ASCII letters for letters,"
