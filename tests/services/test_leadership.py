@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import subprocess
 
 import anyio
 import pytest
 
-from account_helpers import owner
+from account_helpers import keyed, owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Caller, Kind
@@ -374,3 +375,14 @@ async def test_a_session_that_ends_while_its_claim_looks_at_its_branch_takes_no_
     assert refused.value.code is ErrorCode.UNAUTHENTICATED
     assert (await office.leadership.leader(watcher)).leader is None
     assert await announcements(office, watcher) == []
+
+
+async def test_a_session_without_a_project_stands_for_no_seat_and_logs_nothing(
+    office: PostOffice, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every `register` over HTTP by an agent with no project came with a warning in the
+    service's log, though nothing was wrong: such a session has no seat to stand for."""
+    alice, _key = await keyed(office, "alice")
+    with caplog.at_level(logging.WARNING, logger="agentpost"):
+        assert await office.leadership.claim_if_eligible(alice) is None
+    assert [r.getMessage() for r in caplog.records] == []

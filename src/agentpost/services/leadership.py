@@ -47,6 +47,14 @@ def _origin_head(worktree: str) -> str | None:
     return origin_head(worktree)
 
 
+_NOT_ELIGIBLE = (
+    ErrorCode.CONFLICT,
+    ErrorCode.FORBIDDEN,
+    ErrorCode.INVALID_ARGUMENT,
+    ErrorCode.UNAUTHENTICATED,
+)
+
+
 class Leadership:
     def __init__(
         self, store: Store, settings: Settings, mailbox: Mailbox, presence: PresenceService
@@ -134,7 +142,9 @@ class Leadership:
         try:
             return await self.claim(caller)
         except AgentpostError as err:
-            if err.code not in (ErrorCode.CONFLICT, ErrorCode.FORBIDDEN):
+            # Not eligible: the seat is held or the session may not lead (conflict,
+            # forbidden), it has no project (invalid_argument), or it ended meanwhile.
+            if err.code not in _NOT_ELIGIBLE:
                 # The session exists already: its opener must learn its id, seat or not.
                 log.warning("a new session could not stand for leader: %s", err)
             return None
