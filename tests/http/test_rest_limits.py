@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+from functools import partial
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from rate_window import inside_one_rate_window
@@ -218,3 +220,37 @@ async def test_every_send_is_audited_without_its_body(service: Service) -> None:
     sends = [e for e in entries["entries"] if e["action"] == "message.sent"]
     assert len(sends) == 1
     assert "private words" not in str(sends[0])
+
+
+async def test_an_agent_holds_at_most_max_open_waits_and_another_agent_is_not_held_up(
+    tmp_path: Path,
+) -> None:
+    """Each wait or event stream held open costs the process a connection and a task: a key
+    opening them without end would run it out for everyone."""
+    async with running_service(tmp_path, {"AGENTPOST_MAX_OPEN_WAITS": "2"}) as service:
+        key = await service.create_agent("alice")
+        bob = await service.agent("bob")
+        holder = service.client(key)  # its own connections, closed below: a hang-up
+        alice = service.client(key)
+
+        async def first_wait_answered(status: int) -> httpx.Response:
+            while True:  # the held waits register, or end, within moments
+                answer = await alice.get("/v1/inbox/wait", params={"timeout_s": 0})
+                if answer.status_code == status:
+                    return answer
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                tg.start_soon(partial(holder.get, "/v1/inbox/wait", params={"timeout_s": 30}))
+            third = await first_wait_answered(429)
+            assert third.json()["error"]["code"] == "rate_limited"
+            assert third.json()["error"]["details"] == {"limit": 2}
+            assert int(third.headers["Retry-After"]) >= 1
+            stream = await alice.get("/v1/events")
+            assert (stream.status_code, stream.json()["error"]["code"]) == (429, "rate_limited")
+            # Another agent waits as before.
+            assert (await bob.get("/v1/inbox/wait", params={"timeout_s": 0})).status_code == 200
+            tg.cancel_scope.cancel()
+        await holder.aclose()  # the held waits' client hangs up: they end, making room
+        assert (await first_wait_answered(200)).json()["timed_out"] is True

@@ -16,7 +16,7 @@ from agentpost.domain import limits as rules
 from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.events import Event
 from agentpost.domain.models import Caller
-from agentpost.services.presence import Heartbeat, check_standing
+from agentpost.services.presence import Heartbeat, check_room_to_wait, check_standing, held_watch
 from agentpost.store import events as event_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Store
@@ -41,8 +41,9 @@ def check_cursor(after: int) -> int:
 
 
 class Events:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, max_open_waits: int) -> None:
         self.store = store
+        self._max_open_waits = max_open_waits
 
     async def since(self, caller: Caller, after: int, limit: int = 100) -> list[Event]:
         """The caller's events after the cursor `after`, oldest first (at most `limit`)."""
@@ -62,6 +63,7 @@ class Events:
         handed out by this log (it is another post office's, or the database started afresh):
         the stream starts at the newest event there is, not at a number the log may reach in
         years, so nothing that comes next is missed."""
+        check_room_to_wait(self.store, caller, self._max_open_waits)  # refused before it opens
         if after is None:
             return await self.newest(caller)
         cursor = check_cursor(after)
@@ -85,7 +87,7 @@ class Events:
         cursor = check_cursor(after)
         heartbeat = Heartbeat(self.store, caller, heartbeat_s) if heartbeat_s else None
         # Watched before the first look: an event committed after any look wakes the next wait.
-        with self.store.watch(caller.agent) as news:
+        with held_watch(self.store, caller, self._max_open_waits) as news:
             while True:
                 if heartbeat is not None:
                     await heartbeat.beat()

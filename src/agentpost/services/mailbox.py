@@ -32,7 +32,7 @@ from agentpost.services import accounts, addressing, drafts, outbox
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
 from agentpost.services.keys import REGISTER_RATE_KEY, REGISTER_WINDOW_S
-from agentpost.services.presence import Heartbeat, check_identity, check_standing
+from agentpost.services.presence import Heartbeat, check_identity, check_standing, held_watch
 from agentpost.store import agents as agent_rows
 from agentpost.store import (
     audit,
@@ -326,7 +326,7 @@ class Mailbox:
         deadline = anyio.current_time() + timeout
         heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
         # Watched before the first look: mail that lands after any look wakes the next wait.
-        with self.store.watch(caller.agent) as news:
+        with held_watch(self.store, caller, self.settings.max_open_waits) as news:
             while True:
                 await heartbeat.beat()
                 # A broadcast wakes every member, and every commit of another process wakes

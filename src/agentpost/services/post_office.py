@@ -59,7 +59,7 @@ class PostOffice:
         self.keys = Keys(store, settings)
         self.admin = Admin(store, settings)
         self.directory = Directory(store, settings)
-        self.events = Events(store)
+        self.events = Events(store, settings.max_open_waits)
         self.webhooks = Webhooks(store, settings)
         self.tasks = Tasks(store, settings, self.mailbox)
         self.requests = Requests(store, settings, self.mailbox)

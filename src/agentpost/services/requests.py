@@ -23,7 +23,7 @@ from agentpost.domain.names import check_name
 from agentpost.domain.requests import RequestAnswer
 from agentpost.services import outbox
 from agentpost.services.mailbox import Mailbox
-from agentpost.services.presence import Heartbeat, check_standing
+from agentpost.services.presence import Heartbeat, check_standing, held_watch
 from agentpost.store import mail
 from agentpost.store import requests as request_rows
 from agentpost.store.database import Connection, Row, Store
@@ -137,7 +137,7 @@ class Requests:
         deadline = anyio.current_time() + timeout
         heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
         # The response is mail to the asker: its delivery wakes this watch, made before looking.
-        with self.store.watch(caller.agent) as news:
+        with held_watch(self.store, caller, self.settings.max_open_waits) as news:
             while True:
                 await heartbeat.beat()
                 found = await self.store.glance(lambda c: request_rows.response_row(c, request_id))

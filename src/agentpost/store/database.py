@@ -345,6 +345,10 @@ class Store:
         manager."""
         return self._wakeups.watch(agent)
 
+    def watching(self, agent: str) -> int:
+        """How many watches of `agent`'s this process holds (its open waits and streams)."""
+        return self._wakeups.watching(agent)
+
     def watch_following(self, agent_of: Callable[[], str]) -> Watch:
         """As `watch`, for whichever agent `agent_of()` names at each commit (a session that
         may take another name)."""
