@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from agentpost.client import AsyncClient, Client
-from agentpost.client.wire import MAX_HELD_S, EventReader, refusal
+from agentpost.client.wire import MAX_HELD_S, MAX_RECONNECT_S, EventReader, refusal
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.events import Event
 
@@ -101,6 +101,14 @@ def test_the_event_reader_follows_the_format() -> None:
     assert reader.feed("") == Event(12, "message.created", "m_1", 1.0, {})
     assert (reader.cursor, reader.retry_s) == (12, 2.5)
     assert reader.feed("") is None  # a blank line with nothing pending dispatches nothing
+
+
+def test_a_retry_longer_than_the_longest_reconnect_delay_is_cut_to_it() -> None:
+    """A server (or whatever answers in its place) asking for a retry of days would leave
+    a client silent that long; it waits as long as its own back-off at most."""
+    reader = EventReader()
+    reader.feed("retry: 86400000")
+    assert reader.retry_s == MAX_RECONNECT_S
 
 
 def test_an_id_or_retry_that_is_no_ascii_number_is_ignored() -> None:

@@ -286,7 +286,7 @@ class EventReader:
         elif name == "id" and is_decimal(value):
             self._id = int(value)
         elif name == "retry" and is_decimal(value):
-            self.retry_s = int(value) / 1000
+            self.retry_s = min(int(value) / 1000, MAX_RECONNECT_S)
         elif name == "event":
             self._name = value  # the type, which an agentpost event's data carries too
         return None
