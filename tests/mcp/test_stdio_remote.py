@@ -161,6 +161,48 @@ async def test_the_url_and_key_may_come_from_the_environment(
     assert (await alice.call("channels"))["channels"][0]["name"] == "#general"
 
 
+async def test_a_session_ended_on_the_service_is_minted_again_with_its_profile(
+    agents: Agents, service: Service
+) -> None:
+    """The service ends a session from outside (`DELETE /v1/sessions/…`) and deletes ended
+    ones once an agent has 100: the server mints a new one on the next call, with the status
+    and objective it had, and carries on, as a local session's process would."""
+    office = Office(service)
+    try:
+        alice_key, carol = await office.new_key("alice"), await office.agent("carol")
+        alice = await start_remote(agents, service, alice_key)
+        await alice.call("set_status", status="blocked", objective="waiting for review")
+        outside = office.client(alice_key)
+        await outside.end_session(alice.session_id)
+        for _ in range(100):  # the ended session is deleted to make room for these
+            await outside.end_session(await outside.open_session())
+
+        me = await alice.call("whoami")
+        assert me["session_id"] != alice.session_id
+        assert (me["agent"], me["status"], me["objective"]) == (
+            "alice",
+            "blocked",
+            "waiting for review",
+        )
+        [present] = [p for p in await carol.who() if p.name == "alice"]
+        assert (present.online, present.sessions, present.status.value, present.objective) == (
+            True,
+            1,
+            "blocked",
+            "waiting for review",
+        )
+
+        # Again, by another tool: the next loss is healed too.
+        await outside.end_session(me["session_id"])
+        sent = await alice.call("send", to="carol", body="still here")
+        [got] = (await carol.inbox()).messages
+        assert (got.id, got.sender) == (sent["id"], "alice")
+        again = await alice.call("whoami")
+        assert again["session_id"] not in (alice.session_id, me["session_id"])
+    finally:
+        await office.aclose()
+
+
 async def test_a_refused_key_ends_the_server_with_its_code(service: Service) -> None:
     command = serve_command()[:-1]  # the console script, without `serve`
     done = await anyio.run_process(

@@ -6,20 +6,25 @@ local session, and ended when the process ends. What the REST API leaves to the 
 
 - the piggyback's urgent previews: the unread urgent mail is looked up with each answer and each
   message is told once per session (the local desk keeps that cursor in the store);
-- the session's own record for `whoami`, kept from what this desk set.
+- the session's own record for `whoami`, kept from what this desk set;
+- a session the service no longer knows (ended from outside, or deleted once the agent had
+  too many): the call that hears so mints a new one with the same worktree, branch, status
+  and objective, and is made once more on it, as a restarted process would start over.
 """
 
 from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar, cast
+
+import anyio
 
 from agentpost.client.async_client import AsyncClient
 from agentpost.domain.desk import PriorityName, StatusName
-from agentpost.domain.errors import forbidden
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import (
     AckResult,
@@ -43,14 +48,20 @@ URGENT_PREVIEWS = 20
 MAX_INBOX_PAGE = 500
 """The most an inbox page holds (the service refuses more)."""
 
+T = TypeVar("T")
+
 
 class RemoteDesk:
     """A session of the key's agent on the service `client` speaks to; make one with `open`."""
 
-    def __init__(self, client: AsyncClient, session: SessionInfo) -> None:
+    def __init__(
+        self, client: AsyncClient, session: SessionInfo, project: str | None = None
+    ) -> None:
         self.client = client
         self._session = session
+        self._project = project  # as asked for at the start: a new session asks the same
         self._told: set[str] = set()
+        self._renewing = anyio.Lock()
 
     @classmethod
     async def open(
@@ -85,19 +96,67 @@ class RemoteDesk:
             heartbeat_at=now,
             ended_at=None,
         )
-        return cls(client, session)
+        return cls(client, session, project)
+
+    @property
+    def session_id(self) -> str:
+        return self._session.id
+
+    def is_lost(self, err: AgentpostError, session_id: str) -> bool:
+        """Whether `err` says the service no longer knows the session `session_id`."""
+        return err.code is ErrorCode.NOT_FOUND and err.details.get("session") == session_id
+
+    async def keep_session(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call`; when the service answers that this desk's session is gone, once more on a
+        new session (a refusal of that one is the caller's: no loop of new sessions)."""
+        lost = self._session.id
+        try:
+            return await call()
+        except AgentpostError as err:
+            if not self.is_lost(err, lost):
+                raise
+        await self.renew(lost)
+        return await call()
+
+    async def renew(self, lost: str) -> None:
+        """Speak for a new session in place of `lost`, with its worktree, branch, status and
+        objective; once, however many calls heard of the loss at the same time."""
+        async with self._renewing:
+            if self._session.id != lost:
+                return  # another call has renewed it meanwhile
+            old = self._session
+            session_id = await self.client.open_session(
+                project=self._project,
+                worktree=old.worktree,
+                branch=old.branch,
+                objective=old.objective or None,
+            )
+            self.client.session = session_id
+            now = time.time()
+            self._session = replace(
+                old, id=session_id, status=Status.ACTIVE, started_at=now, heartbeat_at=now
+            )
+            if old.status is not Status.ACTIVE:
+                await self.client.update_me(status=cast(StatusName, old.status.value))
+                self._session = replace(self._session, status=old.status)
 
     @property
     def agent(self) -> str:
         return self._session.agent
 
     async def heartbeat(self) -> None:
-        await self.client.heartbeat(self._session.id)
+        await self.keep_session(lambda: self.client.heartbeat(self._session.id))
         self._session = replace(self._session, heartbeat_at=time.time())
 
     async def close(self) -> None:
-        """End the session: it shows offline at once."""
-        await self.client.end_session(self._session.id)
+        """End the session: it shows offline at once (one the service no longer knows is no
+        more to end)."""
+        session_id = self._session.id
+        try:
+            await self.client.end_session(session_id)
+        except AgentpostError as err:
+            if not self.is_lost(err, session_id):
+                raise
 
     async def whoami(self) -> SessionInfo:
         await self.heartbeat()  # and so a revoked key is told here, not only on the next send
@@ -127,7 +186,11 @@ class RemoteDesk:
         status: StatusName | None = None,
         objective: str | None = None,
     ) -> None:
-        await self.client.update_me(description=description, status=status, objective=objective)
+        await self.keep_session(
+            lambda: self.client.update_me(
+                description=description, status=status, objective=objective
+            )
+        )
         if status is not None:
             self._session = replace(self._session, status=Status(status))
         if objective is not None:
@@ -136,7 +199,9 @@ class RemoteDesk:
     async def who(
         self, project: str | None = None, include_offline: bool = False
     ) -> list[Presence]:
-        return await self.client.who(project, include_offline=include_offline)
+        return await self.keep_session(
+            lambda: self.client.who(project, include_offline=include_offline)
+        )
 
     async def send(
         self,
@@ -151,16 +216,18 @@ class RemoteDesk:
         ttl_s: float | None = None,
         must_read: bool = False,
     ) -> SendResult:
-        return await self.client.send(
-            to,
-            body,
-            subject=subject,
-            data=data,
-            thread_id=thread_id,
-            reply_to=reply_to,
-            priority=priority,
-            ttl_s=ttl_s,
-            must_read=must_read,
+        return await self.keep_session(
+            lambda: self.client.send(
+                to,
+                body,
+                subject=subject,
+                data=data,
+                thread_id=thread_id,
+                reply_to=reply_to,
+                priority=priority,
+                ttl_s=ttl_s,
+                must_read=must_read,
+            )
         )
 
     async def inbox(
@@ -172,42 +239,46 @@ class RemoteDesk:
         urgent_only: bool = False,
         peek: bool = False,
     ) -> Inbox:
-        return await self.client.inbox(
-            unread_only=unread_only,
-            limit=limit,
-            thread_id=thread_id,
-            urgent_only=urgent_only,
-            peek=peek,
+        return await self.keep_session(
+            lambda: self.client.inbox(
+                unread_only=unread_only,
+                limit=limit,
+                thread_id=thread_id,
+                urgent_only=urgent_only,
+                peek=peek,
+            )
         )
 
     async def wait(self, *, timeout_s: float = 60, thread_id: str | None = None) -> Inbox:
-        return await self.client.wait(timeout_s, thread_id=thread_id)
+        return await self.keep_session(lambda: self.client.wait(timeout_s, thread_id=thread_id))
 
     async def ack(self, ids: Sequence[str]) -> AckResult:
-        return await self.client.ack(ids)
+        return await self.keep_session(lambda: self.client.ack(ids))
 
     async def thread(self, thread_id: str, limit: int = 50) -> list[Message]:
-        return await self.client.thread(thread_id, limit=limit)
+        return await self.keep_session(lambda: self.client.thread(thread_id, limit=limit))
 
     async def sent(self, limit: int = 20) -> list[SentMessage]:
-        return await self.client.sent(limit=limit)
+        return await self.keep_session(lambda: self.client.sent(limit=limit))
 
     async def search(self, query: str, limit: int = 20) -> list[Message]:
-        return await self.client.search(query, limit=limit)
+        return await self.keep_session(lambda: self.client.search(query, limit=limit))
 
     async def channels(self) -> list[ChannelInfo]:
-        return await self.client.channels()
+        return await self.keep_session(lambda: self.client.channels())
 
     async def join(self, channel: str) -> ChannelInfo:
-        return await self.client.join_channel(channel)
+        return await self.keep_session(lambda: self.client.join_channel(channel))
 
     async def leave(self, channel: str) -> str:
-        return await self.client.leave_channel(channel)
+        return await self.keep_session(lambda: self.client.leave_channel(channel))
 
     async def read_channel(
         self, channel: str, limit: int = 20, before: str | None = None
     ) -> list[Message]:
-        return await self.client.channel_history(channel, limit=limit, before=before)
+        return await self.keep_session(
+            lambda: self.client.channel_history(channel, limit=limit, before=before)
+        )
 
     async def notices(self) -> Notices:
         """The unread count, and the unread urgent mail this session has not been shown yet.
@@ -215,7 +286,9 @@ class RemoteDesk:
         What was told is the oldest of the unread urgent mail (new mail only comes after it),
         so one page as long as that, and the previews after it, holds everything to tell."""
         page = min(MAX_INBOX_PAGE, len(self._told) + URGENT_PREVIEWS)
-        found = await self.client.inbox(urgent_only=True, peek=True, limit=page)
+        found = await self.keep_session(
+            lambda: self.client.inbox(urgent_only=True, peek=True, limit=page)
+        )
         fresh = [m for m in found.messages if m.id not in self._told][:URGENT_PREVIEWS]
         # Mail read since is no longer unread and never will be again: only these need keeping.
         still_unread = {m.id for m in found.messages}
@@ -225,13 +298,15 @@ class RemoteDesk:
     # -- leadership (coordination) --------------------------------------------------------
 
     async def leader(self, project: str | None = None) -> Leader:
-        return await self.client.leader(project=project)
+        return await self.keep_session(lambda: self.client.leader(project=project))
 
     async def claim_leadership(self, project: str | None = None, force: bool = False) -> Leader:
-        return await self.client.claim_leadership(project=project, force=force)
+        return await self.keep_session(
+            lambda: self.client.claim_leadership(project=project, force=force)
+        )
 
     async def release_leadership(self, project: str | None = None) -> Leader:
-        return await self.client.release_leadership(project=project)
+        return await self.keep_session(lambda: self.client.release_leadership(project=project))
 
     # -- tasks and requests (coordination) --------------------------------------------------
 
@@ -245,30 +320,36 @@ class RemoteDesk:
         data: Any = None,
         due: float | None = None,
     ) -> Task:
-        return await self.client.delegate(
-            to, title, detail=detail, priority=priority, data=data, due=due
+        return await self.keep_session(
+            lambda: self.client.delegate(
+                to, title, detail=detail, priority=priority, data=data, due=due
+            )
         )
 
     async def tasks(
         self, role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
     ) -> list[Task]:
-        return await self.client.tasks(role, status=status, limit=limit)
+        return await self.keep_session(lambda: self.client.tasks(role, status=status, limit=limit))
 
     async def update_task(
         self, task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None
     ) -> Task:
-        return await self.client.update_task(task_id, status, note=note, result=result)
+        return await self.keep_session(
+            lambda: self.client.update_task(task_id, status, note=note, result=result)
+        )
 
     async def request(
         self, to: str, question: str, *, data: Any = None, timeout_s: float = 60
     ) -> RequestAnswer:
-        return await self.client.request(to, question, data=data, timeout_s=timeout_s)
+        return await self.keep_session(
+            lambda: self.client.request(to, question, data=data, timeout_s=timeout_s)
+        )
 
     async def respond(self, request_id: str, answer: str, *, data: Any = None) -> SendResult:
-        return await self.client.respond(request_id, answer, data=data)
+        return await self.keep_session(lambda: self.client.respond(request_id, answer, data=data))
 
     async def check_request(self, request_id: str) -> RequestAnswer:
-        return await self.client.check_request(request_id)
+        return await self.keep_session(lambda: self.client.check_request(request_id))
 
     # -- reservations (coordination) --------------------------------------------------------
 
@@ -280,19 +361,23 @@ class RemoteDesk:
         ttl_s: float = 3600,
         reason: str | None = None,
     ) -> ReserveResult:
-        return await self.client.reserve(paths, exclusive=exclusive, ttl_s=ttl_s, reason=reason)
+        return await self.keep_session(
+            lambda: self.client.reserve(paths, exclusive=exclusive, ttl_s=ttl_s, reason=reason)
+        )
 
     async def renew_reservations(
         self, ids: list[str] | None = None, *, ttl_s: float = 3600
     ) -> ReservationsChanged:
-        return await self.client.renew_reservations(ids, ttl_s=ttl_s)
+        return await self.keep_session(lambda: self.client.renew_reservations(ids, ttl_s=ttl_s))
 
     async def release_reservations(
         self, *, paths: list[str] | None = None, ids: list[str] | None = None
     ) -> ReservationsChanged:
-        return await self.client.release_reservations(paths=paths, ids=ids)
+        return await self.keep_session(
+            lambda: self.client.release_reservations(paths=paths, ids=ids)
+        )
 
     async def reservations(
         self, project: str | None = None, path: str | None = None
     ) -> list[Reservation]:
-        return await self.client.reservations(project=project, path=path)
+        return await self.keep_session(lambda: self.client.reservations(project=project, path=path))

@@ -177,7 +177,7 @@ def open_session(
     """Mint a session of your agent (say, one per worktree); its id. Set it as the client's
     `session` to speak for it."""
     json = fields(project=project, worktree=worktree, branch=branch, objective=objective)
-    return Request(lambda a: str(a["session_id"]), json=json)
+    return Request(lambda a: str(a["session_id"]), json=json, for_session=False)
 
 
 def heartbeat(session_id: str) -> Request[None]:

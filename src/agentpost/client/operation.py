@@ -35,6 +35,9 @@ class Request(Generic[T]):
     wait_s: float = 0
     """How long the server may hold this request open by design (a long-poll), on top of the
     client's own timeout."""
+    for_session: bool = True
+    """Whether it speaks for the client's session (`Agentpost-Session`). Minting a session
+    speaks for none: naming one the service has ended would only have it refused."""
 
     def url(self, path: str) -> str:
         return path.format(**{k: _segment(k, v) for k, v in self.path_args.items()})

@@ -142,6 +142,8 @@ def outgoing(
         if isinstance(value, str) and not value.isascii():
             utf8_size(value, name)  # refused when it is not Unicode text
     headers = target.headers()
+    if not request.for_session:
+        headers.pop(SESSION_HEADER, None)
     for name, value in request.headers.items():
         headers[name] = header_value(name, value)
     content = None

@@ -5,10 +5,12 @@ same tools as a local session, through the Python client. The process mints a se
 key's agent with this worktree's project and branch, heartbeats it, pushes `agentpost://inbox`
 updates and Claude Code channel notifications from the service's event stream (new mail only:
 receipts do not change the inbox), and ends the session when the client closes stdin or the
-process is told to stop. As with a local session, mail that comes before Claude Code's
-`initialize` is pushed once it has connected (the newest `HELD` of it, if ever that many). Once
-the service refuses the key (revoked, or its agent disabled), the process exits with
-`unauthenticated`, as it does when the key is refused at the start.
+process is told to stop; a session the service ends or forgets meanwhile is minted again, with
+the same branch, status and objective, by the next call that hears of it. As with a local
+session, mail that comes before Claude Code's `initialize` is pushed once it has connected (the
+newest `HELD` of it, if ever that many). Once the service refuses the key (revoked, or its agent
+disabled), the process exits with `unauthenticated`, as it does when the key is refused at the
+start.
 """
 
 from __future__ import annotations
@@ -46,21 +48,21 @@ class _ChannelPush:
     """Pushes each new message to Claude Code's channel in arrival order, holding what comes
     before the client's `initialize` until then, as the local session does."""
 
-    def __init__(self, client: AsyncClient, server: MailboxServer) -> None:
-        self.client, self.server = client, server
+    def __init__(self, desk: RemoteDesk, server: MailboxServer) -> None:
+        self.desk, self.server = desk, server
         self.held: deque[str] = deque(maxlen=HELD)
         self.open = False  # set once what was held has been pushed
 
     async def arrived(self, message_id: str) -> None:
         if self.open:
-            await _push_to_channel(self.client, self.server, message_id)
+            await _push_to_channel(self.desk, self.server, message_id)
         else:
             self.held.append(message_id)
 
     async def release_when_connected(self) -> None:
         await self.server.first_legacy_peer()
         while self.held:  # what arrives meanwhile is appended, and pushed in this loop too
-            await _push_to_channel(self.client, self.server, self.held.popleft())
+            await _push_to_channel(self.desk, self.server, self.held.popleft())
         self.open = True  # no await since the last look: nothing can slip in between
 
 
@@ -87,7 +89,7 @@ class _KeyWatch:
 
 
 async def _push_new_mail(
-    client: AsyncClient,
+    desk: RemoteDesk,
     server: MailboxServer,
     listening: anyio.Event,
     push: _ChannelPush,
@@ -96,8 +98,10 @@ async def _push_new_mail(
     """Tell the client its inbox changed on every `message.created` event, and push that message
     to Claude Code's channel (a peek: `get_message` reads no delivery). The stream reopens itself
     after a dropped connection, after the last event seen, so each message is pushed once; any
-    other refusal (a locked-out address) is retried slowly, a refused key ends the session."""
+    other refusal (a locked-out address) is retried slowly, a refused key ends the session, and
+    a session the service no longer knows is minted again."""
     cursor: int | None = None
+    client = desk.client
 
     async def follow() -> None:
         nonlocal cursor
@@ -111,15 +115,15 @@ async def _push_new_mail(
 
     while True:
         with survive("following the service's events"):
-            await watch.checked(follow)
+            await watch.checked(lambda: desk.keep_session(follow))
         await anyio.sleep(5)  # after a refusal only
 
 
-async def _push_to_channel(client: AsyncClient, server: MailboxServer, message_id: str) -> None:
+async def _push_to_channel(desk: RemoteDesk, server: MailboxServer, message_id: str) -> None:
     """One message to Claude Code's channel; one that cannot be read (gone already) is skipped
     without reopening the stream."""
     with survive("pushing a message to the channel"):
-        message = await client.get_message(message_id)
+        message = await desk.keep_session(lambda: desk.client.get_message(message_id))
         await server.send_custom_notification(channel.METHOD, channel.channel_params(message))
 
 
@@ -136,7 +140,7 @@ async def serve_remote_stdio(settings: Settings) -> None:
             others = [a.name for a in agents if a.name != desk.agent]
             server = build_server(desk, settings.instructions, others)
             listening = anyio.Event()
-            push = _ChannelPush(client, server)
+            push = _ChannelPush(desk, server)
 
             async def push_is_listening() -> None:
                 """Mail sent once the client is served must be pushed: the stream starts now."""
@@ -150,7 +154,7 @@ async def serve_remote_stdio(settings: Settings) -> None:
                         lambda: every(
                             settings.heartbeat_s, "heartbeat", lambda: watch.checked(desk.heartbeat)
                         ),
-                        lambda: _push_new_mail(client, server, listening, push, watch),
+                        lambda: _push_new_mail(desk, server, listening, push, watch),
                         push.release_when_connected,
                     ],
                     ready=push_is_listening,
