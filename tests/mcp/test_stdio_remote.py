@@ -8,6 +8,7 @@ stdio tests.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -18,7 +19,9 @@ import anyio
 import httpx2
 import pytest
 from mcp.client.client import Client
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from remote_office import Office
 from service_process import Service, eventually, serve_command
@@ -265,6 +268,43 @@ async def test_a_key_revoked_mid_session_ends_the_server_before_its_address_is_l
         failures = await office.admin.admin_audit_log(action="auth.failed")
         assert len(failures) <= 2
         assert (await office.admin.me()).name  # the owner is not locked out
+    finally:
+        await office.aclose()
+
+
+async def test_tool_calls_after_the_key_was_revoked_do_not_lock_the_address_out(
+    agents: Agents, service: Service
+) -> None:
+    """An agent that keeps calling tools once its key is revoked (retrying, say) is told
+    `unauthenticated` once; the server then exits rather than knock on with that key until
+    its next heartbeat, which would lock every agent of this machine out."""
+    office = Office(service)
+    try:
+        params = agents.params(None, None, None, "apollo")
+        params = params.model_copy(
+            update={
+                "args": [*params.args, "--url", service.url, "--key", await office.new_key("alice")]
+            }
+        )
+        codes: list[str] = []
+        with (agents.tmp_path / "revoked.stderr").open("a") as errlog:
+            async with Client(
+                stdio_client(params, errlog=errlog), read_timeout_seconds=60
+            ) as alice:
+                await alice.call_tool("whoami", {})
+                [key] = await office.admin.admin_list_keys("alice")
+                await office.admin.admin_revoke_key(key.id)
+                with contextlib.suppress(
+                    MCPError, anyio.BrokenResourceError, anyio.ClosedResourceError
+                ):
+                    for _ in range(12):
+                        result = await alice.call_tool("inbox", {})
+                        assert result.is_error
+                        assert result.structured_content is not None
+                        codes.append(result.structured_content["error"]["code"])
+        assert codes[:1] == ["unauthenticated"]
+        assert (await office.admin.me()).name == "owner"  # not locked out
+        assert len(await office.admin.admin_audit_log(action="auth.failed")) <= 2
     finally:
         await office.aclose()
 

@@ -62,6 +62,7 @@ class RemoteDesk:
         self._project = project  # as asked for at the start: a new session asks the same
         self._told: set[str] = set()
         self._renewing = anyio.Lock()
+        self._refused: AgentpostError | None = None
 
     @classmethod
     async def open(
@@ -108,15 +109,30 @@ class RemoteDesk:
 
     async def keep_session(self, call: Callable[[], Awaitable[T]]) -> T:
         """`call`; when the service answers that this desk's session is gone, once more on a
-        new session (a refusal of that one is the caller's: no loop of new sessions)."""
+        new session (a refusal of that one is the caller's: no loop of new sessions).
+
+        Once the service has refused the key (revoked, or its agent disabled), every later
+        call is refused here with that answer: each request with it would be one more failed
+        authentication, and a few more lock this machine's address out, for every agent and
+        the owner."""
         lost = self._session.id
         try:
-            return await call()
+            return await self._unless_refused(call)
         except AgentpostError as err:
             if not self.is_lost(err, lost):
                 raise
-        await self.renew(lost)
-        return await call()
+        await self._unless_refused(lambda: self.renew(lost))
+        return await self._unless_refused(call)
+
+    async def _unless_refused(self, call: Callable[[], Awaitable[T]]) -> T:
+        if self._refused is not None:
+            raise self._refused
+        try:
+            return await call()
+        except AgentpostError as err:
+            if err.code is ErrorCode.UNAUTHENTICATED:
+                self._refused = err
+            raise
 
     async def renew(self, lost: str) -> None:
         """Speak for a new session in place of `lost`, with its worktree, branch, status and
@@ -150,8 +166,10 @@ class RemoteDesk:
 
     async def close(self) -> None:
         """End the session: it shows offline at once (one the service no longer knows is no
-        more to end)."""
+        more to end, nor is one of a refused key)."""
         session_id = self._session.id
+        if self._refused is not None:
+            return
         try:
             await self.client.end_session(session_id)
         except AgentpostError as err:
