@@ -206,6 +206,28 @@ async def test_a_session_ended_on_the_service_is_minted_again_with_its_profile(
         await office.aclose()
 
 
+async def test_the_server_carries_on_when_the_service_comes_back(
+    agents: Agents, service: Service
+) -> None:
+    """The service restarts (an upgrade): the tools answer again, and new mail is pushed again
+    once the event stream has reopened, without restarting the stdio server."""
+    office = Office(service)
+    try:
+        alice_key, carol = await office.new_key("alice"), await office.agent("carol")
+        alice = await start_remote(agents, service, alice_key)
+        async with alice.inbox_updates() as told:
+            await service.restart()
+            me = await alice.call("whoami")
+            assert (me["agent"], me["session_id"]) == ("alice", alice.session_id)
+            sent = await carol.send("alice", "back?")
+            with anyio.fail_after(60):  # the stream reopens after a growing pause
+                assert await told() == INBOX_URI
+            [got] = (await alice.call("inbox"))["messages"]
+            assert got["id"] == sent.id
+    finally:
+        await office.aclose()
+
+
 async def test_a_refused_key_ends_the_server_with_its_code(service: Service) -> None:
     command = serve_command()[:-1]  # the console script, without `serve`
     done = await anyio.run_process(
