@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,29 @@ async def test_a_mistyped_url_or_key_is_an_invalid_argument_that_keeps_the_key_s
     assert done.returncode == 2, done.stderr.decode()
     assert done.stderr.startswith(b"error: invalid_argument: ")
     assert key.encode() not in done.stderr
+
+
+@pytest.mark.parametrize("command", [["inbox"], ["mcp"]], ids=["inbox", "mcp"])
+async def test_a_command_without_a_key_says_how_to_give_one_before_asking(
+    command: list[str],
+) -> None:
+    """Nothing listens at the URL: the command says what is missing before any request
+    (the service would only answer with `Authorization` advice)."""
+    url = "http://127.0.0.1:9"
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTPOST_URL", "AGENTPOST_KEY")}
+    done = await anyio.run_process(
+        [str(AGENTPOST), *command, "--url", url], check=False, env=env, stdin=subprocess.DEVNULL
+    )
+    assert done.returncode == 3, done.stderr.decode()
+    assert done.stderr.decode() == (
+        f"error: unauthenticated: no key for the post office at {url}: pass --key, or set"
+        " AGENTPOST_KEY\n"
+    )
+
+    env.update(AGENTPOST_URL="http://127.0.0.1:8", AGENTPOST_KEY="ap_" + "x" * 43)
+    elsewhere = await anyio.run_process(
+        [str(AGENTPOST), *command, "--url", url], check=False, env=env, stdin=subprocess.DEVNULL
+    )
+    assert elsewhere.returncode == 3, elsewhere.stderr.decode()
+    assert b"(AGENTPOST_KEY is for http://127.0.0.1:8 only)" in elsewhere.stderr
+    assert b"ap_xxx" not in elsewhere.stderr

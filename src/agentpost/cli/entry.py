@@ -10,8 +10,12 @@ Every other command loads the full command line.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+
+if TYPE_CHECKING:
+    from agentpost.config import Settings
 
 EXIT_CODES = {
     ErrorCode.INVALID_ARGUMENT: 2,
@@ -29,6 +33,26 @@ EXIT_CODES = {
 }
 
 
+def key_for(url: str, key: str | None, settings: Settings) -> str:
+    """The key a command speaks to the service at `url` with: `--key`, else the configured
+    key if it is for that service. Without one, the service would answer every request with
+    `Authorization` advice; the command line says which option or setting is missing (after
+    a mistake in the URL itself, which is the one to fix first)."""
+    from agentpost.client.wire import check_service_url
+
+    check_service_url(url)
+    key = key or settings.key_for(url)
+    if key:
+        return key
+    elsewhere = (
+        f" (AGENTPOST_KEY is for {settings.url} only)" if settings.key and settings.url else ""
+    )
+    raise AgentpostError(
+        ErrorCode.UNAUTHENTICATED,
+        f"no key for the post office at {url}: pass --key, or set AGENTPOST_KEY{elsewhere}",
+    )
+
+
 def serve_mcp(url: str | None = None, key: str | None = None) -> int:
     """Serve this session over stdio, on the local post office or, given a URL (the option, else
     the `url` setting), on that remote service; returns the exit status (refusals go to stderr).
@@ -41,15 +65,14 @@ def serve_mcp(url: str | None = None, key: str | None = None) -> int:
 
     try:
         settings = load_settings()
-        if url is not None or key is not None:
-            settings = settings.model_copy(
-                update={"url": url or settings.url, "key": key or settings.key_for(url)}
-            )
-        if key is not None and not settings.url:
+        if key is not None and not (url or settings.url):
             raise AgentpostError(
                 ErrorCode.INVALID_ARGUMENT, "--key is for a remote post office: add --url"
             )
-        if settings.url:
+        if service := url or settings.url:
+            settings = settings.model_copy(
+                update={"url": service, "key": key_for(service, key, settings)}
+            )
             from agentpost.mcp.remote import serve_remote_stdio
 
             anyio.run(serve_remote_stdio, settings)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import anyio
 import typer
 
-from agentpost.cli.entry import EXIT_CODES, serve_mcp
+from agentpost.cli.entry import EXIT_CODES, key_for, serve_mcp
 from agentpost.cli.guard import guard_app
 from agentpost.cli.install import install_app
 from agentpost.config import Settings, load_settings
@@ -122,7 +122,7 @@ async def _remote(url: str, speaker: Speaker, settings: Settings, action: Remote
             ErrorCode.INVALID_ARGUMENT,
             "--as names an agent of the local post office; with --url your key says who you are",
         )
-    async with AsyncClient(url, speaker.key or settings.key_for(url)) as client:
+    async with AsyncClient(url, key_for(url, speaker.key, settings)) as client:
         return await action(client)
 
 

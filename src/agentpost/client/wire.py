@@ -71,7 +71,7 @@ class Target:
                 ErrorCode.INVALID_ARGUMENT,
                 "no service URL: pass one, or set AGENTPOST_URL (or `url` in the config file)",
             )
-        _check_service_url(url)
+        check_service_url(url)
         if key:
             header_value("the key", key)
         if session:
@@ -87,7 +87,7 @@ class Target:
         return headers
 
 
-def _check_service_url(url: str) -> None:
+def check_service_url(url: str) -> None:
     """A typo in the URL is the caller's mistake to fix, not a service that is away: refused
     here as `invalid_argument`, before anything is sent (or the key is handed anywhere)."""
     try:
