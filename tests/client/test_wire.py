@@ -62,6 +62,27 @@ def test_a_retry_after_that_is_neither_seconds_nor_a_date_is_left_out(value: byt
     assert (err.code, err.retry_after_s) == (ErrorCode.RATE_LIMITED, 3)
 
 
+@pytest.mark.parametrize(
+    ("body", "header"),
+    [
+        (b'{"error": {"code": "rate_limited", "message": "no", "retry_after_s": NaN}}', None),
+        (b'{"error": {"code": "rate_limited", "message": "no", "retry_after_s": 1e400}}', None),
+        (b'{"error": {"code": "rate_limited", "message": "no", "retry_after_s": -5}}', None),
+        (error_body("rate_limited"), "9" * 400),
+    ],
+    ids=["nan", "infinite", "negative", "header-past-any-float"],
+)
+def test_a_wait_that_is_no_finite_number_of_seconds_is_left_out(
+    body: bytes, header: str | None
+) -> None:
+    """What a proxy (or a broken service) says must not reach the caller as a NaN, which no
+    JSON can carry, or an infinity, which no clock can wait."""
+    headers = {} if header is None else {"Retry-After": header}
+    err = refused(answering(429, body, **headers))
+    assert err.code is ErrorCode.RATE_LIMITED
+    assert err.retry_after_s is None or 0 <= err.retry_after_s < 1e300
+
+
 def test_a_code_this_client_does_not_know_is_read_from_the_status() -> None:
     assert refused(answering(404, error_body("no_such_thing"))).code is ErrorCode.NOT_FOUND
 

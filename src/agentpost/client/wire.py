@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import email.utils
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -192,12 +193,19 @@ def _retry_after(headers: Mapping[str, str], body: Mapping[str, Any]) -> float |
     value = headers.get("retry-after")
     if value is not None:
         if is_decimal(value.strip()):
-            return float(value.strip())
+            return _seconds(float(value.strip()))
         when = _http_date(value)
         if when is not None:
             return max(0.0, when.timestamp() - time.time())
     found = body.get("retry_after_s")
-    return float(found) if isinstance(found, int | float) else None
+    return _seconds(float(found)) if isinstance(found, int | float) else None
+
+
+def _seconds(value: float) -> float | None:
+    """A wait a caller can act on: a finite number of seconds, none below zero. A NaN (which
+    Python's JSON reads) or an infinity (past any float) is left out: no JSON carries the one,
+    no clock waits the other."""
+    return max(0.0, value) if math.isfinite(value) else None
 
 
 def _http_date(value: str) -> datetime.datetime | None:
