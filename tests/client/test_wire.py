@@ -94,6 +94,29 @@ def test_an_answer_that_is_not_agentposts_is_unavailable() -> None:
     assert refused(answering(200, b'{"not": "an inbox"}')).code is ErrorCode.UNAVAILABLE
 
 
+def test_an_answer_that_cannot_be_decoded_is_unavailable() -> None:
+    """A proxy that says gzip and sends something else: a refusal, not httpx's exception."""
+    err = refused(answering(200, b"not gzip at all", **{"Content-Encoding": "gzip"}))
+    assert err.code is ErrorCode.UNAVAILABLE
+    assert "agentpost.test" in err.message
+
+
+def test_an_event_stream_that_cannot_be_decoded_is_opened_again() -> None:
+    payload = {"seq": 3, "type": "message.created", "message_id": "m_1", "at": 1.0, "data": {}}
+    stream = f"id: 3\ndata: {json.dumps(payload)}\n\n".encode()
+    answers = [
+        (b"garbled", {"Content-Encoding": "gzip"}),
+        (stream, {"Content-Type": "text/event-stream"}),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        content, headers = answers.pop(0)
+        return httpx.Response(200, stream=httpx.ByteStream(content), headers=headers)
+
+    with Client("http://agentpost.test", "ap_x", transport=httpx.MockTransport(handler)) as c:
+        assert next(c.events(after=2)) == Event(3, "message.created", "m_1", 1.0, {})
+
+
 def test_every_request_carries_the_key_and_the_session() -> None:
     seen: list[httpx.Request] = []
 

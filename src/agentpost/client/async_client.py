@@ -34,6 +34,7 @@ from agentpost.client.wire import (
     read_answer,
     refusal,
     retry_stream,
+    undecodable,
     unreachable,
     unsendable,
 )
@@ -102,6 +103,8 @@ class AsyncClient(
             )
         except httpx.TransportError as exc:
             raise unreachable(self.url, exc) from None
+        except httpx.DecodingError as exc:
+            raise undecodable(self.url, exc) from None
         except httpx.InvalidURL as exc:
             raise unsendable(exc) from None
         return read_answer(response, request)
@@ -140,8 +143,8 @@ class AsyncClient(
                         if event is not None:
                             cursor = reader.cursor
                             yield event
-            except httpx.TransportError:
-                pass  # dropped, or silent past STREAM_IDLE_S: reopen after the cursor
+            except (httpx.TransportError, httpx.DecodingError):
+                pass  # dropped, garbled, or silent past STREAM_IDLE_S: reopen after the cursor
             except AgentpostError as err:
                 if not retry_stream(err):
                     raise

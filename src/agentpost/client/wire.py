@@ -184,6 +184,11 @@ def unreachable(url: str, exc: httpx.TransportError) -> AgentpostError:
     )
 
 
+def undecodable(url: str, exc: httpx.DecodingError) -> AgentpostError:
+    """An answer whose bytes are not what its headers say (a proxy's gzip that is not)."""
+    return AgentpostError(ErrorCode.UNAVAILABLE, f"the answer from {url} is not agentpost's: {exc}")
+
+
 def unsendable(exc: httpx.InvalidURL) -> AgentpostError:
     """A request httpx cannot even put on the wire: a value too long for a URL, say."""
     return AgentpostError(ErrorCode.INVALID_ARGUMENT, f"cannot send this request: {exc}")
