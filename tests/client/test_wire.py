@@ -117,6 +117,23 @@ def test_an_event_stream_that_cannot_be_decoded_is_opened_again() -> None:
         assert next(c.events(after=2)) == Event(3, "message.created", "m_1", 1.0, {})
 
 
+def test_a_redirect_names_where_it_leads_and_is_not_followed() -> None:
+    """http:// to a proxy that redirects to https://: the caller learns which URL to give,
+    and the key goes nowhere it was not given for."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(301, headers={"Location": "https://agentpost.test/v1/inbox"})
+
+    with Client("http://agentpost.test", "ap_x", transport=httpx.MockTransport(handler)) as c:
+        with pytest.raises(AgentpostError) as caught:
+            c.inbox()
+        assert caught.value.code is ErrorCode.UNAVAILABLE
+        assert "redirects to https://agentpost.test/v1/inbox" in caught.value.message
+        assert len(seen) == 1
+
+
 def test_every_request_carries_the_key_and_the_session() -> None:
     seen: list[httpx.Request] = []
 

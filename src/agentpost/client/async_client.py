@@ -132,7 +132,7 @@ class AsyncClient(
                     headers=events_headers(self._target, cursor),
                     timeout=STREAM_TIMEOUT,
                 ) as response:
-                    if response.status_code >= 400:
+                    if response.status_code >= 300:
                         content = await response.aread()
                         raise refusal(response.status_code, response.headers, content)
                     delay = RECONNECT_S

@@ -118,7 +118,7 @@ class Client(
                     headers=events_headers(self._target, cursor),
                     timeout=STREAM_TIMEOUT,
                 ) as response:
-                    if response.status_code >= 400:
+                    if response.status_code >= 300:
                         content = response.read()
                         raise refusal(response.status_code, response.headers, content)
                     delay = RECONNECT_S

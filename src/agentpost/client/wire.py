@@ -224,7 +224,16 @@ def _http_date(value: str) -> datetime.datetime | None:
 
 def refusal(status: int, headers: Mapping[str, str], content: bytes) -> AgentpostError:
     """The service's refusal as the exception the services raise: `{"error": {...}}`, its
-    stable code (else one read from the status) and `Retry-After`."""
+    stable code (else one read from the status) and `Retry-After`. A redirect is no answer of
+    the service, which never redirects: the URL given is not the service's own (http:// to a
+    proxy that sends it to https://, say), and the client does not follow it with the key."""
+    if 300 <= status < 400:
+        where = headers.get("location") or "another address"
+        return AgentpostError(
+            ErrorCode.UNAVAILABLE,
+            f"the post office's URL redirects to {where} (HTTP {status}): give the URL the"
+            " service answers at",
+        )
     try:
         body = json.loads(content).get("error")
     except (ValueError, AttributeError):
@@ -247,7 +256,7 @@ def refusal(status: int, headers: Mapping[str, str], content: bytes) -> Agentpos
 
 
 def read_answer(response: httpx.Response, request: Request[T]) -> T:
-    if response.status_code >= 400:
+    if response.status_code >= 300:
         raise refusal(response.status_code, response.headers, response.content)
     try:
         return request.parse(response.json())
