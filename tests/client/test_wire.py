@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import email.utils
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -288,6 +289,19 @@ def test_a_wait_longer_than_any_service_holds_reads_with_a_bounded_timeout() -> 
     assert request.url.params["timeout_s"] == "inf"  # for the service to refuse or cap
     read = request.extensions["timeout"]["read"]
     assert read < 2 * MAX_HELD_S
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf])
+@pytest.mark.parametrize("client_class", [Client, AsyncClient])
+def test_a_timeout_that_is_no_positive_finite_number_is_an_invalid_argument(
+    client_class: type[Client] | type[AsyncClient], timeout: float
+) -> None:
+    """Refused when the client is made, not as a ValueError or OverflowError on every call (or
+    as a service that cannot be reached, for 0)."""
+    with pytest.raises(AgentpostError) as caught:
+        client_class("http://agentpost.test", "ap_x", timeout=timeout)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert "timeout" in caught.value.message
 
 
 def test_a_closed_client_says_so_with_a_code() -> None:

@@ -28,6 +28,7 @@ from agentpost.client.wire import (
     STREAM_TIMEOUT,
     EventReader,
     Target,
+    check_timeout,
     closed,
     events_headers,
     outgoing,
@@ -70,7 +71,7 @@ class AsyncClient(
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._target = Target.resolve(url, key, session)
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout)
         self._http = httpx.AsyncClient(
             base_url=self._target.url, timeout=timeout, transport=transport
         )

@@ -27,6 +27,7 @@ from agentpost.client.wire import (
     STREAM_TIMEOUT,
     EventReader,
     Target,
+    check_timeout,
     closed,
     events_headers,
     outgoing,
@@ -63,7 +64,7 @@ class Client(
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._target = Target.resolve(url, key, session)
-        self.timeout = timeout
+        self.timeout = check_timeout(timeout)
         self._http = httpx.Client(base_url=self._target.url, timeout=timeout, transport=transport)
 
     @property

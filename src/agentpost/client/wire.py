@@ -108,6 +108,14 @@ def check_service_url(url: str) -> None:
         raise invalid(f"the service URL's port must be from 1 to 65535, not {port}")
 
 
+def check_timeout(timeout: float) -> float:
+    """The client's timeout in seconds: httpx takes a NaN, a negative or an infinite one, and
+    fails with it on every call instead (0 would time out every call before it is sent)."""
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise invalid(f"timeout must be a positive, finite number of seconds, not {timeout!r}")
+    return float(timeout)
+
+
 def header_value(what: str, value: str) -> str:
     """A value for an HTTP header: printable ASCII, which is all a key, a session id or an
     idempotency key holds. Anything else (a line break read from a file with the key, say) is
