@@ -156,6 +156,10 @@ class _Dropping(httpx.AsyncByteStream, httpx.SyncByteStream):
         raise httpx.ReadError("dropped")
 
 
+STREAM = {"Content-Type": "text/event-stream; charset=utf-8"}
+"""What the service says its event stream is."""
+
+
 def streams(cursors: list[str | None]) -> Callable[[httpx.Request], httpx.Response]:
     """The first stream drops after its opening; the next tells of the event after the opening,
     if asked to resume there. Each stream's Last-Event-ID is kept in `cursors`."""
@@ -163,9 +167,9 @@ def streams(cursors: list[str | None]) -> Callable[[httpx.Request], httpx.Respon
     def handler(request: httpx.Request) -> httpx.Response:
         cursors.append(request.headers.get("last-event-id"))
         if len(cursors) == 1:
-            return httpx.Response(200, stream=_Dropping())
+            return httpx.Response(200, stream=_Dropping(), headers=STREAM)
         if cursors[-1] == "41":
-            return httpx.Response(200, content=LATER)
+            return httpx.Response(200, content=LATER, headers=STREAM)
         # Resumed from anywhere else, it ends here rather than try again forever.
         return httpx.Response(401, json={"error": {"code": "unauthenticated", "message": "?"}})
 

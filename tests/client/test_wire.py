@@ -118,6 +118,26 @@ def test_an_event_stream_that_cannot_be_decoded_is_opened_again() -> None:
         assert next(c.events(after=2)) == Event(3, "message.created", "m_1", 1.0, {})
 
 
+def test_an_answer_that_is_no_event_stream_is_not_taken_for_an_open_stream() -> None:
+    """A proxy's page where the stream should be: `on_open` (from then on nothing is missed)
+    is not called for it, and the stream is opened again."""
+    payload = {"seq": 3, "type": "message.created", "message_id": "m_1", "at": 1.0, "data": {}}
+    answers = [
+        (b"<html>maintenance</html>", "text/html"),
+        (f"id: 3\ndata: {json.dumps(payload)}\n\n".encode(), "text/event-stream; charset=utf-8"),
+    ]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        content, kind = answers.pop(0)
+        return httpx.Response(200, content=content, headers={"Content-Type": kind})
+
+    opened: list[bool] = []
+    with Client("http://agentpost.test", "ap_x", transport=httpx.MockTransport(handler)) as c:
+        events = c.events(after=2, on_open=lambda: opened.append(True))
+        assert next(events) == Event(3, "message.created", "m_1", 1.0, {})
+    assert opened == [True]
+
+
 def test_a_redirect_names_where_it_leads_and_is_not_followed() -> None:
     """http:// to a proxy that redirects to https://: the caller learns which URL to give,
     and the key goes nowhere it was not given for."""

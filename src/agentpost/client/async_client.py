@@ -28,6 +28,7 @@ from agentpost.client.wire import (
     STREAM_TIMEOUT,
     EventReader,
     Target,
+    check_stream,
     check_timeout,
     closed,
     events_headers,
@@ -136,6 +137,7 @@ class AsyncClient(
                     if response.status_code >= 300:
                         content = await response.aread()
                         raise refusal(response.status_code, response.headers, content)
+                    check_stream(response)
                     delay = RECONNECT_S
                     if on_open is not None:
                         on_open()

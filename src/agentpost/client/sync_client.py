@@ -27,6 +27,7 @@ from agentpost.client.wire import (
     STREAM_TIMEOUT,
     EventReader,
     Target,
+    check_stream,
     check_timeout,
     closed,
     events_headers,
@@ -122,6 +123,7 @@ class Client(
                     if response.status_code >= 300:
                         content = response.read()
                         raise refusal(response.status_code, response.headers, content)
+                    check_stream(response)
                     delay = RECONNECT_S
                     if on_open is not None:
                         on_open()

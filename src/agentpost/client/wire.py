@@ -275,6 +275,17 @@ def read_answer(response: httpx.Response, request: Request[T]) -> T:
         ) from None
 
 
+def check_stream(response: httpx.Response) -> None:
+    """An answer to `/v1/events` that is no event stream (a proxy's page, another server) is
+    not the stream opened: `unavailable`, to be opened again later."""
+    kind = response.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "text/event-stream":
+        raise AgentpostError(
+            ErrorCode.UNAVAILABLE,
+            f"the answer from {response.request.url} is no event stream ({kind or 'no type'})",
+        )
+
+
 def events_headers(target: Target, cursor: int | None) -> dict[str, str]:
     headers = {**target.headers(), "Accept": "text/event-stream"}
     if cursor is not None:
