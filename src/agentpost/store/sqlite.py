@@ -10,6 +10,7 @@ sqlite3 connection.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sqlite3
 from collections import namedtuple
@@ -26,6 +27,8 @@ from sqlalchemy.sql.schema import Table
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store.fulltext import search as search  # the dialect's matching
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
 
@@ -65,6 +68,40 @@ def kept_at(path: Path) -> Iterator[None]:
             f"cannot keep the post office at {path}: {reason or exc}",
             details={"path": str(path)},
         ) from None
+
+
+class OpenedFile:
+    """The database file a process opened. Once its path names another (a user deleted it to
+    start over, or moved a backup into place), every transaction is refused: work kept on in
+    the old, unlinked file would be lost with the last process holding it, while new processes
+    used the new one, two post offices that may even share a WAL."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._identity = self._now()
+        self._told = False
+
+    def _now(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def check(self) -> None:
+        """`unavailable`, naming the file, once the path no longer names the file opened."""
+        if self._now() == self._identity:
+            return
+        refusal = AgentpostError(
+            ErrorCode.UNAVAILABLE,
+            f"the database {self.path} was deleted or replaced while this process used it; "
+            "restart agentpost (the MCP server, the service) to use the file there now",
+            details={"path": str(self.path)},
+        )
+        if not self._told:
+            self._told = True
+            log.error("%s", refusal.message)
+        raise refusal
 
 
 def journal_mode(path: Path) -> str:

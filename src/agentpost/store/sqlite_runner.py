@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import queue
 import sqlite3
 import threading
@@ -35,7 +34,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import not_unicode
 from agentpost.store import wakeups
-from agentpost.store.sqlite import BUSY_TIMEOUT_MS, make_engine, raw, transaction
+from agentpost.store.sqlite import BUSY_TIMEOUT_MS, OpenedFile, make_engine, raw, transaction
 
 log = logging.getLogger(__name__)
 
@@ -142,23 +141,6 @@ def _closed() -> AgentpostError:
     return AgentpostError(ErrorCode.UNAVAILABLE, "the post office is closing")
 
 
-def _file_identity(path: Path) -> tuple[int, int] | None:
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino
-
-
-def _replaced(path: Path) -> AgentpostError:
-    return AgentpostError(
-        ErrorCode.UNAVAILABLE,
-        f"the database {path} was deleted or replaced while this process used it; "
-        "restart agentpost (the MCP server, the service) to use the file there now",
-        details={"path": str(path)},
-    )
-
-
 class SqliteRunner:
     """Runs transactions: writes on the event loop or the writer thread, reads on the reader
     threads, and tiny reads (`glance`) on the event loop itself.
@@ -218,12 +200,7 @@ class SqliteRunner:
         both at once: whoever uses it holds `_write_lock`. None once the writer has stopped."""
         self._write_conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
         self._write_conn.commit()
-        self._identity = _file_identity(path)
-        """The file this process opened: once the path names another (a user deleted it to
-        start over, or moved a backup into place), every transaction is refused. Work kept
-        on in the old, unlinked file would be lost with the last process holding it, while
-        new processes used the new one: two post offices, and a WAL the two may share."""
-        self._told_replaced = False
+        self._opened = OpenedFile(path)
         self._write_conn_waits = True
         """Whether the writer's connection waits out the busy timeout (`_waiting`)."""
         self._foreign_since_last_look(self._write_conn)  # the baseline
@@ -391,11 +368,7 @@ class SqliteRunner:
     def _refuse_when_unusable(self) -> None:
         if self._closing:  # no thread would ever take the job: refuse rather than wait forever
             raise _closed()
-        if _file_identity(self.path) != self._identity:
-            if not self._told_replaced:
-                self._told_replaced = True
-                log.error("%s", _replaced(self.path).message)
-            raise _replaced(self.path)
+        self._opened.check()
 
     async def glance(self, fn: Callable[[Connection], T]) -> T:
         """Run a tiny indexed read right here on the event loop, on a connection of its own.
