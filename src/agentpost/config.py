@@ -112,9 +112,10 @@ class Settings(BaseSettings):
     expire while another acked it)."""
     tool_groups: list[str] = Field(default_factory=lambda: ["core", "channels", "profile", "coord"])
     """MCP tool groups a connection gets unless it asks (`/mcp?tools=core,coord`)."""
-    max_open_waits: int = Field(32, ge=1)
+    max_open_waits: int = Field(200, ge=1)
     """Waits, event streams and questions awaiting their answer one agent may hold open at
-    once in one process; another is refused (429) until one ends."""
+    once in one process (a stream and a wait for each of its 100 HTTP sessions); another is
+    refused (429) until one ends."""
     max_mcp_connections: int = Field(32, ge=1)
     """2025-era MCP connections one agent may hold open over HTTP at once; another is refused
     (429) until one closes or idles out (after 30 minutes without a request)."""

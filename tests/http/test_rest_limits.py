@@ -254,3 +254,30 @@ async def test_an_agent_holds_at_most_max_open_waits_and_another_agent_is_not_he
             tg.cancel_scope.cancel()
         await holder.aclose()  # the held waits' client hangs up: they end, making room
         assert (await first_wait_answered(200)).json()["timed_out"] is True
+
+
+async def test_event_streams_opened_at_once_are_refused_before_they_open_or_not_at_all(
+    tmp_path: Path,
+) -> None:
+    """Room is looked for before a stream opens: two opened together may both find it, and
+    then both stream. None may open and then end with an error event, which a client reads
+    as its key refused."""
+    async with running_service(tmp_path, {"AGENTPOST_MAX_OPEN_WAITS": "1"}) as service:
+        key = await service.create_agent("alice")
+        answers: list[tuple[int, str]] = []
+
+        async def open_stream(client: httpx.AsyncClient) -> None:
+            async with client.stream("GET", "/v1/events") as stream:
+                text = ""
+                # The opening id, and an error event if one came: it would come at once.
+                with anyio.move_on_after(1):
+                    async for chunk in stream.aiter_text():
+                        text += chunk
+                answers.append((stream.status_code, text))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):
+                tg.start_soon(open_stream, service.client(key))
+        assert {status for status, _ in answers} <= {200, 429}
+        assert 200 in {status for status, _ in answers}
+        assert [text for status, text in answers if "event: error" in text] == []

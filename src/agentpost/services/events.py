@@ -16,7 +16,8 @@ from agentpost.domain import limits as rules
 from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.events import Event
 from agentpost.domain.models import Caller
-from agentpost.services.presence import Heartbeat, check_room_to_wait, check_standing, held_watch
+from agentpost.services.presence import Heartbeat, check_standing
+from agentpost.services.waiting import check_room_to_wait
 from agentpost.store import events as event_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Store
@@ -87,7 +88,9 @@ class Events:
         cursor = check_cursor(after)
         heartbeat = Heartbeat(self.store, caller, heartbeat_s) if heartbeat_s else None
         # Watched before the first look: an event committed after any look wakes the next wait.
-        with held_watch(self.store, caller, self._max_open_waits) as news:
+        # Counted, not refused, here: `start` refused it before the stream opened (two opened
+        # at once may both have found room; an error event now would read as a refused key).
+        with self.store.watch(caller.agent) as news:
             while True:
                 if heartbeat is not None:
                     await heartbeat.beat()

@@ -32,7 +32,8 @@ from agentpost.services import accounts, addressing, drafts, outbox
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
 from agentpost.services.keys import REGISTER_RATE_KEY, REGISTER_WINDOW_S
-from agentpost.services.presence import Heartbeat, check_identity, check_standing, held_watch
+from agentpost.services.presence import Heartbeat, check_identity, check_standing
+from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
 from agentpost.store import (
     audit,

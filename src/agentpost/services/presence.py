@@ -26,7 +26,6 @@ from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
 from agentpost.store import keys as key_rows
 from agentpost.store.database import Connection, Row, Store
-from agentpost.store.wakeups import Watch
 
 log = logging.getLogger(__name__)
 
@@ -62,29 +61,6 @@ class _Beats:
 
 
 _beats: WeakKeyDictionary[Store, _Beats] = WeakKeyDictionary()
-
-
-OPEN_WAIT_RETRY_S = 5.0
-
-
-def check_room_to_wait(store: Store, caller: Caller, limit: int) -> None:
-    """`rate_limited` when the caller already holds `limit` waits, event streams or questions
-    open in this process: each holds a connection, a file descriptor and a task, and a key
-    opening them without end would run the process out of them for everyone."""
-    if store.watching(caller.agent) >= limit:
-        raise AgentpostError(
-            ErrorCode.RATE_LIMITED,
-            f"an agent holds at most {limit} waits, event streams and questions open at once "
-            "here; let one end first",
-            details={"limit": limit},
-            retry_after_s=OPEN_WAIT_RETRY_S,
-        )
-
-
-def held_watch(store: Store, caller: Caller, limit: int) -> Watch:
-    """`store.watch(caller.agent)` for a wait held open, within `check_room_to_wait`."""
-    check_room_to_wait(store, caller, limit)
-    return store.watch(caller.agent)
 
 
 class Heartbeat:

@@ -23,7 +23,8 @@ from agentpost.domain.names import check_name
 from agentpost.domain.requests import RequestAnswer
 from agentpost.services import outbox
 from agentpost.services.mailbox import Mailbox
-from agentpost.services.presence import Heartbeat, check_standing, held_watch
+from agentpost.services.presence import Heartbeat, check_standing
+from agentpost.services.waiting import held_watch
 from agentpost.store import mail
 from agentpost.store import requests as request_rows
 from agentpost.store.database import Connection, Row, Store

@@ -6,7 +6,9 @@ A search computed each message's words anew (`to_tsvector` over its subject and 
 has its own index (FTS5, migration 0001): nothing changes there.
 
 Building it reads every message once, and writes of mail wait meanwhile (14 to 20 s for
-50,000 messages on a 2-core guest).
+50,000 messages on a 2-core guest), on other replicas up to their lock timeout, then refused
+as `unavailable`. Not CONCURRENTLY: that cannot run inside the migration's transaction, whose
+advisory lock keeps two replicas from migrating at once.
 
 Revision ID: 0011
 Revises: 0010
