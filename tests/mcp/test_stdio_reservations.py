@@ -106,6 +106,16 @@ async def test_a_reason_or_path_cannot_break_a_listing_line_with_a_unicode_line_
     assert line.endswith(f' — "a\\u2028{forged}\\u0085{forged}\\u2029"')
 
 
+async def test_a_held_path_holding_spaces_reaches_a_conflict_line_quoted(
+    agents: Agents, repo: Path
+) -> None:
+    alice, bob = await pair(agents, repo)
+    await alice.call("reserve", paths=["docs/x [shared] y"])
+    refused = text_of(await bob.result("reserve", paths=["docs/x [shared] y"]))
+    [line] = [x for x in refused.splitlines() if x.startswith("- ")]
+    assert line.startswith('- "docs/x [shared] y": alice holds "docs/x [shared] y" exclusively')
+
+
 async def test_two_globs_conflict_when_a_tracked_file_matches_both(
     agents: Agents, repo: Path
 ) -> None:
