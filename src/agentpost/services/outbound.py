@@ -190,6 +190,17 @@ def check_url(url: str) -> str:
     return url
 
 
+def origin_of(url: str) -> str:
+    """Where a URL posts to, as the audit keeps it: scheme, host and port. Its path, query and
+    user info are left out, for they often hold the receiver's secret (a chat service's
+    incoming-webhook token, `?token=`, `user:pass@`)."""
+    parsed = _parse(url)
+    host = parsed.raw_host.decode("ascii")
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parsed.scheme}://{host}" + (f":{parsed.port}" if parsed.port else "")
+
+
 def _is_host_name(host: str) -> bool:
     """Whether `host` (lower case, no trailing dot) is a name a resolver may be asked about:
     labels of letters, digits, `-` and `_`, each 1 to 63 long, 253 characters in all."""

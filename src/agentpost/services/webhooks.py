@@ -34,7 +34,7 @@ from agentpost.domain.events import (
 )
 from agentpost.domain.ids import webhook_id as new_webhook_id
 from agentpost.domain.models import Caller
-from agentpost.services.outbound import Poster, check_url
+from agentpost.services.outbound import Poster, check_url, origin_of
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
 from agentpost.store import keys as key_rows
@@ -124,7 +124,7 @@ class Webhooks:
                 action="webhook.created",
                 target=caller.agent,
                 ip=caller.ip,
-                detail={"webhook": hook_id, "url": url, "events": types},
+                detail={"webhook": hook_id, "url": origin_of(url), "events": types},
             )
             return Webhook(hook_id, url, types, now)
 
