@@ -372,7 +372,12 @@ async def test_a_session_that_ends_while_its_claim_looks_at_its_branch_takes_no_
     monkeypatch.setattr(office.leadership, "_eligible", ending_meanwhile)
     with pytest.raises(AgentpostError) as refused:
         await office.leadership.claim(alice)
-    assert refused.value.code is ErrorCode.UNAUTHENTICATED
+    # As authentication answers for a session it no longer knows: a remote client mints
+    # another on this, where `unauthenticated` would read as its key refused.
+    assert (refused.value.code, refused.value.details) == (
+        ErrorCode.NOT_FOUND,
+        {"session": alice.session_id},
+    )
     assert (await office.leadership.leader(watcher)).leader is None
     assert await announcements(office, watcher) == []
 

@@ -20,7 +20,7 @@ from functools import lru_cache
 import anyio
 
 from agentpost.config import Settings
-from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.leadership import LEASE_PREFIX, Leader, lease_name, may_lead
 from agentpost.domain.models import Caller
 from agentpost.domain.names import check_channel, check_name
@@ -51,8 +51,16 @@ _NOT_ELIGIBLE = (
     ErrorCode.CONFLICT,
     ErrorCode.FORBIDDEN,
     ErrorCode.INVALID_ARGUMENT,
+    ErrorCode.NOT_FOUND,
     ErrorCode.UNAUTHENTICATED,
 )
+
+
+def _ended(session_id: str | None) -> AgentpostError:
+    """A session that ended is one the service no longer knows, as its authentication says
+    (`not_found` naming it): a remote client then mints another. `unauthenticated` would
+    read as its key refused, and such a client gives up."""
+    return not_found("this session has ended", session=session_id)
 
 
 class Leadership:
@@ -108,7 +116,7 @@ class Leadership:
             lambda conn: agent_rows.get_session(conn, caller.session_id or "")
         )
         if session is None or session.ended_at is not None:
-            raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this session has ended")
+            raise _ended(caller.session_id)
         eligible = await self._eligible(session.branch, session.worktree, session.host)
 
         def tx(conn: Connection) -> Leader:
@@ -211,7 +219,7 @@ class Leadership:
             try:
                 seat = await self._claim_if_free(caller_now(), project)
             except AgentpostError as err:
-                if err.code is ErrorCode.UNAUTHENTICATED:
+                if err.code in (ErrorCode.UNAUTHENTICATED, ErrorCode.NOT_FOUND):
                     return  # the session has ended (its agent disabled, say): it stands no more
                 log.warning("standing for leader of %s failed, will retry: %s", project, err)
                 await anyio.sleep(1)
@@ -316,7 +324,7 @@ class Leadership:
     def _check_not_ended(conn: Connection, caller: Caller) -> None:
         session = agent_rows.get_session(conn, caller.session_id or "")
         if session is None or session.ended_at is not None:
-            raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this session has ended")
+            raise _ended(caller.session_id)
 
     def _announce(
         self,
