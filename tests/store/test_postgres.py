@@ -451,6 +451,26 @@ async def test_a_database_that_knows_only_ascii_letters_is_named_in_the_log_on_o
 
 
 @pytest.fixture
+def icu_c_url() -> Iterator[str]:
+    """A database whose character type is C, its letters ICU's."""
+    options = "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C' ENCODING 'UTF8'"
+    name = create_pg_database("agentpost_icu_c", options)
+    try:
+        yield pg_url(name)
+    finally:
+        drop_pg_database(name)
+
+
+async def test_a_database_whose_letters_come_from_icu_is_not_named_though_its_ctype_is_c(
+    icu_c_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the ICU provider, `datctype` C says nothing of what is a letter: ICU knows é."""
+    caplog.set_level(logging.WARNING, logger="agentpost.store.postgres")
+    await (await Store.open(icu_c_url)).aclose()
+    assert _ctype_warnings(caplog) == []
+
+
+@pytest.fixture
 def latin1_url() -> Iterator[str]:
     name = create_pg_database("agentpost_latin1", "ENCODING 'LATIN1' LOCALE 'C'")
     try:

@@ -96,7 +96,9 @@ _REFUSED_CONNECTION = ("28", "3D", "55000")
 """SQLSTATEs of a connection refused as it opens (no statement of ours ran): a password or
 role refused, a database that is not there, one closed to connections."""
 _ENCODING_AND_CTYPE = text(
-    "SELECT pg_encoding_to_char(encoding), datctype FROM pg_database"
+    # Whether a letter beyond ASCII is a letter is asked of the database itself: with the
+    # ICU or builtin provider, `datctype` says nothing of it.
+    "SELECT pg_encoding_to_char(encoding), datctype, 'é' ~ '[[:alpha:]]' FROM pg_database"
     " WHERE datname = current_database()"
 )
 _GONE_CLASSES = ("08", "57P")
@@ -369,14 +371,14 @@ class PostgresRunner:
         every other one (`øre` finds `re`); it is served all the same."""
         with unavailable_when_unreachable():
             async with self.engine.connect() as conn:
-                encoding, ctype = (await conn.execute(_ENCODING_AND_CTYPE)).one()
+                encoding, ctype, letters = (await conn.execute(_ENCODING_AND_CTYPE)).one()
         if encoding != "UTF8":
             raise AgentpostError(
                 ErrorCode.UNAVAILABLE,
                 f"the database's encoding is {encoding}; agentpost needs UTF8"
                 " (CREATE DATABASE … ENCODING 'UTF8')",
             )
-        if ctype in ("C", "POSIX"):
+        if not letters:
             log.warning(
                 "the database's LC_CTYPE is %s: PostgreSQL takes only ASCII letters for letters,"
                 " so a search breaks words at every other one; create the database with a"
