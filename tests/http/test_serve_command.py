@@ -96,3 +96,17 @@ def test_a_first_start_that_cannot_listen_still_shows_the_admin_key_it_created(
     assert done.stderr.rstrip().endswith(
         f"error: unavailable: cannot listen on 127.0.0.1:{port} (the log above says why)"
     )
+
+
+def test_an_allowed_origin_of_no_usable_form_is_refused_at_start_naming_it() -> None:
+    """Dropped, it left refusals that told the user to list in `allowed_origins` the very
+    origin listed there (a trailing slash, say)."""
+    done = subprocess.run(
+        serve_command("--port", "0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTPOST_ALLOWED_ORIGINS": '["https://agents.example/"]'},
+    )
+    assert done.returncode == 2
+    assert "error: invalid_argument: allowed_origins holds 'https://agents.example/'" in done.stderr

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 import mcp.types as types
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from agentpost.domain.errors import invalid
+
+T = TypeVar("T")
 
 LOOPBACK: Final = ("127.0.0.1", "localhost", "[::1]")
 ANY_PORT: Final = "*"
@@ -67,6 +71,37 @@ def _origin(value: str, *, pattern: bool = False) -> tuple[str, _Place] | None:
     return None if place is None else (scheme, place)
 
 
+def _listed(read: T | None, entry: str, setting: str, form: str) -> T:
+    """An entry of a setting as read; one that reads as nothing is refused when the server
+    starts, naming it: dropped, it would leave a refusal pointing at the setting it is in."""
+    if read is None:
+        raise invalid(f"{setting} holds {entry!r}, which is not of the form {form}")
+    return read
+
+
+def allowed_places(
+    allowed_hosts: Sequence[str], allowed_origins: Sequence[str]
+) -> tuple[list[_Place], list[tuple[str, _Place]]]:
+    """The hosts and origins a server answers to: loopback's, and those listed; an entry of
+    no usable form is `invalid_argument`, naming it (call it at start: Starlette builds
+    middleware at the first request)."""
+    loopback = [_Place(name, ANY_PORT) for name in LOOPBACK]
+    hosts = loopback + [
+        _listed(_place(h, pattern=True), h, "allowed_hosts", "name:port, name:* or name")
+        for h in allowed_hosts
+    ]
+    origins = [("http", p) for p in loopback] + [
+        _listed(
+            _origin(v, pattern=True),
+            v,
+            "allowed_origins",
+            "https://name:port, https://name:* or https://name, no path",
+        )
+        for v in allowed_origins
+    ]
+    return hosts, origins
+
+
 class RebindingCheck:
     """Refuses a request whose `Host` (421) or `Origin` (403) the server does not answer to,
     saying which setting would list it."""
@@ -79,13 +114,7 @@ class RebindingCheck:
         allowed_origins: Sequence[str] = (),
     ) -> None:
         self._app = app
-        loopback = [_Place(name, ANY_PORT) for name in LOOPBACK]
-        self._hosts = loopback + [
-            p for p in (_place(h, pattern=True) for h in allowed_hosts) if p is not None
-        ]
-        self._origins = [("http", p) for p in loopback] + [
-            o for o in (_origin(v, pattern=True) for v in allowed_origins) if o is not None
-        ]
+        self._hosts, self._origins = allowed_places(allowed_hosts, allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import holds_half_pair, not_unicode
 from agentpost.mcp.adapter.arguments import invalid_arguments, unknown_arguments, validated
-from agentpost.mcp.adapter.rebinding import RebindingCheck
+from agentpost.mcp.adapter.rebinding import RebindingCheck, allowed_places
 from agentpost.mcp.adapter.streamable_http import (
     ConnectionClosed,
     ConnectionGate,
@@ -417,6 +417,7 @@ class MailboxServer:
                 on_closed=on_connection_closed,
                 while_streaming=while_streaming,
             )
+        allowed_places(allowed_hosts, allowed_origins)  # refused now, not at a first request
         app.add_middleware(
             RebindingCheck, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
         )
