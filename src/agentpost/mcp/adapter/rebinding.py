@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-import mcp.types as types
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentpost.domain.errors import invalid
+from agentpost.mcp.adapter.streamable_http import jsonrpc_refusal
 
 T = TypeVar("T")
 
@@ -157,9 +157,4 @@ def _refusal(status: int, why: str, setting: str) -> JSONResponse:
         f"forbidden: {why} (DNS-rebinding protection); "
         f"a server reached by another name lists it in its {setting} setting"
     )
-    body = {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {"code": types.INVALID_REQUEST, "message": message},
-    }
-    return JSONResponse(body, status_code=status)
+    return jsonrpc_refusal(message, status)

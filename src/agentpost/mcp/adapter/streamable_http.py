@@ -347,13 +347,21 @@ def _opens_connection(method: str, connection: str | None, version: str | None) 
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
-def _refusal(err: AgentpostError, status: int) -> JSONResponse:
+def jsonrpc_refusal(
+    message: str, status: int, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """A request refused before the SDK sees it, as a JSON-RPC error an MCP client reads;
+    `message` leads with the stable code (`forbidden: …`)."""
     body = {
         "jsonrpc": "2.0",
         "id": None,
-        "error": {"code": types.INVALID_REQUEST, "message": f"{err.code.value}: {err.message}"},
+        "error": {"code": types.INVALID_REQUEST, "message": message},
     }
-    return JSONResponse(body, status_code=status)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _refusal(err: AgentpostError, status: int) -> JSONResponse:
+    return jsonrpc_refusal(f"{err.code.value}: {err.message}", status)
 
 
 def _too_many_connections(principal: str, most: int) -> JSONResponse:
@@ -361,12 +369,7 @@ def _too_many_connections(principal: str, most: int) -> JSONResponse:
         f"rate_limited: {principal} holds {most} open MCP connections, the most one agent may; "
         "close one (DELETE /mcp) or let one idle out"
     )
-    body = {
-        "jsonrpc": "2.0",
-        "id": None,
-        "error": {"code": types.INVALID_REQUEST, "message": message},
-    }
-    return JSONResponse(body, status_code=429, headers={"Retry-After": str(_RETRY_CONNECTION_S)})
+    return jsonrpc_refusal(message, 429, {"Retry-After": str(_RETRY_CONNECTION_S)})
 
 
 def current_http_request() -> HttpRequest | None:
