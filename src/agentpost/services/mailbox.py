@@ -485,7 +485,7 @@ class Mailbox:
         """`expiry.expire_due` (everyone's, or `recipient`'s before they read) in the caller's
         write transaction; with `clear_on_ack`, mail an expiry leaves handled by everyone
         (after an ack) is cleared, as an ack that leaves it so clears it."""
-        expired = expiry.expire_due_messages(conn, now, recipient)
+        expired = expiry.expire_due(conn, now, recipient)
         if expired and self.settings.clear_on_ack:
             clearing.clear_expired(conn, expired, now)
 

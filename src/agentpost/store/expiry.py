@@ -61,17 +61,12 @@ _EXPIRE_SILENT = Prepared(
 )
 
 
-def expire_due(conn: Connection, now: float, recipient: str | None = None) -> int:
+def expire_due(conn: Connection, now: float, recipient: str | None = None) -> list[int]:
     """Turn unread mail past its TTL into tombstones (must_read mail has no expiry), and tell
     each sender (message.expired). Everyone's (`recipient` None, the sweeper's look) also
-    tells the senders of mail withheld by a block, as if it had gone unread. Returns how many
-    deliveries (and withheld copies) expired."""
-    return len(expire_due_messages(conn, now, recipient))
-
-
-def expire_due_messages(conn: Connection, now: float, recipient: str | None = None) -> list[int]:
-    """`expire_due`, returning the `seq` of the message of each delivery (or withheld copy) that
-    expired: a message once for each recipient it expired for."""
+    tells the senders of mail withheld by a block, as if it had gone unread. Returns the `seq`
+    of the message of each delivery (or withheld copy) that expired: a message once for each
+    recipient it expired for."""
     rows: list[Any]
     if recipient is None:
         rows = [*conn.execute(_EXPIRE_ALL, {"now": now}), *_EXPIRE_SILENT.rows(conn, {"now": now})]
