@@ -15,6 +15,15 @@ import pytest
 
 from agentpost.config import Settings
 from agentpost.services import PostOffice
+from backends import (  # noqa: F401 - fixtures, registered by being imported here
+    backend,
+    clock,
+    database_url,
+    office,
+    open_office,
+    pg_session_database,
+    sqlite_template,
+)
 from service_process import service  # noqa: F401 - a fixture, registered by being imported
 from stdio_agents import LEGACY, MODERN, Agents, Ledger
 
@@ -44,8 +53,8 @@ async def agents(revision: str, tmp_path: Path) -> AsyncIterator[Agents]:
 @pytest.fixture
 async def ledger(isolated_home: Path) -> AsyncIterator[Ledger]:
     """The test's post office opened in this process, to look at what no tool shows."""
-    office = await PostOffice.open(Settings())
+    opened = await PostOffice.open(Settings())
     try:
-        yield Ledger(office)
+        yield Ledger(opened)
     finally:
-        await office.aclose()
+        await opened.aclose()

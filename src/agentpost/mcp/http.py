@@ -21,6 +21,8 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from contextvars import ContextVar
 from dataclasses import replace
 
+import anyio
+
 from agentpost import __version__
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid
 from agentpost.domain.models import Caller
@@ -239,7 +241,25 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
 async def push_news(office: PostOffice, server: MailboxServer) -> None:
     """Tell each agent's subscribed connections when its inbox changed; runs until cancelled.
 
-    Woken only by commits that wrote events (and by other processes' commits)."""
-    async for touched in office.events.touches():
-        for agent in touched:
-            await server.notify_resource_updated(INBOX_URI, audience=agent)
+    Woken only by commits that wrote events (and by other processes' commits). Each agent is
+    told on its own task, so a client that stopped reading holds up its own agent's news (for
+    up to the adapter's push timeout), never another agent's. News that comes while an agent
+    is being told is told once more afterwards: "your inbox changed" said twice says no more.
+    """
+    pending: set[str] = set()  # has news not yet told
+    telling: set[str] = set()  # has a task telling it
+
+    async def tell(agent: str) -> None:
+        try:
+            while agent in pending:
+                pending.discard(agent)
+                await server.notify_resource_updated(INBOX_URI, audience=agent)
+        finally:
+            telling.discard(agent)
+
+    async with anyio.create_task_group() as tg:
+        async for touched in office.events.touches():
+            pending.update(touched)
+            for agent in touched - telling:
+                telling.add(agent)
+                tg.start_soon(tell, agent)
