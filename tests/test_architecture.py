@@ -27,12 +27,14 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "domain": frozenset({"domain"}),
     # Where the settings file lives and how it reads: standard library only, for the hook.
     "settings_file": frozenset({"settings_file"}),
+    # How background loops that retry forever log their failures: standard library only.
+    "retries": frozenset({"retries"}),
     "config": frozenset({"config", "domain", "settings_file"}),
     "store": frozenset({"store", "domain", "config", ROOT}),
-    "services": frozenset({"services", "store", "domain", "config", ROOT}),
+    "services": frozenset({"services", "store", "domain", "config", "retries", ROOT}),
     # The Python client speaks to a service over HTTP only: never the services or the store.
     "client": frozenset({"client", "domain", "config", ROOT}),
-    "mcp": frozenset({"mcp", "services", "client", "domain", "config", ROOT}),
+    "mcp": frozenset({"mcp", "services", "client", "domain", "config", "retries", ROOT}),
     "http": frozenset({"http", "services", "domain", "config", ROOT}),
     "cli": frozenset({"cli", "services", "client", "domain", "config", "settings_file", ROOT}),
     # The composition root of `agentpost serve`: the one module that puts faces side by side.

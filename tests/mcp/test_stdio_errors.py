@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from stdio_agents import Agents
@@ -162,3 +163,19 @@ async def test_a_post_office_file_deleted_under_running_sessions_is_unavailable_
 
     carol = await agents.start("carol")
     assert [a["name"] for a in (await carol.call("who"))["agents"]] == ["carol"]  # a new office
+
+
+@pytest.mark.anyio
+async def test_a_session_whose_file_was_deleted_names_it_in_its_log_once_not_at_every_round(
+    agents: Agents,
+) -> None:
+    """Its heartbeat (every 0.3 s here) is refused at every round: one warning says so, and
+    the log does not grow with each round."""
+    alice = await agents.start("alice", env={"AGENTPOST_HEARTBEAT_S": "0.3"})
+    delete_post_office(Path(os.environ["AGENTPOST_HOME"]))
+
+    await anyio.sleep(2)
+    told = alice.stderr().count("was deleted or replaced")
+    assert told >= 1
+    await anyio.sleep(2)
+    assert alice.stderr().count("was deleted or replaced") == told

@@ -26,8 +26,10 @@ from agentpost.mcp.presenting import INBOX_URI, inbox_resource, render_instructi
 from agentpost.mcp.reservation_tools import register_reservation_tools
 from agentpost.mcp.task_tools import register_task_tools
 from agentpost.mcp.tools import register_tools
+from agentpost.retries import RetryLog
 
 log = logging.getLogger(__name__)
+_retries = RetryLog(log)
 
 Background = Callable[[], Coroutine[Any, Any, None]]
 
@@ -77,7 +79,7 @@ def survive(what: str) -> Iterator[None]:
     try:
         yield
     except AgentpostError as err:
-        log.warning("%s failed, will retry: %s", what, err)
+        _retries.failed(what, err)
 
 
 async def every(period_s: float, what: str, action: Callable[[], Awaitable[None]]) -> None:

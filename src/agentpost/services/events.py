@@ -16,6 +16,7 @@ from agentpost.domain import limits as rules
 from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.events import Event
 from agentpost.domain.models import Caller
+from agentpost.retries import RetryLog
 from agentpost.services.presence import Heartbeat, check_standing
 from agentpost.services.waiting import check_room_to_wait
 from agentpost.store import events as event_rows
@@ -24,6 +25,7 @@ from agentpost.store.database import Connection, Store
 from agentpost.store.wakeups import Reach
 
 log = logging.getLogger(__name__)
+_retries = RetryLog(log)
 
 FOLLOW_PAGE = 200
 MAX_TOUCHED = 10_000
@@ -161,7 +163,7 @@ class Events:
                             told = {a: s for a, s in told.items() if s > cursor}
                             reach = {**unheard, **(reach or {})}
                 except AgentpostError as err:
-                    log.warning("watching for news failed, will retry: %s", err)
+                    _retries.failed("watching for news", err)
                     await news.wait(RETRY_S)
                     reach = None
                     continue

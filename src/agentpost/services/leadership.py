@@ -24,6 +24,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invali
 from agentpost.domain.leadership import LEASE_PREFIX, Leader, lease_name, may_lead
 from agentpost.domain.models import Caller
 from agentpost.domain.names import check_channel, check_name
+from agentpost.retries import RetryLog
 from agentpost.services.local_identity import origin_head, pid_alive, process_exit, this_host
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService, beat_asking
@@ -32,6 +33,7 @@ from agentpost.store import leases
 from agentpost.store.database import Connection, Store
 
 log = logging.getLogger(__name__)
+_retries = RetryLog(log)
 
 LAPSE_SLACK_S = 0.05
 """Looked at again this long after a lease should have lapsed, so it surely has."""
@@ -221,7 +223,7 @@ class Leadership:
             except AgentpostError as err:
                 if err.code in (ErrorCode.UNAUTHENTICATED, ErrorCode.NOT_FOUND):
                     return  # the session has ended (its agent disabled, say): it stands no more
-                log.warning("standing for leader of %s failed, will retry: %s", project, err)
+                _retries.failed(f"standing for leader of {project}", err)
                 await anyio.sleep(1)
                 continue
             await self._until_seat_may_change(seat, version)

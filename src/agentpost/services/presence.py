@@ -21,6 +21,7 @@ from agentpost.domain.ids import session_id as new_session_id
 from agentpost.domain.limits import check_text
 from agentpost.domain.models import Caller, Presence, SessionInfo, Status
 from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
+from agentpost.retries import RetryLog
 from agentpost.services.accounts import check_project
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
@@ -28,6 +29,7 @@ from agentpost.store import keys as key_rows
 from agentpost.store.database import Connection, Row, Store
 
 log = logging.getLogger(__name__)
+_retries = RetryLog(log)
 
 MAX_SUFFIX = 99
 MAX_HOST = 255
@@ -436,7 +438,7 @@ class PresenceService:
                         ended = err
                         group.cancel_scope.cancel()
                         return
-                    log.warning("a held-open stream's heartbeat failed: %s", err)  # busy
+                    _retries.failed("a held-open stream's heartbeat", err)  # busy
 
         async def stop() -> None:
             nonlocal ended

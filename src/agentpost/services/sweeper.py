@@ -17,9 +17,11 @@ import math
 import anyio
 
 from agentpost.domain.errors import AgentpostError
+from agentpost.retries import RetryLog
 from agentpost.services.mailbox import Mailbox
 
 log = logging.getLogger(__name__)
+_retries = RetryLog(log)
 
 SWEEP_EVERY_S = 3600.0
 LOOK_EVERY_S = 60.0
@@ -70,7 +72,7 @@ class Sweeper:
                 due_at = math.inf if due is None else due
                 next_look = min(clock() + self.look_every_s, sweep_at, due_at)
             except AgentpostError as err:  # tried again at the next look, not at once
-                log.warning("sweep failed, will retry: %s", err)
+                _retries.failed("sweep", err)
             now = clock()
             self._looks_at = next_look
             with anyio.move_on_after(max(0.0, self._looks_at - now)):

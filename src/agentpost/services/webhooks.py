@@ -34,6 +34,7 @@ from agentpost.domain.events import (
 )
 from agentpost.domain.ids import webhook_id as new_webhook_id
 from agentpost.domain.models import Caller
+from agentpost.retries import RetryLog
 from agentpost.services.outbound import Poster, check_url, origin_of
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
 log = logging.getLogger(__name__)
+_retries = RetryLog(log)
 
 SECRET_PREFIX = "whsec_"
 CLAIM_BATCH = 16
@@ -189,7 +191,7 @@ class Webhooks:
                             except AgentpostError as err:
                                 if err.code is not ErrorCode.UNAVAILABLE:
                                     raise
-                                log.warning("webhook dispatcher: %s; trying again", err)
+                                _retries.failed("webhook dispatcher", err)
                                 sleep = UNAVAILABLE_RETRY_S
                             await self._until_work(news, sleep)
                     finally:
