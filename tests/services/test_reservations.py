@@ -471,6 +471,23 @@ async def test_globs_too_long_to_compare_within_the_budget_conflict_and_the_rest
     ]
 
 
+async def test_listing_by_path_decides_the_short_pairs_before_the_budget_runs_out(
+    office: PostOffice, pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`reservations(path=…)` spends the budget as `reserve` does, shortest pairs first: a
+    short claim made after long ones is compared, not listed as overlapping unchecked."""
+    from agentpost.services import reservations as service
+
+    monkeypatch.setattr(service, "OVERLAP_BUDGET", 1000)
+    alice, bob = pair
+    long = "*?" * 500
+    await office.reservations.reserve(alice, [f"{long}a{n}" for n in range(3)])
+    await office.reservations.reserve(alice, ["docs/*", "src/*.py"])
+    listed = await office.reservations.reservations(bob, path=f"{long}b")
+    assert "docs/*" not in [r.path for r in listed]  # decided: it cannot match the text
+    assert {r.path for r in listed} >= {f"{long}a{n}" for n in range(3)}  # undecided: listed
+
+
 # -- renewing and releasing -----------------------------------------------------------------------
 
 

@@ -53,7 +53,6 @@ from agentpost.domain.reservations import (
     no_tracked_files,
     normalise_path,
     overlapping,
-    overlaps,
     tracked_matcher,
 )
 from agentpost.services.local_identity import this_host
@@ -352,13 +351,13 @@ class Reservations:
         if tracked is None:
             tracked = no_tracked_files
         budget = Budget(OVERLAP_BUDGET)
-        return await _off_loop_if_long(
-            [wanted],
-            place.held,
-            "",
-            tracked,
-            lambda: [r for r in place.held if overlaps(wanted, r.path, tracked, budget)],
-        )
+
+        def overlapping_it() -> list[Reservation]:
+            # As `reserve` spends it: shortest pairs first (no agent is "own" here).
+            found = overlapping("", [wanted], place.held, tracked, budget)[wanted]
+            return [r for r in place.held if found[r.id]]
+
+        return await _off_loop_if_long([wanted], place.held, "", tracked, overlapping_it)
 
     async def live(self, project: str) -> list[Reservation]:
         """Every live reservation of `project`: what the commit guard holds staged files to."""
