@@ -24,17 +24,21 @@ from agentpost.client.tasks import TaskOperations
 from agentpost.client.wire import (
     DEFAULT_TIMEOUT_S,
     MAX_RECONNECT_S,
+    NETWORK_RETRIES,
     RECONNECT_S,
     STREAM_TIMEOUT,
     EventReader,
     Target,
+    check_network_retries,
     check_stream,
     check_timeout,
     closed,
     events_headers,
+    may_resend,
     outgoing,
     read_answer,
     refusal,
+    resend_pause,
     retry_stream,
     undecodable,
     unreachable,
@@ -60,6 +64,11 @@ class AsyncClient(
     a session minted by `open_session` to speak for it (else the key's own session). Every
     refusal raises `AgentpostError` with the service's stable code; a service that cannot be
     reached is `unavailable`. Use it as an async context manager, or call `aclose()`.
+
+    A request the network failed is sent again (`network_retries` times, after 0.25 s, then
+    1 s) where that cannot do twice what it asks: one that never reached the service, a read,
+    or a send, task or question, which carry an `Idempotency-Key` (yours, else the client's
+    own), so the service makes each once and the retry answers as the first would have.
     """
 
     def __init__(
@@ -69,10 +78,12 @@ class AsyncClient(
         *,
         session: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        network_retries: int = NETWORK_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._target = Target.resolve(url, key, session)
         self.timeout = check_timeout(timeout)
+        self.network_retries = check_network_retries(network_retries)
         self._http = httpx.AsyncClient(
             base_url=self._target.url, timeout=timeout, transport=transport
         )
@@ -92,24 +103,30 @@ class AsyncClient(
 
     async def _perform(self, method: str, path: str, request: Request[T]) -> T:
         out = outgoing(self._target, self.timeout, path, request)
-        if self._http.is_closed:
-            raise closed()
-        try:
-            response = await self._http.request(
-                method,
-                out.url,
-                params=out.params,
-                content=out.content,
-                headers=out.headers,
-                timeout=out.timeout,
-            )
-        except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from None
-        except httpx.DecodingError as exc:
-            raise undecodable(self.url, exc) from None
-        except httpx.InvalidURL as exc:
-            raise unsendable(exc) from None
-        return read_answer(response, request)
+        attempt = 0
+        while True:
+            if self._http.is_closed:
+                raise closed()
+            try:
+                response = await self._http.request(
+                    method,
+                    out.url,
+                    params=out.params,
+                    content=out.content,
+                    headers=out.headers,
+                    timeout=out.timeout,
+                )
+            except httpx.TransportError as exc:
+                if attempt >= self.network_retries or not may_resend(method, out.headers, exc):
+                    raise unreachable(self.url, exc) from None
+            except httpx.DecodingError as exc:
+                raise undecodable(self.url, exc) from None
+            except httpx.InvalidURL as exc:
+                raise unsendable(exc) from None
+            else:
+                return read_answer(response, request)
+            await anyio.sleep(resend_pause(attempt))  # the network failed it: once more, shortly
+            attempt += 1
 
     async def events(
         self, after: int | None = None, *, on_open: Callable[[], object] | None = None

@@ -52,7 +52,8 @@ def send(
     idempotency_key: str | None = None,
 ) -> Request[SendResult]:
     """Send to a name, a list of names or `#channel`. With `idempotency_key`, a retried send
-    (the same key and body within 24 h) is stored once and answers as the first did."""
+    (the same key and body within 24 h) is stored once and answers as the first did; without
+    one, the client makes its own for the sends it repeats after a network failure."""
     json = fields(
         to=to,
         body=body,

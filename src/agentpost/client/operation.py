@@ -12,6 +12,7 @@ so a test can hold every operation against the service's OpenAPI.
 from __future__ import annotations
 
 import functools
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, TypeVar, overload
@@ -63,8 +64,12 @@ def fields(**values: Any) -> dict[str, Any]:
 
 
 def retry_headers(idempotency_key: str | None) -> dict[str, str]:
-    """The `Idempotency-Key` header of a request that may be retried, if a key is given."""
-    return {} if idempotency_key is None else {"Idempotency-Key": idempotency_key}
+    """The `Idempotency-Key` header of a request that makes something (a message, a task, a
+    question): the caller's key, else a fresh one, so that the client may send it again when
+    the network lost the answer, and the service still makes it once."""
+    if idempotency_key is None:
+        idempotency_key = f"auto-{secrets.token_urlsafe(18)}"
+    return {"Idempotency-Key": idempotency_key}
 
 
 def listed(values: str | Sequence[str]) -> list[str]:

@@ -23,17 +23,21 @@ from agentpost.client.tasks import TaskOperations
 from agentpost.client.wire import (
     DEFAULT_TIMEOUT_S,
     MAX_RECONNECT_S,
+    NETWORK_RETRIES,
     RECONNECT_S,
     STREAM_TIMEOUT,
     EventReader,
     Target,
+    check_network_retries,
     check_stream,
     check_timeout,
     closed,
     events_headers,
+    may_resend,
     outgoing,
     read_answer,
     refusal,
+    resend_pause,
     retry_stream,
     undecodable,
     unreachable,
@@ -62,10 +66,12 @@ class Client(
         *,
         session: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
+        network_retries: int = NETWORK_RETRIES,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._target = Target.resolve(url, key, session)
         self.timeout = check_timeout(timeout)
+        self.network_retries = check_network_retries(network_retries)
         self._http = httpx.Client(base_url=self._target.url, timeout=timeout, transport=transport)
 
     @property
@@ -83,24 +89,30 @@ class Client(
 
     def _perform(self, method: str, path: str, request: Request[T]) -> T:
         out = outgoing(self._target, self.timeout, path, request)
-        if self._http.is_closed:
-            raise closed()
-        try:
-            response = self._http.request(
-                method,
-                out.url,
-                params=out.params,
-                content=out.content,
-                headers=out.headers,
-                timeout=out.timeout,
-            )
-        except httpx.TransportError as exc:
-            raise unreachable(self.url, exc) from None
-        except httpx.DecodingError as exc:
-            raise undecodable(self.url, exc) from None
-        except httpx.InvalidURL as exc:
-            raise unsendable(exc) from None
-        return read_answer(response, request)
+        attempt = 0
+        while True:
+            if self._http.is_closed:
+                raise closed()
+            try:
+                response = self._http.request(
+                    method,
+                    out.url,
+                    params=out.params,
+                    content=out.content,
+                    headers=out.headers,
+                    timeout=out.timeout,
+                )
+            except httpx.TransportError as exc:
+                if attempt >= self.network_retries or not may_resend(method, out.headers, exc):
+                    raise unreachable(self.url, exc) from None
+            except httpx.DecodingError as exc:
+                raise undecodable(self.url, exc) from None
+            except httpx.InvalidURL as exc:
+                raise unsendable(exc) from None
+            else:
+                return read_answer(response, request)
+            time.sleep(resend_pause(attempt))  # the network failed it: once more, shortly
+            attempt += 1
 
     def events(
         self, after: int | None = None, *, on_open: Callable[[], object] | None = None

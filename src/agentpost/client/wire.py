@@ -35,6 +35,10 @@ MAX_RECONNECT_S = 30.0
 """An event stream that dropped is reopened after RECONNECT_S, doubling up to this."""
 STREAM_IDLE_S = 60.0
 """The service sends a keep-alive comment every 15 s: a stream silent for this long is dead."""
+NETWORK_RETRIES = 2
+RESEND_S = (0.25, 1.0)
+"""The pause before each resend of a request the network failed (the last one repeats)."""
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 _BY_STATUS: dict[int, ErrorCode] = {
     400: ErrorCode.INVALID_ARGUMENT,
@@ -190,6 +194,25 @@ def unreachable(url: str, exc: httpx.TransportError) -> AgentpostError:
     return AgentpostError(
         ErrorCode.UNAVAILABLE, f"cannot reach the post office at {url}: {exc or type(exc).__name__}"
     )
+
+
+def check_network_retries(retries: int) -> int:
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise invalid("network_retries must be a whole number, 0 or more", network_retries=retries)
+    return retries
+
+
+def may_resend(method: str, headers: Mapping[str, str], exc: httpx.TransportError) -> bool:
+    """Whether a request the network failed may go again without doing twice what it asked.
+
+    One that never left (no connection) may, whatever it asks; one whose answer was lost may
+    have been carried out, so only a read, or a write the service de-duplicates by its
+    `Idempotency-Key`, is sent again: the retry then answers as the first would have."""
+    return isinstance(exc, _NEVER_SENT) or method == "GET" or "Idempotency-Key" in headers
+
+
+def resend_pause(attempt: int) -> float:
+    return RESEND_S[min(attempt, len(RESEND_S) - 1)]
 
 
 def undecodable(url: str, exc: httpx.DecodingError) -> AgentpostError:
