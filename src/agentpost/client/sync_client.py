@@ -27,21 +27,17 @@ from agentpost.client.wire import (
     RECONNECT_S,
     STREAM_TIMEOUT,
     EventReader,
+    Resends,
     Target,
     check_network_retries,
     check_stream,
     check_timeout,
     closed,
     events_headers,
-    may_resend,
     outgoing,
     read_answer,
     refusal,
-    resend_pause,
     retry_stream,
-    undecodable,
-    unreachable,
-    unsendable,
 )
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.events import Event
@@ -89,11 +85,11 @@ class Client(
 
     def _perform(self, method: str, path: str, request: Request[T]) -> T:
         out = outgoing(self._target, self.timeout, path, request)
-        attempt = 0
+        tries = Resends(self.url, method, out.headers, self.network_retries)
         while True:
             if self._http.is_closed:
                 raise closed()
-            try:
+            with tries.failures():
                 response = self._http.request(
                     method,
                     out.url,
@@ -102,17 +98,8 @@ class Client(
                     headers=out.headers,
                     timeout=out.timeout,
                 )
-            except httpx.TransportError as exc:
-                if attempt >= self.network_retries or not may_resend(method, out.headers, exc):
-                    raise unreachable(self.url, exc) from None
-            except httpx.DecodingError as exc:
-                raise undecodable(self.url, exc) from None
-            except httpx.InvalidURL as exc:
-                raise unsendable(exc) from None
-            else:
                 return read_answer(response, request)
-            time.sleep(resend_pause(attempt))  # the network failed it: once more, shortly
-            attempt += 1
+            time.sleep(tries.pause)  # the network failed it, and it may go again
 
     def events(
         self, after: int | None = None, *, on_open: Callable[[], object] | None = None

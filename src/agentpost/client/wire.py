@@ -8,12 +8,13 @@ handles one exception type, whether the post office is local or remote.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import email.utils
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -211,8 +212,32 @@ def may_resend(method: str, headers: Mapping[str, str], exc: httpx.TransportErro
     return isinstance(exc, _NEVER_SENT) or method == "GET" or "Idempotency-Key" in headers
 
 
-def resend_pause(attempt: int) -> float:
-    return RESEND_S[min(attempt, len(RESEND_S) - 1)]
+class Resends:
+    """The tries of one request, for either client: `failures()` wraps each, and httpx's
+    errors come out as ours; one the network failed and that may go again is swallowed, and
+    `pause` then says how long to wait before the next try."""
+
+    def __init__(self, url: str, method: str, headers: Mapping[str, str], allowed: int) -> None:
+        self.url = url
+        self.method = method
+        self.headers = headers
+        self.allowed = allowed
+        self.resent = 0
+        self.pause = 0.0
+
+    @contextlib.contextmanager
+    def failures(self) -> Iterator[None]:
+        try:
+            yield
+        except httpx.TransportError as exc:
+            if self.resent >= self.allowed or not may_resend(self.method, self.headers, exc):
+                raise unreachable(self.url, exc) from None
+            self.pause = RESEND_S[min(self.resent, len(RESEND_S) - 1)]
+            self.resent += 1
+        except httpx.DecodingError as exc:
+            raise undecodable(self.url, exc) from None
+        except httpx.InvalidURL as exc:
+            raise unsendable(exc) from None
 
 
 def undecodable(url: str, exc: httpx.DecodingError) -> AgentpostError:
