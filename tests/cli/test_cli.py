@@ -205,6 +205,15 @@ def test_channels_and_a_broadcast_to_general() -> None:
     assert (message["channel"], message["body"]) == ("#general", "standup in 5")
 
 
+def test_a_broadcast_says_which_members_it_skipped_for_a_full_inbox() -> None:
+    """The answer's `skipped_full` was left out of the line for people: "sent … to carol"
+    read as if every member had the broadcast, when bob's full inbox had kept it from him."""
+    arrange("alice", "bob", "carol", mail=("alice", "bob", "fills bob's inbox"))
+    sent = agentpost("send", "#general", "standup in 5", "--as", "alice", AGENTPOST_MAX_UNACKED="1")
+    assert sent.returncode == 0, sent.stderr
+    assert flat(sent.stdout).endswith("to carol; not delivered to bob: inbox full")
+
+
 def test_as_creates_the_agent_when_it_first_sends_and_who_lists_it() -> None:
     arrange("bob")
     agentpost_json("send", "bob", "hello from a script", "--as", "dave")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from stdio_agents import Agents, gather, ids, text_of
+from stdio_agents import Agents, gather, ids, structured, text_of
 
 
 @pytest.mark.anyio
@@ -120,3 +120,21 @@ async def test_joining_a_channel_opens_its_history_and_later_broadcasts(agents: 
 
     ops = [c for c in (await dave.call("channels"))["channels"] if c["name"] == "#ops"]
     assert ops == [{"name": "#ops", "members": 2, "joined": True, "implicit": False}]
+
+
+@pytest.mark.anyio
+async def test_a_broadcast_tells_the_model_which_members_a_full_inbox_kept_it_from(
+    agents: Agents,
+) -> None:
+    """The text of `send` named only the channel: a model that reads the text (not the
+    structured `skipped_full`) took the broadcast for delivered to every member."""
+    alice, _bob, _carol = await gather(
+        agents.start("alice", env={"AGENTPOST_MAX_UNACKED": "1"}),
+        agents.start("bob"),
+        agents.start("carol"),
+    )
+    await alice.call("send", to="bob", body="fills bob's inbox")
+    result = await alice.result("send", to="#apollo", body="standup in 5")
+    sent = structured(result)
+    assert (sent["to"], sent["skipped_full"]) == (["carol"], ["bob"])
+    assert text_of(result).splitlines()[0].endswith(" Not delivered to bob: inbox full.")

@@ -271,7 +271,9 @@ def send(
     if as_json:
         emit_json(result.to_dict())
     else:
-        console.print(f"sent {result.id} to {', '.join(result.to) or 'nobody yet'}")
+        skipped = result.skipped_full
+        unless = f"; not delivered to {', '.join(skipped)}: inbox full" if skipped else ""
+        console.print(f"sent {result.id} to {', '.join(result.to) or 'nobody yet'}{unless}")
 
 
 @app.command()

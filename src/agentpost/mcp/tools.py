@@ -115,6 +115,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         )
         where = f"#{sent.channel}" if sent.channel else ", ".join(sent.to)
         summary = f"Sent {sent.id} to {where} (thread {token(sent.thread_id)})."
+        if sent.skipped_full:
+            summary += f" Not delivered to {', '.join(sent.skipped_full)}: inbox full."
         return await reply(sent.to_dict(), summary)
 
     @tool
