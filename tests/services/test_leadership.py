@@ -391,3 +391,29 @@ async def test_a_session_without_a_project_stands_for_no_seat_and_logs_nothing(
     with caplog.at_level(logging.WARNING, logger="agentpost"):
         assert await office.leadership.claim_if_eligible(alice) is None
     assert [r.getMessage() for r in caplog.records] == []
+
+
+async def test_claims_and_releases_count_against_the_send_rate_as_their_notices_reach_all(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Each claim and release posts a notice to every member of #<project>, and counted
+    against no rate: an agent that claimed and released in a loop filled its colleagues'
+    inboxes past `send_rate_per_minute` (full, they then refused direct mail). A claim that
+    changes nothing posts nothing and counts nothing."""
+    clock.now -= clock.now % 60  # every step below falls in one minute's window
+    office = await open_office(send_rate_per_minute=3)
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob", branch="feature-x")
+    await office.leadership.claim(alice)
+    await office.leadership.claim(alice)  # the seat is alice's already
+    await office.leadership.release(alice)
+    await office.mailbox.send(alice, "bob", "one more send")
+    err = await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.leadership.claim(alice)
+    )
+    assert err.retry_after_s is not None
+    assert len(await announcements(office, bob)) == 2
+    clock.advance(60)
+    await office.leadership.claim(alice)
+    await office.leadership.release(alice)
+    assert len(await announcements(office, bob)) == 2

@@ -25,6 +25,7 @@ from agentpost.domain.leadership import LEASE_PREFIX, Leader, lease_name, may_le
 from agentpost.domain.models import Caller
 from agentpost.domain.names import check_channel, check_name
 from agentpost.retries import RetryLog
+from agentpost.services import accounts, addressing
 from agentpost.services.local_identity import origin_head, pid_alive, process_exit, this_host
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService, beat_asking
@@ -177,6 +178,7 @@ class Leadership:
             leases.release(conn, lease_name(name), session_ids=[caller.session_id or ""])
             self._announce(
                 conn,
+                caller,
                 name,
                 f"{caller.agent} stepped down as leader of {name} (term {before.term}); "
                 "the seat is free.",
@@ -224,7 +226,7 @@ class Leadership:
                 if err.code in (ErrorCode.UNAUTHENTICATED, ErrorCode.NOT_FOUND):
                     return  # the session has ended (its agent disabled, say): it stands no more
                 _retries.failed(f"standing for leader of {project}", err)
-                await anyio.sleep(1)
+                await anyio.sleep(err.retry_after_s or 1)  # a send rate's window: its end
                 continue
             await self._until_seat_may_change(seat, version)
 
@@ -318,7 +320,7 @@ class Leadership:
             if previous is not None:
                 text += f", taking over from {previous}"
             self._announce(
-                conn, project, text + ".", leader=caller.agent, term=term, previous=previous
+                conn, caller, project, text + ".", leader=caller.agent, term=term, previous=previous
             )
         return self._seat(conn, project)
 
@@ -331,6 +333,7 @@ class Leadership:
     def _announce(
         self,
         conn: Connection,
+        caller: Caller,
         project: str,
         text: str,
         *,
@@ -338,6 +341,14 @@ class Leadership:
         term: int,
         previous: str | None,
     ) -> None:
+        """Tell #<project> of the caller's change of the seat. The notice reaches every member,
+        as a broadcast does, so it counts against the caller's send rate as one would: over
+        it, the change is refused (`rate_limited`) with its transaction, rather than let a loop
+        of claims and releases fill every member's inbox."""
+        now = self.store.clock()
+        limits = accounts.limits_in_effect(conn, self.settings, [caller.agent])
+        rate = limits[caller.agent].send_rate_per_minute
+        addressing.count_send(conn, self.store.dialect, caller, now, rate)
         data = {
             "event": "leader.changed",
             "project": project,
