@@ -123,6 +123,19 @@ async def refuse_connections(url: str, refuse: bool = True) -> None:
         )
 
 
+async def refuse_writes(url: str, refuse: bool = True) -> None:
+    """Have PostgreSQL take no write to `url`'s database (as a standby server, or one set
+    read-only, does), or take them again; the connections open end, so the new ones obey."""
+    name = url.rsplit("/", 1)[1]
+    await _admin(
+        f'ALTER DATABASE "{name}" SET default_transaction_read_only = {"on" if refuse else "off"}'
+    )
+    await _admin(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        f" WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+    )
+
+
 _session_db: dict[str, str] = {}
 
 

@@ -33,13 +33,14 @@ from agentpost.store.postgres import (
     search,
     unavailable_when_unreachable,
 )
-from agentpost.store.schema import messages
+from agentpost.store.schema import messages, rate_windows
 from backends import (
     PG_ADMIN_URL,
     create_pg_database,
     drop_pg_database,
     pg_url,
     refuse_connections,
+    refuse_writes,
 )
 from service_process import eventually as eventually_true
 
@@ -370,6 +371,39 @@ async def test_a_database_that_refuses_connections_is_unavailable_not_a_crash(
         finally:
             await refuse_connections(fresh_pg_url, refuse=False)
         assert await store.read(lambda c: c.exec_driver_sql("SELECT 1").scalar()) == 1
+    finally:
+        await store.aclose()
+
+
+async def test_a_database_that_refuses_writes_is_unavailable_and_keeps_nothing(
+    fresh_pg_url: str,
+) -> None:
+    """A database that takes no write (a standby the URL now names after a failover, or one
+    set read-only): every write is `unavailable` and leaves nothing, not an internal error;
+    reads go on, and writes are taken again once the database takes them."""
+    store = await Store.open(fresh_pg_url)
+
+    def insert(key: str) -> Callable[[Connection], None]:
+        def tx(conn: Connection) -> None:
+            conn.execute(rate_windows.insert().values(key=key, window_start=0.0, count=1))
+
+        return tx
+
+    def keys(conn: Connection) -> set[str]:
+        return set(conn.execute(select(rate_windows.c.key)).scalars())
+
+    try:
+        await refuse_writes(fresh_pg_url)
+        try:
+            with pytest.raises(AgentpostError) as refused:
+                await store.write(insert("refused"))
+            assert refused.value.code is ErrorCode.UNAVAILABLE
+            assert "read-only" in refused.value.message
+            assert await store.read(keys) == set()
+        finally:
+            await refuse_writes(fresh_pg_url, refuse=False)
+        await store.write(insert("taken"))
+        assert await store.read(keys) == {"taken"}
     finally:
         await store.aclose()
 

@@ -92,6 +92,11 @@ _UNSTORABLE_TEXT = frozenset({"22021", "22P05"})
 """SQLSTATEs of text PostgreSQL cannot hold (a NUL character): the caller's input, not a bug."""
 _BUSY = frozenset({"55P03", "57014", "53300"})
 """Waited too long for a lock or a statement, or no connection slot free: busy, try again."""
+_READ_ONLY = "25006"
+"""A write in a read-only transaction: the database takes none (a standby server, which a
+failover may leave the URL naming, or a database set `default_transaction_read_only`)."""
+_SHORT_OF_RESOURCES = ("53", "58")
+"""SQLSTATE classes of a server out of disk, memory or some limit, or whose own I/O failed."""
 _REFUSED_CONNECTION = ("28", "3D", "55000")
 """SQLSTATEs of a connection refused as it opens (no statement of ours ran): a password or
 role refused, a database that is not there, one closed to connections."""
@@ -113,9 +118,9 @@ froze mid-transaction (a paused VM, a network gone) releases the write lock afte
 
 @contextmanager
 def unavailable_when_unreachable() -> Iterator[None]:
-    """A server that is down, restarting, refusing connections, busy past the lock timeout,
-    or dropped the connection: `unavailable`, try again. Text the database cannot hold:
-    `invalid_argument`.
+    """A server that is down, restarting, refusing connections or writes, short of disk or
+    memory, busy past the lock timeout, or dropped the connection: `unavailable`, try again.
+    Text the database cannot hold: `invalid_argument`.
 
     The caller hears a fixed sentence: the driver's own message quotes the statement and its
     parameters (a key's digest, an address), which are the server log's to keep.
@@ -140,6 +145,18 @@ def unavailable_when_unreachable() -> Iterator[None]:
         if state in _BUSY:
             log.warning("the database is busy: %s", exc)
             raise AgentpostError(ErrorCode.UNAVAILABLE, "the database is busy; try again") from exc
+        if state == _READ_ONLY:
+            log.warning("the database takes no writes: %s", exc.orig)
+            raise AgentpostError(
+                ErrorCode.UNAVAILABLE,
+                "the database is read-only (a standby server?); try again once it takes writes",
+            ) from exc
+        if state.startswith(_SHORT_OF_RESOURCES):
+            log.warning("the database server cannot do it now: %s", exc.orig)
+            raise AgentpostError(
+                ErrorCode.UNAVAILABLE,
+                "the database server is out of disk, memory or another resource; try again",
+            ) from exc
         if state in _UNSTORABLE_TEXT:
             raise AgentpostError(
                 ErrorCode.INVALID_ARGUMENT, "text may not contain NUL characters"
