@@ -41,6 +41,14 @@ async def stored_keys(store: Store) -> set[str]:
     return set(await store.read(lambda conn: conn.execute(select(rate_windows.c.key)).scalars()))
 
 
+async def outcome(store: Store, fn: Callable[[Connection], Any]) -> Any:
+    """What a write answered: its result, or the error it raised."""
+    try:
+        return await store.write(fn)
+    except Exception as exc:
+        return exc
+
+
 @asynccontextmanager
 async def writer_thread_held(
     store: Store, first: Callable[[Connection], None] = lambda conn: None
@@ -84,10 +92,7 @@ async def test_concurrent_writes_are_committed_together_and_a_failure_undoes_onl
     results: dict[int, Any] = {}
 
     async def write(i: int, fn: Any) -> None:
-        try:
-            results[i] = await lite.write(fn)
-        except ValueError as exc:
-            results[i] = exc
+        results[i] = await outcome(lite, fn)
 
     async with anyio.create_task_group() as tg, writer_thread_held(lite):
         # the writer is busy: the rest queue up
@@ -310,3 +315,43 @@ async def test_a_write_let_in_just_before_close_is_refused_not_left_waiting(
     with anyio.fail_after(5), pytest.raises(AgentpostError) as refused:
         await late
     assert refused.value.code is ErrorCode.UNAVAILABLE
+
+
+def filling_the_disk(conn: Connection) -> None:
+    """A write that finds the disk full: the database may grow by no page (SQLite answers it
+    as it answers a full disk, `SQLITE_FULL`)."""
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    pages = driver.execute("PRAGMA page_count").fetchone()[0]
+    driver.execute(f"PRAGMA max_page_count={pages}")
+    try:
+        conn.execute(rate_windows.insert().values(key="big" * 50_000, window_start=0.0, count=1))
+    finally:
+        driver.execute("PRAGMA max_page_count=4294967294")
+
+
+@pytest.mark.parametrize("alone", [True, False])
+async def test_a_full_disk_is_unavailable_saying_so_not_busy(lite: Store, alone: bool) -> None:
+    """Told "busy, try again", the owner waits for a database that will not free itself; told
+    the disk is full, they free space. SQLite undoes the whole transaction of a full disk, so
+    a batch's every write is refused for it, and none is kept; the next write is taken."""
+    results: dict[int, Any] = {}
+
+    async def write(i: int, fn: Any) -> None:
+        results[i] = await outcome(lite, fn)
+
+    if alone:
+        await write(0, filling_the_disk)
+    else:
+        async with anyio.create_task_group() as tg, writer_thread_held(lite):
+            for i in range(5):
+                tg.start_soon(write, i, filling_the_disk if i == 2 else insert_key(f"k{i}"))
+            await handed_over(lite, 5)
+    for refused in results.values():
+        assert isinstance(refused, AgentpostError)
+        assert refused.code is ErrorCode.UNAVAILABLE
+        assert "full" in refused.message
+        assert "busy" not in refused.message
+    assert await stored_keys(lite) == set()
+    await lite.write(insert_key("next"))
+    assert await stored_keys(lite) == {"next"}

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import DBAPIError, InvalidRequestError
+from sqlalchemy.exc import DBAPIError, InvalidRequestError, OperationalError
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql import ColumnElement, Insert
 from sqlalchemy.sql.schema import Table
@@ -68,6 +68,29 @@ def kept_at(path: Path) -> Iterator[None]:
             f"cannot keep the post office at {path}: {reason or exc}",
             details={"path": str(path)},
         ) from None
+
+
+def busy(exc: sqlite3.Error) -> bool:
+    """The file stayed locked past the busy timeout (extended codes keep the primary low byte).
+    Errors the module raises itself (a closed connection) carry no code."""
+    code: int | None = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+_WHY = {
+    sqlite3.SQLITE_FULL: "the disk that holds the database is full; free some space",
+    sqlite3.SQLITE_READONLY: "the database cannot be written (read-only)",
+    sqlite3.SQLITE_IOERR: "reading or writing the database failed (an I/O error)",
+}
+"""What SQLite's answer means for the owner, where "busy, try again" would mislead them."""
+
+
+def unavailable(exc: OperationalError) -> AgentpostError:
+    """What SQLite refused, as `unavailable`: busy past the timeout, or something that waiting
+    will not mend, said as such."""
+    code: int | None = getattr(exc.orig, "sqlite_errorcode", None)
+    why = _WHY.get(code & 0xFF if code is not None else -1, "the database is busy, try again")
+    return AgentpostError(ErrorCode.UNAVAILABLE, f"{why} ({exc.orig})")
 
 
 class OpenedFile:

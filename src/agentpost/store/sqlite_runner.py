@@ -34,7 +34,15 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import not_unicode
 from agentpost.store import wakeups
-from agentpost.store.sqlite import BUSY_TIMEOUT_MS, OpenedFile, make_engine, raw, transaction
+from agentpost.store.sqlite import (
+    BUSY_TIMEOUT_MS,
+    OpenedFile,
+    busy,
+    make_engine,
+    raw,
+    transaction,
+    unavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -124,17 +132,6 @@ def _released(exc: BaseException) -> BaseException:
     if isinstance(exc, UnicodeEncodeError):
         return not_unicode("a value")
     return exc
-
-
-def _busy(exc: sqlite3.Error) -> bool:
-    """The file stayed locked past the busy timeout (extended codes keep the primary low byte).
-    Errors the module raises itself (a closed connection) carry no code."""
-    code: int | None = getattr(exc, "sqlite_errorcode", None)
-    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-
-
-def _locked(exc: OperationalError) -> AgentpostError:
-    return AgentpostError(ErrorCode.UNAVAILABLE, f"the database is busy, try again ({exc.orig})")
 
 
 def _closed() -> AgentpostError:
@@ -398,7 +395,7 @@ class SqliteRunner:
                     with transaction(conn):
                         result = job.fn(conn)
                 except OperationalError as exc:
-                    _settle([(job, None, _locked(exc))])
+                    _settle([(job, None, unavailable(exc))])
                 except Exception as exc:  # the caller's error, raised where it awaits
                     _settle([(job, None, _released(exc))])
                 else:
@@ -473,7 +470,7 @@ class SqliteRunner:
             self._waiting(conn, True)
             foreign = self._foreign_since_last_look(conn)
         except sqlite3.Error as exc:
-            if _busy(exc):  # busy past the timeout: look again
+            if busy(exc):  # busy past the timeout: look again
                 self.look_for_foreign()
                 return
             # Retrying at once could spin on a lasting fault; the next change of the file asks
@@ -508,7 +505,7 @@ class SqliteRunner:
             if here and not looked:
                 return False  # busy: the writer thread waits for the lock instead
             self._look_unless(looked)
-            error = _locked(exc)
+            error = unavailable(exc)
             outcomes = [(job, None, error) for job in batch]
         except Exception as exc:  # a lone job failed: its transaction was rolled back
             self._look_unless(looked)
@@ -556,6 +553,9 @@ class SqliteRunner:
             result = job.fn(conn)
         except Exception as exc:  # returned to that job's caller, raised where it awaits
             wakeups.forget_since(conn, mark)
+            driver = conn.connection.driver_connection
+            if driver is not None and not driver.in_transaction:
+                raise  # SQLite undid the whole transaction (a full disk): the batch's failure
             raw(conn, "ROLLBACK TO job")
             raw(conn, "RELEASE job")
             return (job, None, _released(exc))
