@@ -184,6 +184,49 @@ async def test_a_lost_listening_connection_is_opened_again_and_every_waiter_look
         assert await bobs.wait(None)
 
 
+async def backends(database_url: str) -> int:
+    """How many connections the database holds, but the one asking."""
+    async with connected(database_url) as conn:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+
+
+async def test_a_lost_listening_connection_leaves_the_replica_no_more_connections_than_its_pool(
+    fresh_pg_url: str,
+) -> None:
+    """Only the listening connection was lost (an idle timeout of the network in between, or
+    `pg_terminate_backend`): the pooled ones it had, working or not, are replaced, never kept
+    beside their replacements. A replica kept them open in a discarded pool until garbage
+    collection, holding 20 idle connections where its pool keeps 10 (and more, under load,
+    than the 21 that docs/SERVICE.md counts with), so the replicas of a server ran out of
+    connections (`too many clients`)."""
+    store = await Store.open(fresh_pg_url)
+    try:
+
+        def hold(conn: Connection) -> None:
+            conn.exec_driver_sql("SELECT pg_sleep(0.5)")
+
+        async def busy() -> None:  # the pool's 10 and its 10 more, all in use at once
+            async with anyio.create_task_group() as group:
+                for _ in range(20):
+                    group.start_soon(store.read, hold)
+
+        with anyio.fail_after(DEADLINE_S):
+            async with anyio.create_task_group() as group:
+                group.start_soon(busy)
+                await anyio.sleep(0.2)
+                assert await terminate_listeners(fresh_pg_url) == 1
+            await eventually(lambda: store.hears_other_processes)
+            await busy()
+        assert await backends(fresh_pg_url) <= 10 + 1  # the pool's, and the listening one
+    finally:
+        await store.aclose()
+
+
 @contextlib.asynccontextmanager
 async def connections_refused(database_url: str) -> AsyncIterator[None]:
     """The database refuses new connections, and those it had are gone: the server restarting,

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import asyncpg
-from sqlalchemy import Connection, func, literal, literal_column, text
+from sqlalchemy import Connection, event, func, literal, literal_column, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import ColumnElement, Insert, Select
@@ -114,6 +114,8 @@ LOCK_TIMEOUT_S = 10
 IDLE_IN_TRANSACTION_S = 15
 """How long PostgreSQL lets a transaction sit idle before it ends the session: a replica that
 froze mid-transaction (a paused VM, a network gone) releases the write lock after this."""
+_GENERATION = "agentpost.generation"
+"""Where a pooled connection keeps the number of listening connections lost before it opened."""
 
 
 @contextmanager
@@ -238,6 +240,12 @@ class PostgresRunner:
         )
         self.replica = secrets.token_hex(8)
         self._closed = False
+        self._generation = 0
+        """Listening connections lost so far: a pooled connection opened before the latest
+        loss is replaced as it is next taken from the pool (`_deaf`)."""
+        pool_events = self.engine.sync_engine
+        event.listen(pool_events, "connect", self._opened)
+        event.listen(pool_events, "checkout", self._taken)
         self._on_commit = on_commit
         self._on_foreign = on_foreign
         self._on_hearing = on_hearing
@@ -339,15 +347,24 @@ class PostgresRunner:
 
     async def _deaf(self) -> None:
         """The listening connection is gone. Most likely the server restarted, and the pool's
-        connections are as dead as it: they go first, before the waiters, woken to look
-        again, would each fail on one of them."""
-        task = asyncio.current_task()
-        try:
-            if task is None or not task.cancelling():
-                with unavailable_when_unreachable():
-                    await self.engine.dispose()
-        finally:
-            self._on_hearing(False)
+        connections are as dead as it: each is replaced as it is next taken, before the
+        waiters, woken to look again, would each fail on one of them.
+
+        In the pool, one by one, not by a new pool: the connections in use meanwhile would go
+        back to the discarded pool, and stay open there beside their replacements until
+        garbage collection (when only the listening connection was lost, as a network's idle
+        timeout does, they all still work)."""
+        self._generation += 1
+        self._on_hearing(False)
+
+    def _opened(self, _driver: object, record: Any) -> None:
+        record.info[_GENERATION] = self._generation
+
+    def _taken(self, _driver: object, record: Any, _proxy: object) -> None:
+        """Opened before the listening connection was lost: the pool closes it (at once, not
+        waiting for a server that may be gone) and opens another in its place."""
+        if record.info.get(_GENERATION) != self._generation:
+            raise DisconnectionError("opened before the listening connection was lost")
 
     @contextlib.asynccontextmanager
     async def _listening(self) -> AsyncIterator[_Listening]:
