@@ -5,13 +5,16 @@ replica stores, the other serves; a long-poll on one wakes for a send through th
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
+from agentpost.domain.reservations import MAX_LIVE, MAX_PATHS
+from agentpost.services.presence import MAX_HTTP_SESSIONS
 from service_process import Service, running_service
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
@@ -73,3 +76,73 @@ async def test_a_send_retried_on_the_other_replica_is_stored_once(
     assert first.status_code == again.status_code == 201
     assert again.json()["id"] == first.json()["id"]
     assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["once"]
+
+
+async def at_once(*requests: Awaitable[httpx.Response]) -> list[httpx.Response]:
+    """The requests sent together, each on its own connection."""
+    answers: list[httpx.Response] = []
+
+    async def one(request: Awaitable[httpx.Response]) -> None:
+        answers.append(await request)
+
+    async with anyio.create_task_group() as group:
+        for request in requests:
+            group.start_soon(one, request)
+    return answers
+
+
+async def minted(client: httpx.AsyncClient, count: int) -> list[str]:
+    """`count` new sessions of the client's agent."""
+    sessions = []
+    for _ in range(count):
+        answer = await client.post("/v1/sessions", json={})
+        assert answer.status_code == 201, answer.text
+        sessions.append(answer.json()["session_id"])
+    return sessions
+
+
+def speaking_for(session: str) -> dict[str, str]:
+    return {"Agentpost-Session": session}
+
+
+async def test_reservations_sent_to_both_replicas_at_once_never_pass_the_cap(
+    replicas: tuple[Service, Service],
+) -> None:
+    """The cap is counted in the write transaction, and the replicas' write transactions
+    take turns: of many reserves for one agent at once on both (each of its own session, so
+    no session's row makes them wait for each other), one fills the last place."""
+    one, two = replicas
+    key = await one.create_agent("alice", project="shop")
+    alice = (one.client(key), two.client(key))
+    sessions = await minted(alice[0], 8)
+    for batch in range(MAX_LIVE // MAX_PATHS):
+        paths = [f"held/{batch}/{n}" for n in range(MAX_PATHS)]
+        if batch == MAX_LIVE // MAX_PATHS - 1:
+            paths = paths[:-1]  # one place left
+        assert (await alice[0].post("/v1/reservations", json={"paths": paths})).status_code == 200
+    answers = await at_once(
+        *(
+            alice[n % 2].post(
+                "/v1/reservations", json={"paths": [f"last/{n}"]}, headers=speaking_for(session)
+            )
+            for n, session in enumerate(sessions)
+        )
+    )
+    assert sorted(a.status_code for a in answers) == [200] + [409] * 7
+    listed = (await alice[1].get("/v1/reservations")).json()["reservations"]
+    assert len(listed) == MAX_LIVE
+
+
+async def test_sessions_minted_at_both_replicas_at_once_never_pass_the_cap(
+    replicas: tuple[Service, Service],
+) -> None:
+    """Counted in the write transaction, which the replicas take in turns: without those
+    turns, 104 of an agent's sessions were minted where 100 is the most it may hold."""
+    one, two = replicas
+    key = await one.create_agent("alice")
+    alice = (one.client(key), two.client(key))
+    await minted(alice[0], MAX_HTTP_SESSIONS - 10)
+    answers = await at_once(*(alice[n % 2].post("/v1/sessions", json={}) for n in range(30)))
+    assert sorted(a.status_code for a in answers) == [201] * 10 + [409] * 20
+    for alice_at in alice:
+        assert (await alice_at.post("/v1/sessions", json={})).status_code == 409
