@@ -126,6 +126,20 @@ def test_config_doc_says_what_each_key_does() -> None:
     assert [key for key, row in config_rows().items() if not row["what it does"]] == []
 
 
+KEPT_BY_EACH_PROCESS = {"max_open_waits", "max_mcp_connections"}
+"""Limits counted in a process's memory, not in the store: several `serve` replicas on one
+database each allow this many."""
+
+
+def test_config_doc_says_which_limits_each_replica_counts_on_its_own() -> None:
+    rows = config_rows()
+    assert [
+        key
+        for key in KEPT_BY_EACH_PROCESS
+        if "each replica counts its own" not in rows[key]["what it does"]
+    ] == []
+
+
 def test_config_docs_example_file_loads_as_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
