@@ -265,3 +265,19 @@ async def test_another_question_under_the_same_idempotency_key_is_a_conflict(
         ErrorCode.CONFLICT,
         office.requests.request(alice, "bob", "Which host?", timeout_s=0, idempotency_key="q"),
     )
+
+
+async def test_a_question_refused_for_too_many_open_waits_is_not_asked(
+    open_office: OpenOffice,
+) -> None:
+    """The refusal says "retry after 5 s": had the question gone out anyway, each retry would
+    ask it once more."""
+    office = await open_office(max_open_waits=1)
+    alice, _bob = await agents(office, "alice", "bob")
+    with office.store.watch(alice.agent):  # alice's one wait, held open elsewhere
+        refused = await refused_without_change(
+            office,
+            ErrorCode.RATE_LIMITED,
+            office.requests.request(alice, "bob", "Which port?", timeout_s=1),
+        )
+    assert refused.retry_after_s is not None

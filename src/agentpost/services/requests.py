@@ -28,6 +28,7 @@ from agentpost.services.waiting import held_watch
 from agentpost.store import mail
 from agentpost.store import requests as request_rows
 from agentpost.store.database import Connection, Row, Store
+from agentpost.store.wakeups import Watch
 
 
 def _request_row(conn: Connection, request_id: str) -> Row[Any]:
@@ -91,8 +92,11 @@ class Requests:
                 retry.remember(conn, self.store, caller.agent, {"request_id": sent.id})
             return sent.id
 
-        request_id = await self.store.write(tx)
-        return await self._await_answer(caller, request_id, timeout)
+        # Room to wait is taken before asking: a question refused for want of it, and asked
+        # anyway, would be asked again by every retry the refusal invites.
+        with held_watch(self.store, caller, self.settings.max_open_waits) as news:
+            request_id = await self.store.write(tx)
+            return await self._await_answer(caller, request_id, timeout, news)
 
     async def respond(
         self, caller: Caller, request_id: str, answer: str, data: Any = None
@@ -133,23 +137,25 @@ class Requests:
 
     # -- waiting ------------------------------------------------------------------------------
 
-    async def _await_answer(self, caller: Caller, request_id: str, timeout: float) -> RequestAnswer:
+    async def _await_answer(
+        self, caller: Caller, request_id: str, timeout: float, news: Watch
+    ) -> RequestAnswer:
+        """The answer, or `timed_out`; `news` is the asker's watch: the response is mail to the
+        asker, and its delivery wakes the watch, made before looking."""
         # A monotonic deadline, as `Mailbox.wait` keeps: the store's clock may be injected.
         deadline = anyio.current_time() + timeout
         heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
-        # The response is mail to the asker: its delivery wakes this watch, made before looking.
-        with held_watch(self.store, caller, self.settings.max_open_waits) as news:
-            while True:
-                await heartbeat.beat()
-                found = await self.store.glance(lambda c: request_rows.response_row(c, request_id))
-                if found is not None:
-                    await check_standing(self.store, caller)
-                    answered = partial(self._answer, caller=caller, request_id=request_id)
-                    return await self.store.write(answered)
-                remaining = deadline - anyio.current_time()
-                if remaining <= 0 or news.closing:
-                    return RequestAnswer(request_id, answered=False, timed_out=True)
-                await news.wait(heartbeat.timeout(remaining))
+        while True:
+            await heartbeat.beat()
+            found = await self.store.glance(lambda c: request_rows.response_row(c, request_id))
+            if found is not None:
+                await check_standing(self.store, caller)
+                answered = partial(self._answer, caller=caller, request_id=request_id)
+                return await self.store.write(answered)
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0 or news.closing:
+                return RequestAnswer(request_id, answered=False, timed_out=True)
+            await news.wait(heartbeat.timeout(remaining))
 
     def _answer(self, conn: Connection, caller: Caller, request_id: str) -> RequestAnswer:
         """The answer as the asker gets it; the response, now handed over, is marked read
