@@ -10,6 +10,7 @@ same file share this post office.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -31,6 +32,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.http.app import build_rest_app
 from agentpost.http.errors import error_response
+from agentpost.http.events import defer_stream_drain, drain_streams
 from agentpost.http.guard import Guard, caller_of
 from agentpost.mcp.http import build_http_server, parse_groups, push_news
 from agentpost.services import PostOffice
@@ -97,6 +99,9 @@ Connect Claude Code as that agent, with the key from the answer:
 
 SHUTDOWN_GRACE_S = 10
 """How long a stopping `serve` waits for requests still open before it cuts them."""
+ANSWER_GRACE_S = 1.0
+"""How long the long-polls a stop wakes have to answer before the event streams still open
+are ended (a 2025-era MCP tool call answers on one)."""
 
 
 class Service:
@@ -330,6 +335,7 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self.on_shutdown is not None:
             self.on_shutdown()
+        asyncio.get_running_loop().call_later(ANSWER_GRACE_S, drain_streams)
         await super().shutdown(sockets)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -342,6 +348,7 @@ class _Server(uvicorn.Server):
 def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = False) -> None:
     """Run the service until interrupted."""
     check_bind(host, allow_remote)
+    defer_stream_drain()  # until the long-polls have answered (`_Server.shutdown`)
     server: _Server
 
     def announce(key: str, created: bool) -> None:

@@ -604,6 +604,32 @@ async def test_a_stopping_server_ends_the_streams_its_clients_hold_open(
     assert stopped_in[0] < SHUTDOWN_GRACE_S / 2
 
 
+async def test_a_question_held_open_when_the_server_stops_is_answered_timed_out(
+    service: Service, revision: str
+) -> None:
+    """A stopping server answers its open long-polls at once, MCP's `request` among them. A
+    2025-era answer travels on the POST's event stream, which sse-starlette cut as soon as it
+    heard the signal, racing the answer: the client heard "stream ended without a response"."""
+    key = await service.create_agent("alice")
+    await service.create_agent("bob")
+    answers: list[dict[str, Any]] = []
+
+    async def stop_soon() -> None:
+        await anyio.sleep(3.5)  # the question is asked well before
+        await service.stop()
+
+    with contextlib.suppress(Exception):  # the client sees its server go, after the answer
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_soon)
+            async with connect(service, key, revision) as alice:
+                await alice.tools()  # what validates the answer is known before the stop
+                answer = await alice.client.call_tool(
+                    "request", {"to": "bob", "question": "still there?", "timeout_s": 120}
+                )
+                answers.append(answer.structured_content or {"error": answer.content})
+    assert [(a.get("answered"), a.get("timed_out")) for a in answers] == [(False, True)]
+
+
 async def test_a_local_stdio_agents_send_wakes_a_rest_wait_on_the_same_file(
     service: Service, agents: Any
 ) -> None:

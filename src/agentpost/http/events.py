@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from sse_starlette.sse import AppStatus
 
 from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.limits import MAX_LIMIT, MAX_SEQ, check_seq, is_decimal
@@ -33,6 +34,20 @@ def _cursor(last_event_id: str | None, after: int | None) -> int | None:
             raise invalid("Last-Event-ID must be an event id from this stream")
         return check_seq(int(last_event_id), "Last-Event-ID")
     return after
+
+
+def defer_stream_drain() -> None:
+    """sse-starlette ends every event stream of the process (the MCP SDK's too) as soon as
+    the server is told to stop; the answers of the long-polls woken by the stop travel on some
+    (a 2025-era MCP tool call's), and were cut off. It ends them when `drain_streams` says.
+    (Its state is the process's: a server started after another starts afresh.)"""
+    AppStatus.enable_automatic_graceful_drain = False
+    AppStatus.should_exit = False
+
+
+def drain_streams() -> None:
+    """End the event streams still open (see `defer_stream_drain`)."""
+    AppStatus.should_exit = True
 
 
 @router.get(
