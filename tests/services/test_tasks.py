@@ -208,6 +208,25 @@ async def test_a_refused_title_is_named_title(office: PostOffice) -> None:
         assert refused.value.message.startswith(start), refused.value.message
 
 
+async def test_a_refused_result_is_named_result(office: PostOffice) -> None:
+    """A result is checked as data is, but the caller sent no `data`: told "data is too large"
+    it would look for a field it never gave."""
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Report")
+    too_deep: object = "bottom"
+    for _ in range(MAX_DATA_DEPTH + 1):
+        too_deep = [too_deep]
+    too_large = "r" * office.settings.limits.max_data_bytes
+    for result, code, start in [
+        (too_large, ErrorCode.TOO_LARGE, "result is"),
+        (too_deep, ErrorCode.INVALID_ARGUMENT, "result nests"),
+        ({1j}, ErrorCode.INVALID_ARGUMENT, "result must be JSON"),
+    ]:
+        call = office.tasks.update_task(worker, task.id, "done", result=result)
+        refused = await refused_without_change(office, code, call)
+        assert refused.message.startswith(start), refused.message
+
+
 async def test_tasks_lists_the_callers_tasks_by_role_and_status_newest_first(
     office: PostOffice, clock: FakeClock
 ) -> None:

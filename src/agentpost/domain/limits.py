@@ -121,20 +121,23 @@ def check_body(body: str, limits: Limits, *, envelope: bool = False, what: str =
     return body
 
 
-def encode_data(data: Any, limits: Limits, *, envelope: bool = False) -> str | None:
-    """The JSON text stored for `data`, or None when there is none. An `envelope` is the post
-    office's own around values checked already, each against its own limit: it may nest one
-    level deeper, and its size is theirs plus the envelope's."""
+def encode_data(
+    data: Any, limits: Limits, *, envelope: bool = False, what: str = "data"
+) -> str | None:
+    """The JSON text stored for `data`, or None when there is none; a refusal names it `what`
+    (the field the caller sent). An `envelope` is the post office's own around values checked
+    already, each against its own limit: it may nest one level deeper, and its size is theirs
+    plus the envelope's."""
     if data is None:
         return None
-    check_depth(data, MAX_DATA_DEPTH + 1 if envelope else MAX_DATA_DEPTH, "data")
+    check_depth(data, MAX_DATA_DEPTH + 1 if envelope else MAX_DATA_DEPTH, what)
     try:
         text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        raise invalid(f"data must be JSON: {exc}") from None
-    size = utf8_size(text, "data")
+        raise invalid(f"{what} must be JSON: {exc}") from None
+    size = utf8_size(text, what)
     if size > limits.max_data_bytes and not envelope:
-        raise too_large("data", size, limits.max_data_bytes, "bytes")
+        raise too_large(what, size, limits.max_data_bytes, "bytes")
     return text
 
 

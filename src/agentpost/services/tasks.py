@@ -168,7 +168,7 @@ class Tasks:
         """Move a task (see the table in agentpost.domain.tasks) and tell the other side."""
         wanted = check_status(status)
         note = _text(note, "note", self.settings)
-        result_json = rules.encode_data(result, self.settings.limits)
+        result_json = rules.encode_data(result, self.settings.limits, what="result")
 
         def tx(conn: Connection) -> Task:
             now = self.store.clock()
