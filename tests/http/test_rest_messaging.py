@@ -153,6 +153,32 @@ async def test_openapi_and_docs_are_served(service: Service) -> None:
     assert (await anonymous.get("/docs")).status_code == 200
 
 
+async def test_the_openapi_documents_bad_input_as_the_400_the_service_answers(
+    service: Service,
+) -> None:
+    """FastAPI documented a 422 `HTTPValidationError` on every route taking input; the service
+    answers 400 `invalid_argument` in its own error shape, which a generated client must know."""
+    spec = (await service.client().get("/openapi.json")).json()
+    documented = [
+        (method, path, set(operation["responses"]))
+        for path, item in spec["paths"].items()
+        for method, operation in item.items()
+    ]
+    assert [entry for entry in documented if "422" in entry[2]] == []
+    delegate = spec["paths"]["/v1/tasks"]["post"]["responses"]["400"]
+    error = delegate["content"]["application/json"]["schema"]
+    assert error == {"$ref": "#/components/schemas/Error"}
+    shape = spec["components"]["schemas"]["Error"]
+    assert set(shape["properties"]["error"]["properties"]) == {
+        "code", "message", "details", "retry_after_s"
+    }  # fmt: skip
+    alice = await service.agent("alice")
+    refused = await alice.post("/v1/tasks", json={"to": "bob"})
+    assert refused.status_code == 400
+    assert set(refused.json()) == {"error"}
+    assert set(refused.json()["error"]) <= set(shape["properties"]["error"]["properties"])
+
+
 async def test_a_server_that_stops_answers_its_long_polls_at_once(service: Service) -> None:
     """uvicorn waits for every open request before it exits: a wait or a request held to
     its deadline kept a stopping replica half alive for minutes. They answer timed out

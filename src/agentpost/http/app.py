@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -43,6 +44,8 @@ def build_rest_app(office: PostOffice) -> FastAPI:
     for module in (messages, agents, channels, events, leadership, tasks, reservations, admin):
         app.include_router(module.router)
 
+    app.openapi = _documenting_errors(app.openapi)  # type: ignore[method-assign]
+
     @app.get("/health", tags=["service"], operation_id="health")
     async def health() -> dict[str, Any]:
         """Liveness: answers without a key, whatever the database's state."""
@@ -55,3 +58,45 @@ def build_rest_app(office: PostOffice) -> FastAPI:
         return (await office.readiness()).to_dict()
 
     return app
+
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "description": "Stable: see the README's table."},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+                "retry_after_s": {"type": "number"},
+            },
+        }
+    },
+}
+_BAD_INPUT = {
+    "description": "Bad input: `invalid_argument` (as are refusals the route itself makes).",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+
+
+def _documenting_errors(build: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
+    """FastAPI's OpenAPI, with bad input documented as the service answers it (400, its own
+    error shape; see agentpost.http.errors), not as FastAPI's 422 `HTTPValidationError`."""
+
+    def openapi() -> dict[str, Any]:
+        schema = build()  # made once and kept by FastAPI: this changes the kept one
+        for item in schema.get("paths", {}).values():
+            for operation in item.values():
+                responses = operation.get("responses", {})
+                if responses.pop("422", None) is not None:
+                    responses.setdefault("400", _BAD_INPUT)
+        schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+        schemas.pop("HTTPValidationError", None)
+        schemas.pop("ValidationError", None)
+        schemas["Error"] = ERROR_SCHEMA
+        return schema
+
+    return openapi
