@@ -22,6 +22,7 @@ import pytest
 from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT
 
 from raw_stdio import legacy_initialize
+from service_process import eventually
 from stdio_agents import (
     WAKE_TIMEOUT_S,
     Agents,
@@ -243,3 +244,34 @@ async def test_a_client_that_stops_reading_ends_the_session_without_a_traceback(
     )
     assert "Traceback" not in stderr.read_text()
     assert (await ledger.session(session_id)).ended_at is not None
+
+
+@pytest.mark.anyio
+async def test_a_checkout_in_the_worktree_moves_the_sessions_branch_within_a_heartbeat(
+    agents: Agents, repo: Path
+) -> None:
+    """The branch a session shows is the one its worktree has checked out now, not the one it
+    started on: after `git checkout`, `whoami` and the others' `who` say so within a
+    heartbeat."""
+    quick = {**NO_LEADER, "AGENTPOST_HEARTBEAT_S": "0.1"}
+    mover, watcher = await gather(
+        agents.start(cwd=repo, project=None, env=quick),
+        agents.start("watcher", env=quick),
+    )
+
+    async def branch() -> str:
+        return str((await mover.call("whoami"))["branch"])
+
+    async def moved() -> bool:
+        return await branch() == "fix/parser"
+
+    async def detached() -> bool:
+        return (await branch()).startswith("detached-")
+
+    assert await branch() == "main"
+    git(repo, "checkout", "-b", "fix/parser")
+    await eventually(moved, WAKE_TIMEOUT_S)
+    assert by_name(await watcher.call("who"))["rocket-main"]["branch"] == "fix/parser"
+    assert mover.name == "rocket-main"  # the agent keeps its name: only where it works moved
+    git(repo, "checkout", "--detach")
+    await eventually(detached, WAKE_TIMEOUT_S)

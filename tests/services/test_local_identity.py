@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentpost.services.local_identity import detect, pid_alive, this_host
+from agentpost.services.local_identity import BranchWatch, detect, pid_alive, this_host
 
 GIT_ENV = {
     **os.environ,
@@ -106,3 +106,18 @@ def test_an_exited_process_is_dead_even_before_it_is_reaped() -> None:
     finally:
         proc.wait()
     assert not pid_alive(proc.pid)
+
+
+@pytest.mark.anyio
+async def test_a_branch_watch_follows_a_checkout_in_the_worktree(repo: Path) -> None:
+    watch = BranchWatch(detect(repo))
+    assert await watch.now() == "main"
+    git(repo, "checkout", "-q", "-b", "fix/parser")
+    assert await watch.now() == "fix/parser"
+    git(repo, "checkout", "-q", "--detach")
+    assert (await watch.now() or "").startswith("detached-")
+
+
+@pytest.mark.anyio
+async def test_outside_git_a_branch_watch_has_no_branch(tmp_path: Path) -> None:
+    assert await BranchWatch(detect(tmp_path)).now() is None

@@ -1,6 +1,7 @@
 """`agentpost mcp`: one agent session over stdio, on the local post office.
 
-The process registers its session, heartbeats in the background, pushes "your inbox changed"
+The process registers its session, heartbeats in the background (following the worktree's
+branch across a `git checkout`), pushes "your inbox changed"
 to a subscribed client and each new message to Claude Code's channel (`agentpost.mcp.channel`)
 the moment another process delivers mail, expires mail as its TTL falls due and purges old
 mail hourly (`agentpost.services.sweeper`), and ends its
@@ -23,7 +24,7 @@ from agentpost.mcp.desk import LocalDesk, SessionCaller
 from agentpost.mcp.presenting import INBOX_URI
 from agentpost.mcp.session import build_server, every, run_session, survive
 from agentpost.services import PostOffice
-from agentpost.services.local_identity import detect
+from agentpost.services.local_identity import BranchWatch, detect
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +93,17 @@ async def serve_stdio(settings: Settings) -> None:
         others = [n for n in await office.presence.agent_names() if n != session.agent]
         server = build_server(LocalDesk(office, callers), settings.instructions, others)
         heartbeat_id = session.id
+        branch = BranchWatch(context)
+
+        async def heartbeat() -> None:
+            """Alive, and on the branch the worktree has checked out now."""
+            await office.presence.heartbeat(heartbeat_id, branch=await branch.now())
+
         start = await office.mailbox.newest_seq()
         await run_session(
             server,
             [
-                lambda: every(
-                    settings.heartbeat_s,
-                    "heartbeat",
-                    lambda: office.presence.heartbeat(heartbeat_id),
-                ),
+                lambda: every(settings.heartbeat_s, "heartbeat", heartbeat),
                 lambda: _push_arrivals(office, server, callers, start),
                 lambda: _push_to_channel(office, server, callers, start),
                 office.sweeper.run,

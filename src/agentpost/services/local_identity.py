@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from agentpost.domain.names import slugify
 
@@ -25,6 +26,8 @@ class LocalContext:
     project: str
     worktree: str
     branch: str | None
+    head: str | None = None
+    """The worktree's HEAD file, which names its branch: it changes with every checkout."""
 
     @property
     def derived_name(self) -> str:
@@ -61,15 +64,21 @@ def _git(cwd: Path, *args: str) -> str | None:
 
 def detect(cwd: Path | None = None, *, project_override: str | None = None) -> LocalContext:
     cwd = (cwd or Path.cwd()).resolve()
-    out = _git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir", "--show-toplevel")
-    if out and len(out.splitlines()) == 2:
-        common_dir, toplevel = (Path(line) for line in out.splitlines())
+    out = _git(
+        cwd,
+        "rev-parse",
+        "--path-format=absolute",
+        "--git-common-dir",
+        "--show-toplevel",
+        "--git-dir",
+    )
+    head_file: str | None = None
+    if out and len(out.splitlines()) == 3:
+        common_dir, toplevel, git_dir = (Path(line) for line in out.splitlines())
         main = common_dir.parent if common_dir.name == ".git" else common_dir
         project = main.name.removesuffix(".git")
-        branch = _git(cwd, "symbolic-ref", "--quiet", "--short", "HEAD")
-        if branch is None:
-            head = _git(cwd, "rev-parse", "--short", "HEAD")
-            branch = f"detached-{head}" if head else None
+        head_file = str(git_dir / "HEAD")
+        branch = checked_out(cwd)
         worktree = str(toplevel)
     else:
         project, branch, worktree = cwd.name, None, str(cwd)
@@ -79,7 +88,50 @@ def detect(cwd: Path | None = None, *, project_override: str | None = None) -> L
         project=slugify(project_override or project),
         worktree=worktree,
         branch=branch,
+        head=head_file,
     )
+
+
+def checked_out(cwd: Path) -> str | None:
+    """The branch checked out in the worktree at `cwd`; `detached-<commit>` on a detached HEAD."""
+    branch = _git(cwd, "symbolic-ref", "--quiet", "--short", "HEAD")
+    if branch is None:
+        head = _git(cwd, "rev-parse", "--short", "HEAD")
+        branch = f"detached-{head}" if head else None
+    return branch
+
+
+class BranchWatch:
+    """The branch a local session's worktree has checked out now: a `git checkout` there moves
+    it. Git is asked only when the worktree's HEAD file changed, so a look while nothing moved
+    costs one read of a small file."""
+
+    def __init__(self, context: LocalContext) -> None:
+        self._worktree = Path(context.worktree)
+        self._head = None if context.head is None else Path(context.head)
+        self._seen: tuple[int, int, bytes] | None = None  # git is asked on the first look
+        self.branch = context.branch
+
+    def _stat(self) -> tuple[int, int, bytes] | None:
+        assert self._head is not None
+        try:
+            found = self._head.stat()
+            return found.st_mtime_ns, found.st_ino, self._head.read_bytes()
+        except OSError:
+            return None
+
+    async def now(self) -> str | None:
+        """The branch checked out now (the last one known while git cannot say)."""
+        if self._head is None:
+            return self.branch  # not a git worktree: nothing to move
+        seen = await anyio.to_thread.run_sync(self._stat)
+        if seen is None or seen == self._seen:
+            return self.branch
+        self._seen = seen  # read before git is asked: a checkout meanwhile is seen next time
+        branch = await anyio.to_thread.run_sync(checked_out, self._worktree)
+        if branch is not None:
+            self.branch = branch
+        return self.branch
 
 
 def pid_alive(pid: int) -> bool:

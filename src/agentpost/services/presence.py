@@ -399,9 +399,14 @@ class PresenceService:
 
         return tx
 
-    async def heartbeat(self, session_id: str) -> None:
+    async def heartbeat(self, session_id: str, *, branch: str | None = None) -> None:
+        """The session is alive; `branch`, if given, is the one its worktree has checked out now
+        (a local session's process looks at every heartbeat)."""
+        values: dict[str, Any] = {} if branch is None else {"branch": branch}
         await self.store.write(
-            lambda conn: rows.update_session(conn, session_id, heartbeat_at=self.store.clock())
+            lambda conn: rows.update_session(
+                conn, session_id, heartbeat_at=self.store.clock(), **values
+            )
         )
 
     async def end_session(self, session_id: str) -> None:
