@@ -3,10 +3,14 @@ are written out, so another agent's words never drive the reader's terminal."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import anyio
 import pytest
 
 from agentpost.cli.literal import visible
+from agentpost.cli.render import show_presence
+from agentpost.domain.models import Presence, Status
 from cli.test_cli import _at_work, agentpost, agentpost_json, arrange
 
 ESCAPES = [
@@ -61,3 +65,15 @@ def test_who_writes_out_control_characters_in_an_objective() -> None:
     assert shown.returncode == 0, shown.stderr
     assert "\x1b[2J" not in shown.stdout
     assert "\\x1b[2J" in shown.stdout
+
+
+def test_who_shows_an_agent_that_left_a_moment_ago_as_seen_then_not_never(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`last_seen_s` is rounded to a tenth of a second: 0.0 is "just now", not "never"."""
+    left = Presence("alice", "", "shop", "main", None, "", Status.DONE, False, 0.0, 0)
+    unseen = replace(left, name="bob", last_seen_s=None)
+    show_presence([left, unseen])
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "│" in line}
+    assert "0s ago" in rows["alice"]
+    assert "never" in rows["bob"]

@@ -114,7 +114,9 @@ def show_messages(messages: Sequence[Message], empty: str = "No messages.") -> N
 def show_presence(agents: Sequence[Presence]) -> None:
     table = Table("agent", "project", "branch", "status", "objective", "seen")
     for p in agents:
-        seen = "online" if p.online else (f"{p.last_seen_s:.0f}s ago" if p.last_seen_s else "never")
+        seen = "online" if p.online else "never"
+        if not p.online and p.last_seen_s is not None:  # 0.0 is a moment ago
+            seen = f"{p.last_seen_s:.0f}s ago"
         table.add_row(p.name, p.project or "", p.branch or "", p.status.value, p.objective, seen)
     console.print(table)  # plain strings in cells: the console reads no markup
 
