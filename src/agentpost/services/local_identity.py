@@ -79,9 +79,9 @@ def detect(cwd: Path | None = None, *, project_override: str | None = None) -> L
         project = main.name.removesuffix(".git")
         head_file = str(git_dir / "HEAD")
         branch = checked_out(cwd)
-        worktree = str(toplevel)
+        worktree = _shown(str(toplevel))
     else:
-        project, branch, worktree = cwd.name, None, str(cwd)
+        project, branch, worktree = cwd.name, None, _shown(str(cwd))
     return LocalContext(
         host=socket.gethostname(),
         pid=os.getpid(),
@@ -98,7 +98,13 @@ def checked_out(cwd: Path) -> str | None:
     if branch is None:
         head = _git(cwd, "rev-parse", "--short", "HEAD")
         branch = f"detached-{head}" if head else None
-    return branch
+    return None if branch is None else _shown(branch)
+
+
+def _shown(name: str) -> str:
+    """A name git or the file system gave in bytes, as Unicode text the store keeps and an
+    answer can carry: a byte that is not UTF-8 becomes U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 class BranchWatch:
