@@ -18,6 +18,7 @@ import secrets
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -173,6 +174,18 @@ class Service:
         except Exception:  # the connection is closed all the same; so is the session, later
             log.warning("could not end session %s of a closed connection", session, exc_info=True)
 
+    def _stream_held(
+        self, state: Mapping[str, Any], connection: str
+    ) -> AbstractAsyncContextManager[None]:
+        """A 2025-era connection's own stream heartbeats the session the connection speaks
+        for: opened right after `initialize`, that is the key's own, until `register` binds
+        the connection to a session of its own."""
+        assert self.office is not None
+        keys, caller = self.office.keys, caller_of(dict(state))
+        return self.office.presence.held_open(
+            caller, lambda: keys.bound_session(connection, caller)
+        )
+
     def stop_waiting(self) -> None:
         """Shutting down: uvicorn waits for every open request before the lifespan ends, so
         the long-polls answer now rather than at their deadlines (up to `max_wait_s`)."""
@@ -227,8 +240,8 @@ class Service:
                 connections_per_principal=self.settings.max_mcp_connections,
                 on_connection_closed=self._connection_closed,
                 # A connection's own stream is its subscription: a heartbeat, for as long as
-                # its key stands.
-                while_streaming=lambda state: office.presence.held_open(caller_of(dict(state))),
+                # its key stands, of the session the connection speaks for now.
+                while_streaming=self._stream_held,
             )
             self._mcp = mcp_app
             async with mcp_app.router.lifespan_context(mcp_app), anyio.create_task_group() as tg:

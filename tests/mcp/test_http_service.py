@@ -691,6 +691,30 @@ async def test_an_open_legacy_stream_keeps_its_agent_online_without_requests(
             assert "alice" in await online()
 
 
+async def test_a_legacy_stream_keeps_online_the_session_its_connection_registered(
+    tmp_path: Path,
+) -> None:
+    """The stream opens right after `initialize`, on the key's own session; once `register`
+    binds the connection to a session of its own, the stream keeps that one online. It kept
+    the key's own instead: the registered session (its objective, its seat) went offline
+    while the window sat idle, and the agent stayed online after the window closed."""
+    fast = {"AGENTPOST_HEARTBEAT_S": "0.3", "AGENTPOST_OFFLINE_AFTER_S": "1"}
+    async with running_service(tmp_path, fast) as service:
+        bob = await service.agent("bob")
+
+        async def alice() -> dict[str, Any]:
+            found = (await bob.get("/v1/presence", params={"include_offline": True})).json()
+            return next(a for a in found["agents"] if a["name"] == "alice")
+
+        alice_key = await service.create_agent("alice")
+        async with connect(service, alice_key, LEGACY) as window, subscribed(window, LEGACY):
+            await window.call("register", objective="triage")
+            await anyio.sleep(3)
+            seen = await alice()
+            assert (seen["online"], seen["sessions"], seen["objective"]) == (True, 1, "triage")
+        assert (await alice())["online"] is False
+
+
 async def test_a_legacy_stream_ends_once_its_key_is_revoked(tmp_path: Path) -> None:
     """Within a heartbeat of the revocation, as every stream a revoked key holds open."""
     fast = {"AGENTPOST_HEARTBEAT_S": "0.3"}

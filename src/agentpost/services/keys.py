@@ -266,6 +266,11 @@ class Keys:
             self._bound.popitem(last=False)
         return None if before is None or before[1] == caller.session_id else before[1]
 
+    def bound_session(self, connection: str, caller: Caller) -> str | None:
+        """The session `connection` speaks for now, if `caller`'s agent bound it to one."""
+        bound = self._bound.get(connection)
+        return bound[1] if bound is not None and bound[0] == caller.agent else None
+
     def release_connection(self, connection: str, caller: Caller) -> str | None:
         """Forget a connection its caller closed; returns the session it was bound to, if any
         (and only to the agent it was bound for)."""

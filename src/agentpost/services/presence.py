@@ -82,6 +82,12 @@ class Heartbeat:
         self._every_s = every_s
         self._due = anyio.current_time() + every_s
 
+    def follow(self, session_id: str | None) -> None:
+        """Beat `session_id` from now on: the session the stream speaks for has changed (a
+        2025-era MCP connection that `register` bound to a session of its own)."""
+        if session_id is not None:
+            self._session_id = session_id
+
     def timeout(self, remaining: float | None) -> float | None:
         if self._session_id is None:
             return remaining
@@ -422,11 +428,15 @@ class PresenceService:
         return row
 
     @asynccontextmanager
-    async def held_open(self, caller: Caller) -> AsyncIterator[None]:
+    async def held_open(
+        self, caller: Caller, session_now: Callable[[], str | None] | None = None
+    ) -> AsyncIterator[None]:
         """While inside, the caller's session heartbeats as if it made requests: an open
         stream (an MCP subscription) keeps its agent online with no request of its own. Once
         its key no longer stands, the next beat ends what is inside with `unauthenticated`;
-        when the process stops, it ends with `unavailable`, to be opened again elsewhere."""
+        when the process stops, it ends with `unavailable`, to be opened again elsewhere.
+        `session_now`, if given, names the session the stream speaks for at each beat (None:
+        still the caller's)."""
         ended: AgentpostError | None = None
 
         async def keep() -> None:
@@ -436,6 +446,8 @@ class PresenceService:
             beat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
             while True:
                 await anyio.sleep(beat.timeout(None) or self.settings.heartbeat_s)
+                if session_now is not None:
+                    beat.follow(session_now())
                 try:
                     await beat.beat()
                 except AgentpostError as err:

@@ -78,9 +78,10 @@ ConnectionClosed = Callable[[Mapping[str, Any], str], Awaitable[None]]
 connection's `Mcp-Session-Id`."""
 
 
-StreamHeld = Callable[[Mapping[str, Any]], AbstractAsyncContextManager[None]]
-"""Entered, with the request's ASGI state, for as long as a 2025-era connection's own stream
-(`GET /mcp`) stays open; what it raises (a key revoked meanwhile, say) ends the stream."""
+StreamHeld = Callable[[Mapping[str, Any], str], AbstractAsyncContextManager[None]]
+"""Entered, with the request's ASGI state and the connection's `Mcp-Session-Id`, for as long as
+a 2025-era connection's own stream (`GET /mcp`) stays open; what it raises (a key revoked
+meanwhile, say) ends the stream."""
 
 
 class OpenConnections(Protocol):
@@ -142,7 +143,7 @@ class ConnectionGate:
             await self._app(scope, receive, self._closing(scope, connection, send))
             return
         if scope["method"] == "GET" and connection is not None:
-            await self._stream(scope, receive, send)
+            await self._stream(scope, receive, send, connection)
             return
         if scope["method"] == "POST" and connection is not None and _legacy(version):
             await self._request(scope, receive, send)
@@ -182,7 +183,7 @@ class ConnectionGate:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_TIMEOUT_S):
                 await self._app(*_cancelling(scope, request_id))
 
-    async def _stream(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _stream(self, scope: Scope, receive: Receive, send: Send, connection: str) -> None:
         """The connection's own stream, inside `while_streaming`; once that ends it (raising
         an `AgentpostError`), the stream's body ends, and the client's next request hears why."""
         if self._while_streaming is None:
@@ -199,7 +200,7 @@ class ConnectionGate:
             await send(message)
 
         try:
-            async with self._while_streaming(scope.get("state") or {}):
+            async with self._while_streaming(scope.get("state") or {}, connection):
                 await self._app(scope, receive, watched)
         except AgentpostError as err:
             if not started:
