@@ -226,6 +226,32 @@ async def test_who_shows_each_online_agent_once_with_where_and_what(
     assert (found["lead"].last_seen_s, found["dev"].last_seen_s) == (0, 5)
 
 
+async def test_heartbeats_never_swap_which_of_an_agents_sessions_who_shows(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Two windows of one agent both heartbeat in the background: the one that last said what
+    it is doing (else the newest) speaks for the agent, whichever beat last. It flipped
+    between the two with every heartbeat."""
+    first = await session_caller(office, "lead", branch="main")
+    await office.presence.update_profile(first, objective="ship v2", status="blocked")
+    clock.advance(1)
+    second = await session_caller(office, "lead", branch="fix/parser")
+    shown = []
+    for beating in (first, second, first):
+        clock.advance(5)
+        await office.presence.heartbeat(beating.session_id or "")
+        found = await presence_of(office, "lead")
+        shown.append((found.branch, found.objective, found.sessions))
+    assert shown == [("fix/parser", "", 2)] * 3  # the newest, not the freshest heartbeat
+    clock.advance(5)
+    await office.presence.update_profile(first, objective="ship v3")
+    for beating in (second, first, second):
+        clock.advance(5)
+        await office.presence.heartbeat(beating.session_id or "")
+        found = await presence_of(office, "lead")
+        assert (found.branch, found.objective, found.status) == ("main", "ship v3", Status.BLOCKED)
+
+
 async def test_who_can_include_offline_agents(office: PostOffice) -> None:
     await session_caller(office, "here")
     await office.presence.ensure_agent("never-connected")

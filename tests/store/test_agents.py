@@ -95,13 +95,13 @@ async def test_presence_has_one_row_per_enabled_agent_with_its_freshest_session(
     await add(store, "idle")
     clock.advance(1)
     await store.write(lambda c: agents.update_session(c, "s1", heartbeat_at=clock()))
-    rows = await store.read(lambda c: agents.presence_rows(c, None))
+    rows = await store.read(lambda c: agents.presence_rows(c, None, clock(), OFFLINE_AFTER))
     assert [(r.name, r.session_id) for r in rows] == [
         ("alice", "s1"),
         ("bob", "s3"),
         ("idle", None),
     ]
-    shop = await store.read(lambda c: agents.presence_rows(c, "shop"))
+    shop = await store.read(lambda c: agents.presence_rows(c, "shop", clock(), OFFLINE_AFTER))
     assert [r.name for r in shop] == ["alice", "idle"]
 
 
@@ -132,7 +132,7 @@ async def test_agents_are_listed_by_code_point_whatever_the_databases_collation(
         accounts = agents.account_rows(conn, now=store.clock(), offline_after_s=OFFLINE_AFTER)
         return [
             agents.enabled_agent_names(conn),
-            [row.name for row in agents.presence_rows(conn, None)],
+            [row.name for row in agents.presence_rows(conn, None, store.clock(), OFFLINE_AFTER)],
             [row.name for row in accounts],
         ]
 

@@ -436,3 +436,30 @@ async def test_0010_drops_memberships_of_an_agents_own_project_channel_and_keeps
         ("shop", "solo"),
         ("shop", "web"),
     ]
+
+
+def _sessions_before_0012(conn: Connection) -> None:
+    conn.execute(text("INSERT INTO agents (name, created_at) VALUES ('dev', 1.0)"))
+    for session, started in [("s1", 10.0), ("s2", 20.0)]:
+        conn.execute(
+            text(
+                "INSERT INTO sessions (id, agent, transport, host, started_at, heartbeat_at)"
+                " VALUES (:s, 'dev', 'stdio', 'h', :t, 99.0)"
+            ),
+            {"s": session, "t": started},
+        )
+    conn.commit()
+
+
+def _said(conn: Connection) -> list[tuple[str, float]]:
+    rows = conn.execute(text("SELECT id, said_at FROM sessions ORDER BY id"))
+    return [(row.id, row.said_at) for row in rows]
+
+
+async def test_0012_has_each_session_say_what_it_does_when_it_started(
+    fresh_database_url: str,
+) -> None:
+    await migrate_to(fresh_database_url, "0011")
+    await inspected(fresh_database_url, _sessions_before_0012)
+    await migrate_to(fresh_database_url, "0012")
+    assert await inspected(fresh_database_url, _said) == [("s1", 10.0), ("s2", 20.0)]

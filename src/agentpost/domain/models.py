@@ -225,7 +225,9 @@ class SessionInfo:
 
 @dataclass(frozen=True, slots=True)
 class Presence:
-    """One agent as `who` shows it: the freshest session speaks for the agent."""
+    """One agent as `who` shows it: of its live sessions, the one that last said what it is
+    doing (opened, or set its status or objective) speaks for the agent; with none live, the
+    one seen last. `sessions` counts the live ones."""
 
     name: str
     description: str

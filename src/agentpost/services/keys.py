@@ -353,7 +353,7 @@ class Keys:
                 agent_rows.update_session(conn, session_id, heartbeat_at=now)
             elif named is None:  # a key's own session comes back with the key
                 agent_rows.update_session(
-                    conn, session_id, ended_at=None, started_at=now, heartbeat_at=now
+                    conn, session_id, ended_at=None, started_at=now, heartbeat_at=now, said_at=now
                 )
 
         await self.store.write(tx)

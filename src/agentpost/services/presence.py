@@ -395,11 +395,12 @@ class PresenceService:
         def tx(conn: Connection) -> None:
             if description is not None:
                 rows.update_agent(conn, caller.agent, description=description)
-            values: dict[str, Any] = {"heartbeat_at": self.store.clock()}
+            now = self.store.clock()
+            values: dict[str, Any] = {"heartbeat_at": now}
             if objective is not None:
-                values["objective"] = objective
+                values.update(objective=objective, said_at=now)
             if checked is not None:
-                values["status"] = checked.value
+                values.update(status=checked.value, said_at=now)
             if caller.session_id is not None:
                 rows.update_session(conn, caller.session_id, **values)
 
@@ -509,7 +510,8 @@ class PresenceService:
 
         def tx(conn: Connection) -> tuple[list[Row[Any]], Counter[str]]:
             live = rows.live_sessions(conn, now, self.settings.offline_after_s)
-            return rows.presence_rows(conn, project), Counter(s.agent for s in live)
+            found = rows.presence_rows(conn, project, now, self.settings.offline_after_s)
+            return found, Counter(s.agent for s in live)
 
         found, online = await self.store.read(tx)
         out = []

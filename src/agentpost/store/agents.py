@@ -126,6 +126,7 @@ def open_session(conn: Connection, session: SessionInfo, *, derived_name: bool) 
             derived_name=derived_name,
             started_at=session.started_at,
             heartbeat_at=session.heartbeat_at,
+            said_at=session.started_at,
         )
     )
 
@@ -207,15 +208,23 @@ def end_sessions(conn: Connection, session_ids: Sequence[str], now: float) -> No
         )
 
 
-def presence_rows(conn: Connection, project: str | None) -> list[Row[Any]]:
-    """Each enabled agent with its freshest session (if any): a session not ended before any
-    ended one, which says what the agent was doing, not what it is doing. `last_seen` is the
-    freshest heartbeat of any of its sessions, as the directory says it."""
-    # One session per agent even when heartbeats tie: rank them, newest first.
+def presence_rows(
+    conn: Connection, project: str | None, now: float, offline_after_s: float
+) -> list[Row[Any]]:
+    """Each enabled agent with the session that speaks for it (if any): of its live sessions,
+    the one that last said what it is doing (opened, or set its status or objective), since
+    every live one heartbeats; with none live, the one seen last, a session not ended before
+    any ended one (which says what the agent was doing, not what it is doing). `last_seen` is
+    the freshest heartbeat of any of its sessions, as the directory says it."""
+    live = live_condition(now, offline_after_s)
+    said = func.coalesce(sessions.c.said_at, sessions.c.started_at)
+    # One session per agent even when times tie: rank them, the one that speaks first.
     freshest = func.row_number().over(
         partition_by=sessions.c.agent,
         order_by=(
+            case((live, 0), else_=1),
             sessions.c.ended_at.is_not(None),
+            case((live, said), else_=None).desc(),  # the same for every session not live
             sessions.c.heartbeat_at.desc(),
             sessions.c.started_at.desc(),
             sessions.c.id,

@@ -65,6 +65,9 @@ sessions = Table(
     Column("derived_name", Boolean, nullable=False, server_default="0"),
     Column("started_at", Float, nullable=False),
     Column("heartbeat_at", Float, nullable=False),
+    # When the session last said what it is doing (opened, or set its status or objective):
+    # of an agent's live sessions, the one that said so last speaks for it in `who`.
+    Column("said_at", Float),
     Column("ended_at", Float),
     Column("urgent_cursor", SeqType, nullable=False, server_default="0"),
     Index("ix_sessions_agent_live", "agent", "ended_at"),
