@@ -519,3 +519,25 @@ async def test_minting_while_every_session_over_http_is_in_use_is_refused_and_ch
     assert refused.details == {"limit": MAX_HTTP_SESSIONS}
     bob = await office.presence.ensure_agent("bob")
     assert await http_sessions(office, bob, 1)  # each agent's own limit
+
+
+# -- sessions that ended long ago --------------------------------------------------------------
+
+
+async def test_the_sweep_forgets_sessions_ended_past_the_retention_but_each_agents_last(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Every `agentpost mcp` start leaves a session; ended, they piled up for ever, and `who`
+    looks at all of them (200,000 made it take seconds). Once ended for `retention_days` they
+    go, but for each agent's last one, which still says when it was last seen."""
+    old = [await session_caller(office, name) for name in ("alice", "alice", "bob")]
+    for caller in old:
+        await office.presence.end_session(caller.session_id or "")
+    silent = await session_caller(office, "carol")  # never ended: its process was killed
+    clock.advance(office.settings.retention_days * 86_400 + 1)
+    recent = await session_caller(office, "alice")
+    await office.presence.end_session(recent.session_id or "")
+    await office.mailbox.sweep()
+    kept = await still_there(office, [c.session_id or "" for c in [*old, silent, recent]])
+    assert kept == [old[2].session_id, silent.session_id, recent.session_id]
+    assert (await presence_of(office, "bob")).last_seen_s is not None

@@ -464,6 +464,12 @@ class Mailbox:
             total += purged
             if purged < batch:
                 await purge_old_events(self.store, keep_s, batch)  # and webhook deliveries
+                # Every agent start leaves a session: ended long ago, they go.
+                forget = partial(
+                    agent_rows.forget_old_sessions, before=self.store.clock() - keep_s, limit=batch
+                )
+                while await self.store.write(forget, lengthy=True) == batch:
+                    pass
                 await self.store.write(self._forget_old_records, lengthy=True)
                 return total
 

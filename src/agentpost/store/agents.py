@@ -321,6 +321,28 @@ def account_rows(
     return found if limit is None else found[:limit]
 
 
+def forget_old_sessions(conn: Connection, before: float, limit: int) -> int:
+    """Delete up to `limit` sessions that ended, or went silent, before `before`, but for each
+    agent's last one (which says when it was last seen); returns how many went."""
+    ranked = select(
+        sessions.c.id,
+        func.coalesce(sessions.c.ended_at, sessions.c.heartbeat_at).label("gone_at"),
+        func.row_number()
+        .over(
+            partition_by=sessions.c.agent,
+            order_by=(sessions.c.heartbeat_at.desc(), sessions.c.id.desc()),
+        )
+        .label("rank"),
+    ).subquery()
+    found = conn.execute(
+        select(ranked.c.id).where(ranked.c.rank > 1, ranked.c.gone_at < before).limit(limit)
+    )
+    gone = list(found.scalars())
+    if gone:
+        conn.execute(delete(sessions).where(sessions.c.id.in_(gone)))
+    return len(gone)
+
+
 def end_agent_sessions(conn: Connection, agent: str, now: float) -> None:
     conn.execute(
         update(sessions)
