@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from service_process import Service
 
@@ -176,3 +177,56 @@ async def test_a_command_without_a_key_says_how_to_give_one_before_asking(
     assert elsewhere.returncode == 3, elsewhere.stderr.decode()
     assert b"(AGENTPOST_KEY is for http://127.0.0.1:8 only)" in elsewhere.stderr
     assert b"ap_xxx" not in elsewhere.stderr
+
+
+async def _next_line(lines: BufferedByteReceiveStream) -> Any:
+    with anyio.fail_after(15):
+        return json.loads(await lines.receive_until(b"\n", 1 << 20))
+
+
+@pytest.mark.parametrize("by_env", [False, True], ids=["options", "environment"])
+async def test_tail_follows_the_keys_mail_on_the_remote_service(
+    service: Service, tmp_path: Path, by_env: bool
+) -> None:
+    """Not the local post office: `--url` (or AGENTPOST_URL) is followed as every mailbox
+    command follows it, as the key's agent, and nothing is marked read."""
+    alice = Remote(service, await service.create_agent("alice"))
+    bob = Remote(service, await service.create_agent("bob"))
+    before = await alice.json("send", "bob", "before tail started")
+    elsewhere = tmp_path / "no-local-post-office"
+    env = {**os.environ, "AGENTPOST_HOME": str(elsewhere)}
+    where = ["--url", bob.url, "--key", bob.key]
+    if by_env:
+        env.update(AGENTPOST_URL=bob.url, AGENTPOST_KEY=bob.key)
+        where = []
+    tail = await anyio.open_process(
+        [str(AGENTPOST), "tail", "--json", "--backlog", "5", *where],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert tail.stdout is not None
+        lines = BufferedByteReceiveStream(tail.stdout)
+        assert (await _next_line(lines))["id"] == before["id"]
+        live = await alice.json("send", "bob", "while tail runs")
+        assert (await _next_line(lines))["id"] == live["id"]
+    finally:
+        tail.terminate()
+        with anyio.fail_after(10):
+            await tail.wait()
+        await tail.aclose()
+    assert not elsewhere.exists(), "tail opened a local post office"
+    assert (await bob.json("inbox", "--peek"))["unread"] == 2, "tail marked mail read"
+
+
+async def test_tail_with_a_refused_key_exits_with_the_refusal(service: Service) -> None:
+    done = await Remote(service, "ap_" + "x" * 43).run("tail", "--json")
+    assert done.returncode == 3, done.stderr.decode()
+    assert json.loads(done.stdout)["error"]["code"] == "unauthenticated"
+
+
+async def test_tail_with_a_key_but_no_url_is_refused() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("AGENTPOST_URL", "AGENTPOST_KEY")}
+    done = await anyio.run_process([str(AGENTPOST), "tail", "--key", "ap_x"], check=False, env=env)
+    assert done.returncode == 2, done.stderr.decode()
+    assert b"--url" in done.stderr

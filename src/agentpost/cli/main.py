@@ -23,7 +23,7 @@ from agentpost.cli.install import install_app
 from agentpost.config import Settings, load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import MAX_DATA_DEPTH
-from agentpost.domain.models import Caller, Inbox
+from agentpost.domain.models import Caller, Inbox, Message
 from agentpost.domain.names import OWNER
 
 T = TypeVar("T")
@@ -422,19 +422,38 @@ def channels(
 def tail(
     backlog: Annotated[int, typer.Option(help="Show this many earlier messages first.")] = 10,
     as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
 ) -> None:
-    """Follow every new message of the post office, live, until Ctrl-C."""
+    """Follow every new message of the post office, live, until Ctrl-C (with --url: your mail
+    on that service)."""
     from agentpost.cli.render import console, message_line, refusal
-    from agentpost.services import PostOffice
+
+    def show(message: Message) -> None:
+        if as_json:
+            print(json.dumps(message.to_dict(), ensure_ascii=False), flush=True)
+        else:
+            console.print(message_line(message))
 
     async def main() -> None:
-        office = await PostOffice.open(load_settings())
+        settings = load_settings()
+        if service := url or settings.url:  # as every mailbox command: the remote service
+            from agentpost.cli.follow import follow_remote
+            from agentpost.client import AsyncClient
+
+            async with AsyncClient(service, key_for(service, key, settings)) as client:
+                await follow_remote(client, backlog, show)
+            return
+        if key:
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT, "--key is for a remote post office: add --url"
+            )
+        from agentpost.services import PostOffice
+
+        office = await PostOffice.open(settings)
         try:
             async for message in office.mailbox.follow(backlog=backlog):
-                if as_json:
-                    print(json.dumps(message.to_dict(), ensure_ascii=False), flush=True)
-                else:
-                    console.print(message_line(message))
+                show(message)
         finally:
             with anyio.CancelScope(shield=True):
                 await office.aclose()
