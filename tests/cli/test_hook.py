@@ -120,6 +120,20 @@ def test_run_by_hand_it_prints_the_note_itself() -> None:
     assert f"- alice: plain ({sent})" in out
 
 
+def test_a_note_writes_out_what_would_drive_a_terminal() -> None:
+    """Run by hand (or shown as plain output), the note reaches a terminal: a sender's escape
+    sequences, bells, C1 controls and bidirectional overrides are shown, never obeyed."""
+    meet("alice", "bob")
+    hook(AGENTPOST_AGENT="bob")
+    drives = "\x1b]0;PWNED\x07 \x1b[2J \x9b31m \u202eflipped"
+    send("alice", "bob", drives)
+    plain = hook(None, AGENTPOST_AGENT="bob").stdout
+    send("alice", "bob", drives)
+    for note in (plain, context_of(hook(AGENTPOST_AGENT="bob").stdout)):
+        assert "\\x1b]0;PWNED\\x07 \\x1b[2J \\x9b31m \\u202eflipped" in note
+        assert not {"\x1b", "\x07", "\x9b", "\u202e"} & set(note)
+
+
 @pytest.mark.parametrize(
     "env",
     [

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentpost.cli.literal import visible
 from agentpost.settings_file import config_file, default_home, home_in_file
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
@@ -85,7 +86,9 @@ class Noted(Protocol):
 
 
 def _one_line(note: Noted) -> str:
-    words = " ".join((note.subject or note.body).split())
+    """The message in one line, shown as written but for what would drive a terminal (the
+    note is printed as it is when the hook is run by hand, and shown as plain output)."""
+    words = visible(" ".join((note.subject or note.body).split()))
     if len(words) > EXCERPT:
         words = words[:EXCERPT] + "…"
     where = f" in #{note.channel}" if note.channel else ""
