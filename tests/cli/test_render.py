@@ -3,6 +3,7 @@ are written out, so another agent's words never drive the reader's terminal."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import anyio
@@ -77,3 +78,16 @@ def test_who_shows_an_agent_that_left_a_moment_ago_as_seen_then_not_never(
     rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if "│" in line}
     assert "0s ago" in rows["alice"]
     assert "never" in rows["bob"]
+
+
+def test_json_for_a_terminal_escapes_what_json_itself_leaves_raw() -> None:
+    """JSON escapes C0 controls but not DEL, the C1 controls (the one-byte CSI among them) or
+    the bidirectional overrides: `--json` writes those as \\u escapes, the same JSON value."""
+    body = "a\x7f \x9b31m \x85 \u202eevil \u2066x café 日本語"
+    arrange("alice", "bob")
+    agentpost_json("send", "bob", body, "--as", "alice")
+    shown = agentpost("inbox", "--as", "bob", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert not {"\x7f", "\x9b", "\x85", "\u202e", "\u2066"} & set(shown.stdout)
+    assert "café 日本語" in shown.stdout, "the rest of Unicode stays as written"
+    assert json.loads(shown.stdout)["messages"][0]["body"] == body

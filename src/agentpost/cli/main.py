@@ -427,11 +427,12 @@ def tail(
 ) -> None:
     """Follow every new message of the post office, live, until Ctrl-C (with --url: your mail
     on that service)."""
+    from agentpost.cli.literal import json_text
     from agentpost.cli.render import console, message_line, refusal
 
     def show(message: Message) -> None:
         if as_json:
-            print(json.dumps(message.to_dict(), ensure_ascii=False), flush=True)
+            print(json_text(message.to_dict()), flush=True)
         else:
             console.print(message_line(message))
 

@@ -21,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agentpost.cli.entry import EXIT_CODES
-from agentpost.cli.literal import visible
+from agentpost.cli.literal import json_text, visible
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Message, Presence, SentMessage
@@ -49,7 +49,7 @@ def styled(*parts: Part) -> Text:
 
 
 def emit_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
+    sys.stdout.write(json_text(value, indent=2) + "\n")
 
 
 def refusal(err: AgentpostError, *, as_json: bool = False) -> typer.Exit:
