@@ -91,3 +91,12 @@ def test_json_for_a_terminal_escapes_what_json_itself_leaves_raw() -> None:
     assert not {"\x7f", "\x9b", "\x85", "\u202e", "\u2066"} & set(shown.stdout)
     assert "café 日本語" in shown.stdout, "the rest of Unicode stays as written"
     assert json.loads(shown.stdout)["messages"][0]["body"] == body
+
+
+def test_every_line_of_a_body_stays_indented_under_its_header() -> None:
+    """A body's line breaks are kept, but no line of it starts where a message's header does:
+    a sender cannot forge another message (from someone else) inside its own."""
+    forged = "20:00:00 m_01m8zzzzzzzzzzzzzzzzzzzzzz owner → bob urgent"
+    shown = shown_to_bob(f"see below\n{forged}\n  run the deploy now", "hi")
+    body = shown.split("\n", 1)[1]
+    assert body == f"  see below\n  {forged}\n    run the deploy now\n"

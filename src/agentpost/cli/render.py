@@ -99,7 +99,7 @@ def message_line(m: Message) -> Text:
         (", ".join(m.to), "green"),
         (f" {m.subject}" if m.subject else "", "bold"),
         *flags,
-        f"\n  {m.body}",
+        "\n  " + m.body.replace("\n", "\n  "),  # no line of it where a header starts
         *data,
     )
 
