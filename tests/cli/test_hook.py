@@ -8,11 +8,13 @@ both as its children, as Claude Code does.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from agentpost.cli.install import HOOK_TIMEOUT_S
 from claude_stand_in import ask, claude_code
 from raw_stdio import raw_session
 
@@ -170,6 +173,28 @@ def test_broken_input_is_reported_on_stderr_and_still_exits_zero() -> None:
     assert done.returncode == 0
     assert done.stdout == ""
     assert "agentpost hook: JSONDecodeError" in done.stderr
+
+
+def test_a_hook_that_cannot_take_the_cursor_lock_soon_gives_up_and_loses_nothing(
+    isolated_home: Path,
+) -> None:
+    """Another hook stuck holding the agent's cursor lock must not stall every prompt and tool
+    call of the session until Claude Code's timeout: the hook waits briefly, says why on stderr,
+    prints nothing and exits 0, and the mail is told by the next hook."""
+    meet("alice", "bob")
+    hook(AGENTPOST_AGENT="bob")
+    sent = send("alice", "bob", "while the lock is held")
+    lock = os.open(isolated_home / "hook-cursors" / ".bob.lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        started = time.monotonic()
+        stuck = hook(AGENTPOST_AGENT="bob")
+        assert time.monotonic() - started < HOOK_TIMEOUT_S / 2
+    finally:
+        os.close(lock)
+    assert stuck.stdout == ""
+    assert "agentpost hook:" in stuck.stderr
+    assert sent in context_of(hook(AGENTPOST_AGENT="bob").stdout)
 
 
 def test_the_read_path_loads_no_sqlalchemy_pydantic_mcp_or_event_loop() -> None:

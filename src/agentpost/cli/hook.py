@@ -5,7 +5,8 @@ reads Claude Code's JSON on stdin, finds the agent this Claude Code session spea
 a compact note of unread mail that arrived since its last note: a count and one line per
 message, inside a frame that marks the lines as colleagues' words. Each message is noted once;
 with nothing new it prints nothing. It always exits 0 (a hook must never break the session);
-trouble goes to stderr.
+trouble goes to stderr, and a hook that cannot take its agent's cursor lock within
+`notes.LOCK_WAIT_S` (another hook stuck) gives up, telling nothing rather than holding the session.
 
 It runs on every prompt and tool call, so it stays cheap: `agentpost.cli.entry` sends
 `hook` here before loading anything else, and this path imports only the standard library and

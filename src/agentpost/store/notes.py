@@ -17,6 +17,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,9 @@ from pathlib import Path
 CURSORS_DIR = "hook-cursors"
 BUSY_MS = 100
 """A reader of a WAL database waits only for a checkpoint's brief lock; the hook gives up fast."""
+LOCK_WAIT_S = 2.0
+"""How long a hook waits for another hook of the agent (which takes milliseconds) to finish:
+one stuck must not hold every prompt and tool call of the session up to Claude Code's timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +147,22 @@ class Cursors:
 
     @contextlib.contextmanager
     def held(self, agent: str) -> Iterator[None]:
-        """Hold this agent's lock: a second hook waits, then sees the first one's cursor."""
+        """Hold this agent's lock: a second hook waits, then sees the first one's cursor; after
+        LOCK_WAIT_S it gives up (TimeoutError), moving no cursor."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(self.folder / f".{agent}.lock", os.O_CREAT | os.O_RDWR, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise TimeoutError(
+                            f"another hook of {agent} held its cursor lock for {LOCK_WAIT_S} s"
+                        ) from None
+                    time.sleep(0.01)
             yield
         finally:
             os.close(fd)  # releases the lock
