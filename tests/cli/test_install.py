@@ -183,6 +183,33 @@ def test_claude_refuses_a_settings_file_that_is_not_json_and_leaves_it(tmp_path:
     assert snapshot(*files) == before
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"hooks": {}, "model": "a", "hooks": {"Stop": []}}', "'hooks' twice"),
+        ('{"cleanupPeriodDays": 1e400}', "1e400"),
+        ('{"cleanupPeriodDays": NaN}', "NaN"),
+        ('{"cleanupPeriodDays": ' + "1" * 5000 + "}", "5000 digits"),
+    ],
+    ids=["duplicate-key", "number-past-float", "nan", "digits-past-int"],
+)
+def test_claude_refuses_json_it_could_not_write_back_as_written_and_leaves_it(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    """Rewriting would drop the first of two equal keys, or write Infinity or NaN, which is no
+    JSON Claude Code reads: the file is refused, untouched."""
+    root = project(tmp_path)
+    odd = root / ".claude" / "settings.json"
+    odd.write_text(text)
+    files = (root / ".mcp.json", odd)
+    before = snapshot(*files)
+    done = install("claude", cwd=root)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: invalid_argument: ")
+    assert says in done.stderr
+    assert snapshot(*files) == before
+
+
 def test_claude_adds_its_hooks_beside_a_group_whose_hooks_are_not_a_list(tmp_path: Path) -> None:
     root = project(tmp_path)
     odd = {"hooks": {"SessionStart": [{"hooks": 5}, "a string", {"hooks": None}]}}

@@ -22,6 +22,7 @@ import contextlib
 import difflib
 import errno
 import json
+import math
 import os
 import shlex
 import shutil
@@ -100,13 +101,55 @@ def _read(path: Path) -> str | None:
         ) from None
 
 
+class _Unwritable(ValueError):
+    """JSON that, read and written again, would not say what it said."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:  # written back, the first would be gone
+            raise _Unwritable(f"it has the key {key!r} twice in one object")
+        seen[key] = value
+    return seen
+
+
+def _finite(number: str) -> float:
+    value = float(number)
+    if not math.isfinite(value):  # written back as Infinity: no JSON Claude Code reads
+        raise _Unwritable(f"its number {number} is too large to write back")
+    return value
+
+
+def _integer(number: str) -> int:
+    try:
+        return int(number)
+    except ValueError:  # past Python's limit on digits
+        raise _Unwritable(f"it holds a number of {len(number)} digits") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise _Unwritable(f"it holds {name}, which is not JSON")
+
+
 def _json_object(path: Path, text: str | None) -> dict[str, Any]:
+    """The settings, as long as writing them back keeps what they say; else refused."""
     if text is None or not text.strip():
         return {}
     try:
-        loaded = json.loads(text)
+        loaded = json.loads(
+            text,
+            object_pairs_hook=_unique_keys,
+            parse_float=_finite,
+            parse_int=_integer,
+            parse_constant=_no_constant,
+        )
     except json.JSONDecodeError as exc:
         raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} is not JSON: {exc}") from None
+    except _Unwritable as exc:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT, f"{path} cannot be merged into unchanged: {exc}"
+        ) from None
     if not isinstance(loaded, dict):
         raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} does not hold a JSON object")
     return loaded
