@@ -171,6 +171,22 @@ def test_claude_dry_run_prints_the_change_and_writes_nothing(tmp_path: Path) -> 
     assert list(empty.iterdir()) == []
 
 
+def test_a_dry_runs_diff_writes_out_what_would_drive_the_terminal(tmp_path: Path) -> None:
+    """A settings file someone else committed may hold, raw in a JSON string, a one-byte CSI
+    or a bidirectional override: the diff shows them written out, so what it shows is what is
+    there; the file itself keeps them."""
+    root = project(tmp_path)
+    mcp = root / ".mcp.json"
+    raw = {**THEIR_MCP, "note": "a \x9b2J b \u202eevil"}
+    mcp.write_text(json.dumps(raw, ensure_ascii=False, indent=4) + "\n")
+    done = install("claude", "--dry-run", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert not {"\x9b", "\u202e"} & set(done.stdout)
+    assert "a \\x9b2J b \\u202eevil" in done.stdout
+    assert install("claude", cwd=root).returncode == 0
+    assert json.loads(mcp.read_text())["note"] == raw["note"]
+
+
 def test_claude_refuses_a_settings_file_that_is_not_json_and_leaves_it(tmp_path: Path) -> None:
     root = project(tmp_path)
     broken = root / ".claude" / "settings.json"

@@ -34,6 +34,7 @@ from typing import Annotated, Any
 
 import typer
 
+from agentpost.cli.literal import visible
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
 SERVER = "agentpost"
@@ -350,7 +351,9 @@ def _report(changes: Callable[[], list[Change]], dry_run: bool) -> None:
     except AgentpostError as err:
         raise refusal(err) from None
     for line in lines:
-        print(line)  # plain: paths and diffs must not be wrapped or coloured
+        # Plain: paths and diffs must not be wrapped or coloured; a file someone else wrote
+        # must not drive the terminal either.
+        print(visible(line))
 
 
 @install_app.command()
