@@ -197,6 +197,17 @@ def test_a_hook_that_cannot_take_the_cursor_lock_soon_gives_up_and_loses_nothing
     assert sent in context_of(hook(AGENTPOST_AGENT="bob").stdout)
 
 
+def test_an_agent_setting_that_is_no_name_is_refused_and_writes_nowhere(tmp_path: Path) -> None:
+    """AGENTPOST_AGENT names the hook's files: one that is no agent name (a path) is refused on
+    stderr, as every other command refuses it, and no file is made outside the cursors."""
+    meet("alice", "bob")
+    done = hook(AGENTPOST_AGENT="./../../escaped")
+    assert done.stdout == ""
+    assert "agent name './../../escaped' must match" in done.stderr
+    assert not (tmp_path / "escaped").exists()
+    assert not (tmp_path.parent / "escaped.lock").exists()
+
+
 def test_the_read_path_loads_no_sqlalchemy_pydantic_mcp_or_event_loop() -> None:
     meet("alice", "bob")
     done = subprocess.run(

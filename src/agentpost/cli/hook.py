@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agentpost.cli.literal import visible
+from agentpost.domain.names import check_name
 from agentpost.settings_file import config_file, default_home, home_in_file
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
@@ -124,6 +125,8 @@ def note_for(environ: Mapping[str, str], pid: int) -> str | None:
     from agentpost.store import notes
 
     config = settings(environ)
+    if "agent" in config:
+        check_name(config["agent"])  # as the settings of every other command: it names files
     if config.get("url"):
         return None
     url = config.get("database_url") or ""
