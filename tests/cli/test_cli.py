@@ -27,6 +27,7 @@ from agentpost.config import Settings
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
+from rate_window import inside_one_rate_window
 
 AGENTPOST = Path(sys.executable).with_name("agentpost")
 WAIT_S = 30
@@ -379,6 +380,7 @@ def test_a_refusal_prints_its_code_exits_with_its_status_and_changes_nothing(
 def test_a_refusal_that_waiting_cures_says_how_long_to_wait() -> None:
     arrange("alice", "bob")
     limited = {"AGENTPOST_SEND_RATE_PER_MINUTE": "1"}
+    anyio.run(inside_one_rate_window, 20)  # both sends in one clock minute, however slow
     assert agentpost("send", "bob", "first", "--as", "alice", **limited).returncode == 0
     done = agentpost("send", "bob", "second", "--as", "alice", **limited)
     refused(done, "rate_limited")
