@@ -206,6 +206,26 @@ def test_channels_and_a_broadcast_to_general() -> None:
     assert (message["channel"], message["body"]) == ("#general", "standup in 5")
 
 
+def test_a_channel_is_joined_posted_to_read_and_left_from_the_command_line() -> None:
+    """Without `join`, `send '#ops'` said to join first, which the command line could not do."""
+    arrange("alice", "bob")
+    assert agentpost_json("join", "#ops", "--as", "alice")["members"] == 1
+    joined = agentpost("join", "ops", "--as", "bob")
+    assert joined.returncode == 0, joined.stderr
+    assert flat(joined.stdout) == "joined #ops (2 members)"
+
+    sent = agentpost_json("send", "#ops", "deploy at noon", "--as", "alice")
+    assert sent["to"] == ["bob"]
+    history = agentpost_json("history", "#ops", "--as", "bob")["messages"]
+    assert [(m["id"], m["body"]) for m in history] == [(sent["id"], "deploy at noon")]
+    assert agentpost_json("inbox", "--as", "bob", "--peek")["unread"] == 1  # history reads none
+
+    assert agentpost_json("leave", "#ops", "--as", "bob") == {"left": "#ops"}
+    refused = agentpost("history", "#ops", "--as", "bob", "--json")
+    assert refused.returncode == EXIT_CODES[ErrorCode.FORBIDDEN], refused.stdout
+    assert json.loads(refused.stdout)["error"]["code"] == "forbidden"
+
+
 def test_a_broadcast_says_which_members_it_skipped_for_a_full_inbox() -> None:
     """The answer's `skipped_full` was left out of the line for people: "sent … to carol"
     read as if every member had the broadcast, when bob's full inbox had kept it from him."""

@@ -60,6 +60,10 @@ async def test_the_mailbox_commands_act_on_the_remote_service(service: Service) 
     assert [(r["to"], r["state"]) for r in receipts] == [("bob", "acked")]
     assert [m["id"] for m in (await alice.json("search", "parser"))["messages"]] == [sent["id"]]
     assert "#general" in [c["name"] for c in (await alice.json("channels"))["channels"]]
+    assert (await alice.json("join", "#ops"))["members"] == 1
+    posted = await alice.json("send", "#ops", "deploy at noon")
+    assert [m["id"] for m in (await alice.json("history", "#ops"))["messages"]] == [posted["id"]]
+    assert await alice.json("leave", "#ops") == {"left": "#ops"}
     assert {"alice", "bob"} <= {a["name"] for a in (await alice.json("who"))["agents"]}
 
 

@@ -415,7 +415,83 @@ def channels(
         emit_json({"channels": [c.to_dict() for c in found]})
     else:
         for c in found:
-            console.print(f"#{c.name}  {c.members} members{'  (joined)' if c.joined else ''}")
+            console.print(f"#{c.name}  {_members(c.members)}{'  (joined)' if c.joined else ''}")
+
+
+ChannelArgument = Annotated[str, typer.Argument(help="The channel, as #name (or name).")]
+
+
+@app.command()
+def join(
+    channel: ChannelArgument,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Join a channel (made if new): its broadcasts reach you, and you may post to it."""
+    from agentpost.cli.render import console, emit_json
+
+    joined = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.channels.join(c, channel),
+        lambda client: client.join_channel(channel),
+    )
+    if as_json:
+        emit_json(joined.to_dict())
+    else:
+        console.print(f"joined #{joined.name} ({_members(joined.members)})")
+
+
+@app.command()
+def leave(
+    channel: ChannelArgument,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Leave a channel you joined."""
+    from agentpost.cli.render import console, emit_json
+
+    async def local(office: PostOffice, caller: Caller) -> str:
+        return str((await office.channels.leave(caller, channel))["left"])
+
+    left = _run(Speaker(as_, as_json, url, key), local, lambda c: c.leave_channel(channel))
+    if as_json:
+        emit_json({"left": left})
+    else:
+        console.print(f"left {left}")
+
+
+@app.command()
+def history(
+    channel: ChannelArgument,
+    limit: Annotated[int, typer.Option(help="At most this many, the newest.")] = 20,
+    before: Annotated[
+        str | None, typer.Option(help="Only messages older than this message id.")
+    ] = None,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """A channel's newest messages, oldest first (you must be a member); marks nothing read."""
+    from agentpost.cli.render import emit_json, show_messages
+
+    found = _run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.channels.history(c, channel, limit, before),
+        lambda client: client.channel_history(channel, limit=limit, before=before),
+    )
+    if as_json:
+        emit_json({"messages": [m.to_dict() for m in found]})
+    else:
+        show_messages(found, "No messages.")
+
+
+def _members(count: int) -> str:
+    return f"{count} member{'' if count == 1 else 's'}"
 
 
 @app.command()

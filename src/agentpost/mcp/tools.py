@@ -190,7 +190,11 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         """Every channel (#general, project channels, those agents joined): member counts, and
         whether you are in each."""
         found = await desk.channels()
-        lines = [f"- #{c.name} ({c.members} members){' joined' if c.joined else ''}" for c in found]
+        lines = [
+            f"- #{c.name} ({c.members} member{'' if c.members == 1 else 's'})"
+            f"{' joined' if c.joined else ''}"
+            for c in found
+        ]
         summary = "\n".join([_count(len(found), "channel"), *lines])
         return await reply({"channels": [c.to_dict() for c in found]}, summary)
 
