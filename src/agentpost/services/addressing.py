@@ -94,7 +94,7 @@ def direct_recipients(
                 continue
             raise AgentpostError(
                 ErrorCode.UNKNOWN_RECIPIENT,
-                f"no agent named {name!r}; `who` with include_offline lists them",
+                f"no agent named {name!r}; `who` lists them (offline ones too, when asked)",
                 details={"recipient": name},
             )
         if not known[name]:
