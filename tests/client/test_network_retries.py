@@ -5,6 +5,8 @@ connection closes before the answer comes back, as a dropped network does."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import anyio
 import pytest
 
@@ -85,3 +87,24 @@ def test_network_retries_must_be_a_whole_number(retries: object) -> None:
         Client("http://127.0.0.1:1", "ap_x", network_retries=retries)  # type: ignore[arg-type]
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT
     assert refused.value.details == {"network_retries": retries}
+
+
+@pytest.mark.parametrize("hand_over", ["inbox", "wait"])
+async def test_a_read_that_marked_mail_read_is_not_read_again_when_its_answer_was_lost(
+    office: Office, hand_over: str
+) -> None:
+    """`inbox` (but for a peek) and `wait` hand the mail over, marking it read: asked again,
+    the answer would leave out what the lost one held. The caller hears the service could not
+    be heard, and finds the mail among what it read."""
+    alice = await office.agent("alice")
+    bob_key = await office.new_key("bob")
+    sent = await alice.send("bob", "handed over once")
+    with LosingProxy(office.service.port, lose=1) as proxy:
+        async with AsyncClient(proxy.url, bob_key) as bob:
+            read_it = bob.inbox if hand_over == "inbox" else partial(bob.wait, timeout_s=1)
+            with pytest.raises(AgentpostError) as lost:
+                await read_it()
+            assert lost.value.code is ErrorCode.UNAVAILABLE
+            assert proxy.lost == 1
+            read = await bob.inbox(unread_only=False, peek=True)
+    assert [m.id for m in read.messages] == [sent.id]

@@ -62,9 +62,10 @@ class AsyncClient(
     reached is `unavailable`. Use it as an async context manager, or call `aclose()`.
 
     A request the network failed is sent again (`network_retries` times, after 0.25 s, then
-    1 s) where that cannot do twice what it asks: one that never reached the service, a read,
-    or a send, task or question, which carry an `Idempotency-Key` (yours, else the client's
-    own), so the service makes each once and the retry answers as the first would have.
+    1 s) where that cannot do twice what it asks: one that never reached the service, a read
+    (but for `inbox` and `wait`, whose lost answer held mail they marked read), or a send,
+    task or question, which carry an `Idempotency-Key` (yours, else the client's own), so
+    the service makes each once and the retry answers as the first would have.
     """
 
     def __init__(
@@ -99,7 +100,9 @@ class AsyncClient(
 
     async def _perform(self, method: str, path: str, request: Request[T]) -> T:
         out = outgoing(self._target, self.timeout, path, request)
-        tries = Resends(self.url, method, out.headers, self.network_retries)
+        tries = Resends(
+            self.url, method, out.headers, self.network_retries, hands_over=request.hands_over
+        )
         while True:
             if self._http.is_closed:
                 raise closed()

@@ -84,14 +84,16 @@ def inbox(
         "urgent_only": urgent_only,
         "peek": peek,
     }
-    return Request(Inbox.from_dict, params=params)
+    return Request(Inbox.from_dict, params=params, hands_over=not peek)
 
 
 def wait(timeout_s: float = 60, *, thread_id: str | None = None) -> Request[Inbox]:
     """Long-poll: answers as soon as unread mail is there (marked read), or after `timeout_s`
     with `timed_out` set (the service caps the wait at its `max_wait_s`)."""
     params = {"timeout_s": timeout_s, "thread_id": thread_id}
-    return Request(Inbox.from_dict, params=params, wait_s=max(0.0, float(timeout_s)))
+    return Request(
+        Inbox.from_dict, params=params, wait_s=max(0.0, float(timeout_s)), hands_over=True
+    )
 
 
 def ack(ids: str | Sequence[str]) -> Request[AckResult]:

@@ -39,6 +39,9 @@ class Request(Generic[T]):
     for_session: bool = True
     """Whether it speaks for the client's session (`Agentpost-Session`). Minting a session
     speaks for none: naming one the service has ended would only have it refused."""
+    hands_over: bool = False
+    """Whether it hands mail over, marking it read (`inbox` but for a peek, `wait`): a GET the
+    network failed that may not go again, as its lost answer held mail the next would not."""
 
     def url(self, path: str) -> str:
         return path.format(**{k: _segment(k, v) for k, v in self.path_args.items()})

@@ -85,7 +85,9 @@ class Client(
 
     def _perform(self, method: str, path: str, request: Request[T]) -> T:
         out = outgoing(self._target, self.timeout, path, request)
-        tries = Resends(self.url, method, out.headers, self.network_retries)
+        tries = Resends(
+            self.url, method, out.headers, self.network_retries, hands_over=request.hands_over
+        )
         while True:
             if self._http.is_closed:
                 raise closed()

@@ -203,13 +203,18 @@ def check_network_retries(retries: int) -> int:
     return retries
 
 
-def may_resend(method: str, headers: Mapping[str, str], exc: httpx.TransportError) -> bool:
+def may_resend(
+    method: str, headers: Mapping[str, str], exc: httpx.TransportError, *, hands_over: bool
+) -> bool:
     """Whether a request the network failed may go again without doing twice what it asked.
 
     One that never left (no connection) may, whatever it asks; one whose answer was lost may
-    have been carried out, so only a read, or a write the service de-duplicates by its
-    `Idempotency-Key`, is sent again: the retry then answers as the first would have."""
-    return isinstance(exc, _NEVER_SENT) or method == "GET" or "Idempotency-Key" in headers
+    have been carried out, so only a read (not one that `hands_over` mail, marking it read),
+    or a write the service de-duplicates by its `Idempotency-Key`, is sent again: the retry
+    then answers as the first would have."""
+    if isinstance(exc, _NEVER_SENT):
+        return True
+    return (method == "GET" and not hands_over) or "Idempotency-Key" in headers
 
 
 class Resends:
@@ -217,11 +222,20 @@ class Resends:
     errors come out as ours; one the network failed and that may go again is swallowed, and
     `pause` then says how long to wait before the next try."""
 
-    def __init__(self, url: str, method: str, headers: Mapping[str, str], allowed: int) -> None:
+    def __init__(
+        self,
+        url: str,
+        method: str,
+        headers: Mapping[str, str],
+        allowed: int,
+        *,
+        hands_over: bool = False,
+    ) -> None:
         self.url = url
         self.method = method
         self.headers = headers
         self.allowed = allowed
+        self.hands_over = hands_over
         self.resent = 0
         self.pause = 0.0
 
@@ -230,7 +244,9 @@ class Resends:
         try:
             yield
         except httpx.TransportError as exc:
-            if self.resent >= self.allowed or not may_resend(self.method, self.headers, exc):
+            if self.resent >= self.allowed or not may_resend(
+                self.method, self.headers, exc, hands_over=self.hands_over
+            ):
                 raise unreachable(self.url, exc) from None
             self.pause = RESEND_S[min(self.resent, len(RESEND_S) - 1)]
             self.resent += 1
