@@ -123,19 +123,39 @@ async def test_outside_git_a_branch_watch_has_no_branch(tmp_path: Path) -> None:
     assert await BranchWatch(detect(tmp_path)).now() is None
 
 
-def test_a_branch_and_a_worktree_named_in_bytes_that_are_not_utf8_come_as_text(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Git names branches and folders in any bytes; a session shows them as Unicode text (an
-    undecodable byte as U+FFFD), which the store keeps: else the session could not open."""
+@pytest.fixture
+def repo_named_in_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository whose folder's name is not UTF-8."""
     for name in ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM"):
         monkeypatch.setenv(name, os.devnull)
     path = Path(os.fsdecode(bytes(tmp_path) + b"/shop-\xff"))
     path.mkdir()
     git(path, "init", "-q", "-b", "main")
     git(path, "commit", "-q", "--allow-empty", "-m", "start")
+    return path
+
+
+def test_a_branch_and_a_worktree_named_in_bytes_that_are_not_utf8_come_as_text(
+    repo_named_in_bytes: Path, tmp_path: Path
+) -> None:
+    """Git names branches and folders in any bytes; a session shows them as Unicode text (an
+    undecodable byte as U+FFFD), which the store keeps: else the session could not open."""
+    path = repo_named_in_bytes
     subprocess.run([b"git", b"checkout", b"-q", b"-b", b"fix-\xfe"], cwd=path, check=True)
     context = detect(path)
     assert context.branch == "fix-\ufffd"
     assert context.worktree == f"{tmp_path}/shop-\ufffd"
     assert context.derived_name == "shop-fix"
+
+
+@pytest.mark.anyio
+async def test_a_branch_watch_follows_a_checkout_in_a_worktree_whose_path_is_not_utf8(
+    repo_named_in_bytes: Path,
+) -> None:
+    """The session shows the folder as text (U+FFFD for the odd byte), a path that is not
+    there: git is asked in the folder itself, else it never answers and the branch sticks."""
+    path = repo_named_in_bytes
+    watch = BranchWatch(detect(path))
+    assert await watch.now() == "main"
+    git(path, "checkout", "-q", "-b", "fix/parser")
+    assert await watch.now() == "fix/parser"

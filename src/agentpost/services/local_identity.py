@@ -28,6 +28,9 @@ class LocalContext:
     branch: str | None
     head: str | None = None
     """The worktree's HEAD file, which names its branch: it changes with every checkout."""
+    folder: str | None = None
+    """The worktree's folder as the file system names it, where git is asked (`worktree` is
+    the same as text, an undecodable byte shown as U+FFFD: no path to a folder then)."""
 
     @property
     def derived_name(self) -> str:
@@ -79,16 +82,17 @@ def detect(cwd: Path | None = None, *, project_override: str | None = None) -> L
         project = main.name.removesuffix(".git")
         head_file = str(git_dir / "HEAD")
         branch = checked_out(cwd)
-        worktree = _shown(str(toplevel))
+        folder = str(toplevel)
     else:
-        project, branch, worktree = cwd.name, None, _shown(str(cwd))
+        project, branch, folder = cwd.name, None, str(cwd)
     return LocalContext(
         host=socket.gethostname(),
         pid=os.getpid(),
         project=slugify(project_override or project),
-        worktree=worktree,
+        worktree=_shown(folder),
         branch=branch,
         head=head_file,
+        folder=folder,
     )
 
 
@@ -113,7 +117,7 @@ class BranchWatch:
     costs one read of a small file."""
 
     def __init__(self, context: LocalContext) -> None:
-        self._worktree = Path(context.worktree)
+        self._worktree = Path(context.folder or context.worktree)
         self._head = None if context.head is None else Path(context.head)
         self._seen: tuple[int, int, bytes] | None = None  # git is asked on the first look
         self.branch = context.branch
