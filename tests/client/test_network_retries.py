@@ -8,9 +8,11 @@ from __future__ import annotations
 from functools import partial
 
 import anyio
+import httpx
 import pytest
 
 from agentpost.client import AsyncClient, Client
+from agentpost.client.wire import may_resend
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import DeliveryState
 from losing_proxy import LosingProxy
@@ -108,3 +110,14 @@ async def test_a_read_that_marked_mail_read_is_not_read_again_when_its_answer_wa
             assert proxy.lost == 1
             read = await bob.inbox(unread_only=False, peek=True)
     assert [m.id for m in read.messages] == [sent.id]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [httpx.UnsupportedProtocol("no such scheme"), httpx.LocalProtocolError("bad header")],
+    ids=["unsupported-protocol", "local-protocol"],
+)
+def test_what_the_network_did_not_cause_is_not_sent_again(error: httpx.TransportError) -> None:
+    """It would fail the same way again, after the pauses."""
+    assert not may_resend("GET", {}, error, hands_over=False)
+    assert may_resend("GET", {}, httpx.ReadError("reset"), hands_over=False)

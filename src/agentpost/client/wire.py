@@ -40,6 +40,9 @@ NETWORK_RETRIES = 2
 RESEND_S = (0.25, 1.0)
 """The pause before each resend of a request the network failed (the last one repeats)."""
 _NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+_NETWORK = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
+"""What the network did; not a proxy's refusal or a request httpx would not send (sent again,
+those would fail the same way)."""
 
 _BY_STATUS: dict[int, ErrorCode] = {
     400: ErrorCode.INVALID_ARGUMENT,
@@ -212,6 +215,8 @@ def may_resend(
     have been carried out, so only a read (not one that `hands_over` mail, marking it read),
     or a write the service de-duplicates by its `Idempotency-Key`, is sent again: the retry
     then answers as the first would have."""
+    if not isinstance(exc, _NETWORK):
+        return False
     if isinstance(exc, _NEVER_SENT):
         return True
     return (method == "GET" and not hands_over) or "Idempotency-Key" in headers
