@@ -223,6 +223,27 @@ async def test_tail_follows_the_keys_mail_on_the_remote_service(
     assert (await bob.json("inbox", "--peek"))["unread"] == 2, "tail marked mail read"
 
 
+async def test_tail_shows_the_newest_unread_mail_as_its_backlog(service: Service) -> None:
+    """As local `tail` does: the oldest unread first would show mail that is long past, then
+    jump to the live mail."""
+    alice = Remote(service, await service.create_agent("alice"))
+    bob = Remote(service, await service.create_agent("bob"))
+    sent = [(await alice.json("send", "bob", f"number {n}"))["id"] for n in range(5)]
+    tail = await anyio.open_process(
+        [str(AGENTPOST), "tail", "--json", "--backlog", "2", "--url", bob.url, "--key", bob.key],
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert tail.stdout is not None
+        lines = BufferedByteReceiveStream(tail.stdout)
+        assert [(await _next_line(lines))["id"] for _ in range(2)] == sent[-2:]
+    finally:
+        tail.terminate()
+        with anyio.fail_after(10):
+            await tail.wait()
+        await tail.aclose()
+
+
 async def test_tail_with_a_refused_key_exits_with_the_refusal(service: Service) -> None:
     done = await Remote(service, "ap_" + "x" * 43).run("tail", "--json")
     assert done.returncode == 3, done.stderr.decode()

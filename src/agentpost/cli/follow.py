@@ -1,7 +1,7 @@
 """`agentpost tail --url`: the key's mail on a remote post office, live.
 
 A remote service has no owner's view of every message: a key sees its own agent's mail. So
-remote `tail` shows that agent's unread mail first (at most `--backlog`), then each message
+remote `tail` shows that agent's newest unread mail first (at most `--backlog`), then each message
 delivered to it as the service's event stream tells of it. Everything is read as a peek
 (`inbox` with `peek`, `get_message`): following marks nothing read.
 """
@@ -49,8 +49,10 @@ async def follow_remote(client: AsyncClient, backlog: int, show: Callable[[Messa
         await opened.wait()
         shown: set[str] = set()
         if backlog > 0 and not failed:
-            unread = await client.inbox(peek=True, limit=min(backlog, MAX_LIMIT))
-            for message in unread.messages:
+            # The newest of them, oldest first, as local `tail` shows its backlog: the inbox
+            # reads oldest first, so its first page is read whole (up to MAX_LIMIT).
+            unread = await client.inbox(peek=True, limit=MAX_LIMIT)
+            for message in unread.messages[-backlog:]:
                 shown.add(message.id)
                 show(message)
         async with receive:
