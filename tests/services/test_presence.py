@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
+from account_helpers import keyed
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Presence, Status
 from agentpost.services import PostOffice
@@ -541,3 +542,21 @@ async def test_the_sweep_forgets_sessions_ended_past_the_retention_but_each_agen
     kept = await still_there(office, [c.session_id or "" for c in [*old, silent, recent]])
     assert kept == [old[2].session_id, silent.session_id, recent.session_id]
     assert (await presence_of(office, "bob")).last_seen_s is not None
+
+
+async def test_the_sweep_keeps_a_silent_local_session_whose_process_may_be_asleep(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A laptop closed for longer than `retention_days` (one day, set low) wakes its
+    `agentpost mcp`, which beats the session it holds: deleted, it would answer for nobody.
+    An HTTP session silent as long goes: its client mints another."""
+    asleep = await session_caller(office, "alice")
+    over_http, _ = await keyed(office, "bob")
+    minted = await office.presence.open_http_session(over_http, host="build-7")
+    clock.advance(office.settings.retention_days * 86_400 + 1)
+    await session_caller(office, "alice")  # a later session of both: neither is the last
+    await office.presence.open_http_session(over_http, host="build-8")
+    await office.mailbox.sweep()
+    assert await still_there(office, [asleep.session_id or "", minted.id]) == [asleep.session_id]
+    await office.presence.heartbeat(asleep.session_id or "")  # it wakes
+    assert (await office.presence.session(asleep.session_id or "")).heartbeat_at == clock.now

@@ -323,10 +323,19 @@ def account_rows(
 
 def forget_old_sessions(conn: Connection, before: float, limit: int) -> int:
     """Delete up to `limit` sessions that ended, or went silent, before `before`, but for each
-    agent's last one (which says when it was last seen); returns how many went."""
+    agent's last one (which says when it was last seen); returns how many went.
+
+    A local session that went silent without ending is kept: its process may be asleep with
+    its machine, and wakes to beat a session it still holds. One over HTTP that went silent
+    is minted again by its client (or is the key's own, opened again by any request)."""
+    gone_at = case(
+        (sessions.c.ended_at.is_not(None), sessions.c.ended_at),
+        (sessions.c.transport != "stdio", sessions.c.heartbeat_at),
+        else_=None,
+    )
     ranked = select(
         sessions.c.id,
-        func.coalesce(sessions.c.ended_at, sessions.c.heartbeat_at).label("gone_at"),
+        gone_at.label("gone_at"),
         func.row_number()
         .over(
             partition_by=sessions.c.agent,
