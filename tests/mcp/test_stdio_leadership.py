@@ -97,6 +97,20 @@ async def test_when_the_leader_is_killed_another_session_takes_over_with_a_new_t
     assert (forced["leader"], forced["term"]) == (new_leader.name, 4)
 
 
+async def test_a_session_that_checks_out_the_default_branch_stands_for_the_free_seat(
+    agents: Agents, repo: Path
+) -> None:
+    """Standing was decided once, at the start: a session begun on a feature branch never
+    stood, even on the default branch after a checkout. It stands afresh at each checkout."""
+    git(repo, "checkout", "-q", "-b", "feature")
+    agent = await agents.start(cwd=repo, project=None, env={"AGENTPOST_HEARTBEAT_S": "0.3"})
+    await anyio.sleep(1)
+    assert (await agent.call("leader"))["leader"] is None
+    git(repo, "checkout", "-q", "main")
+    seat = await seat_once_settled(agent)
+    assert (seat["leader"], seat["branch"]) == (agent.name, "main")
+
+
 async def test_auto_lead_off_leaves_the_seat_to_an_explicit_claim(
     agents: Agents, repo: Path
 ) -> None:

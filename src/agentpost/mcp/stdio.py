@@ -73,13 +73,40 @@ async def _push_to_channel(
         await anyio.sleep(1)  # after a failure only
 
 
-async def _stand_for_leader(office: PostOffice, callers: SessionCaller) -> None:
-    """Lead the project whenever the seat is free (`auto_lead`): on start, and on failover."""
+class _BranchMoves:
+    """The branch the heartbeat last saw, and an event set when a checkout moved it."""
+
+    def __init__(self, branch: str | None) -> None:
+        self.branch = branch
+        self.moved = anyio.Event()
+
+    def seen(self, branch: str | None) -> None:
+        if branch != self.branch:
+            self.branch = branch
+            self.moved.set()
+            self.moved = anyio.Event()
+
+
+async def _stand_for_leader(
+    office: PostOffice, callers: SessionCaller, branches: _BranchMoves
+) -> None:
+    """Lead the project whenever the seat is free (`auto_lead`): on start, on failover, and
+    after a checkout of a branch that may lead (standing is decided afresh on each one; a
+    seat held is kept until stepped down or lapsed, as ever)."""
     while True:
-        with survive("standing for leader"):
-            await office.leadership.stand(lambda: callers.caller)
-            return  # this session may not lead
-        await anyio.sleep(1)  # after a failure only
+        moved = branches.moved
+        async with anyio.create_task_group() as group:
+
+            async def standing() -> None:
+                while True:
+                    with survive("standing for leader"):
+                        await office.leadership.stand(lambda: callers.caller)
+                        return  # this session may not lead, on this branch
+                    await anyio.sleep(1)  # after a failure only
+
+            group.start_soon(standing)
+            await moved.wait()
+            group.cancel_scope.cancel()
 
 
 async def serve_stdio(settings: Settings) -> None:
@@ -94,10 +121,13 @@ async def serve_stdio(settings: Settings) -> None:
         server = build_server(LocalDesk(office, callers), settings.instructions, others)
         heartbeat_id = session.id
         branch = BranchWatch(context)
+        branches = _BranchMoves(context.branch)
 
         async def heartbeat() -> None:
             """Alive, and on the branch the worktree has checked out now."""
-            await office.presence.heartbeat(heartbeat_id, branch=await branch.now())
+            now = await branch.now()
+            await office.presence.heartbeat(heartbeat_id, branch=now)
+            branches.seen(now)  # recorded first: standing afresh reads the session's branch
 
         start = await office.mailbox.newest_seq()
         await run_session(
@@ -107,7 +137,11 @@ async def serve_stdio(settings: Settings) -> None:
                 lambda: _push_arrivals(office, server, callers, start),
                 lambda: _push_to_channel(office, server, callers, start),
                 office.sweeper.run,
-                *([lambda: _stand_for_leader(office, callers)] if settings.auto_lead else []),
+                *(
+                    [lambda: _stand_for_leader(office, callers, branches)]
+                    if settings.auto_lead
+                    else []
+                ),
             ],
         )
     finally:
