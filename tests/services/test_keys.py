@@ -277,6 +277,23 @@ async def test_an_address_counts_once_however_it_is_spelt(office: PostOffice) ->
     )
 
 
+async def test_the_audit_spells_an_address_as_the_lockout_counts_it(
+    open_office: OpenOffice,
+) -> None:
+    """A failed authentication and a self-registration from `2001:DB8::1` were audited as
+    the proxy spelt them, while the sends of the same client said `2001:db8::1`: the owner
+    could not tell that one address did all three."""
+    office = await open_office(open_registration=True)
+    with pytest.raises(AgentpostError):
+        await office.keys.authenticate(UNKNOWN, ip="2001:DB8::1")
+    issued = await office.keys.self_register("drifter", ip="2001:0db8:0:0::1")
+    caller = await office.keys.authenticate(issued.key, ip="2001:DB8:0::1")
+    entries = await office.admin.audit_log(await owner(office))
+    spelt = {e.action: e.ip for e in entries if e.action in ("auth.failed", "agent.registered")}
+    assert spelt == {"auth.failed": caller.ip, "agent.registered": caller.ip}
+    assert caller.ip == "2001:db8::1"
+
+
 async def test_failures_further_apart_than_fifteen_minutes_do_not_lock(
     office: PostOffice, clock: FakeClock
 ) -> None:

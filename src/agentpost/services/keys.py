@@ -85,6 +85,12 @@ def _address(ip: str | None) -> str:
     return ip[:64]
 
 
+def _audited(address: str) -> str | None:
+    """An address as the audit keeps it: as `_address` spells it, so that one client's
+    failures, registrations and sends read alike (None: no address was told)."""
+    return None if address == NO_ADDRESS else address
+
+
 @dataclass(frozen=True, slots=True)
 class _SessionSeen:
     """The session a request names (or its key's own) as authentication read it."""
@@ -206,13 +212,13 @@ class Keys:
             )
         key = seen.key
         if key is None or hashed is None or not hmac.compare_digest(key.hash, hashed):
-            await self._failed(address, ip, "unknown key" if hashed else "malformed key", None)
+            await self._failed(address, "unknown key" if hashed else "malformed key", None)
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, "unknown key")
         if key.revoked_at is not None:
-            await self._failed(address, ip, "revoked key", key.id)
+            await self._failed(address, "revoked key", key.id)
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this key was revoked")
         if key.disabled_at is not None:
-            await self._failed(address, ip, "agent disabled", key.id)
+            await self._failed(address, "agent disabled", key.id)
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"agent {key.agent!r} is disabled")
         if seen.bound and seen.session is not None:
             session = seen.session.id
@@ -233,7 +239,7 @@ class Keys:
             trust=Trust(key.trust),
             admin=bool(key.admin),
             key_id=key.id,
-            ip=None if address == NO_ADDRESS else address,
+            ip=_audited(address),
         )
         if asked is not None and version is not None and due_at is not None:
             self._remember(asked, _Remembered(version, caller, due_at))
@@ -288,7 +294,7 @@ class Keys:
             self._bound.move_to_end(connection)
         return bound
 
-    async def _failed(self, address: str, ip: str | None, reason: str, key_id: str | None) -> None:
+    async def _failed(self, address: str, reason: str, key_id: str | None) -> None:
         """Count the failure; a request that was in flight while others locked its address
         out is refused as locked out, so no more guesses are answered than the count allows."""
 
@@ -300,7 +306,7 @@ class Keys:
                 actor=ANONYMOUS,
                 action="auth.failed",
                 target=key_id,
-                ip=ip,
+                ip=_audited(address),
                 detail={"reason": reason},
             )
             return lockouts.count_failure(
@@ -522,7 +528,7 @@ class Keys:
                 actor=name,
                 action="agent.registered",
                 target=name,
-                ip=ip,
+                ip=_audited(address),
                 detail={"key": issued.id, "project": project},
             )
             return issued
