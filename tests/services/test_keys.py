@@ -277,6 +277,17 @@ async def test_an_address_counts_once_however_it_is_spelt(office: PostOffice) ->
     )
 
 
+async def test_an_ipv4_address_counts_once_when_it_comes_as_ipv6(office: PostOffice) -> None:
+    """A dual-stack socket shows an IPv4 client as `::ffff:192.0.2.1`, a proxy forwards it as
+    `192.0.2.1`: one client reaching the service both ways had twice the guesses."""
+    _, secret = await keyed(office, "alice")
+    await fail(office, 5, ip="::ffff:192.0.2.1")
+    await fail(office, 5, ip="192.0.2.1")
+    await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip="::FFFF:c000:201")
+    )
+
+
 async def test_the_audit_spells_an_address_as_the_lockout_counts_it(
     open_office: OpenOffice,
 ) -> None:

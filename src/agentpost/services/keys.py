@@ -76,12 +76,16 @@ def _locked_out(seconds_left: float) -> AgentpostError:
 
 
 def _address(ip: str | None) -> str:
-    """One spelling per address (`2001:DB8::1` is `2001:db8::1`), so that a lockout counts
+    """One spelling per address (`2001:DB8::1` is `2001:db8::1`, and an IPv4 address a
+    dual-stack socket shows as `::ffff:192.0.2.1` is `192.0.2.1`), so that a lockout counts
     it once whatever a proxy forwarded, on either database."""
     if not ip:
         return NO_ADDRESS
     with contextlib.suppress(ValueError):
-        return ipaddress.ip_address(ip).compressed
+        parsed = ipaddress.ip_address(ip)
+        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
+            return parsed.ipv4_mapped.compressed
+        return parsed.compressed
     return ip[:64]
 
 
