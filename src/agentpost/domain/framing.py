@@ -32,6 +32,10 @@ def new_nonce(texts: Iterable[str]) -> str:
             return nonce
 
 
+LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+"""The line breaks a JSON string keeps as they are, and a reader splits lines on: as escapes
+(the same JSON value), so a quoted value stays on its line."""
+
 _BARE = re.compile(r"[\w.#:@,-]+", re.ASCII)
 
 
@@ -43,9 +47,9 @@ def is_bare(text: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _attr(text: str) -> str:
-    """Bare when it is a plain token, else a JSON string (so quotes and `>` stay inert). Names
-    and threads recur on every page: each is looked at once."""
-    return text if is_bare(text) else json.dumps(text, ensure_ascii=False)
+    """Bare when it is a plain token, else a JSON string on one line (so quotes, `>` and line
+    breaks stay inert). Names and threads recur on every page: each is looked at once."""
+    return text if is_bare(text) else json.dumps(text, ensure_ascii=False).translate(LINE_BREAKS)
 
 
 def _contents(message: Message) -> tuple[str, str]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from agentpost.domain.desk import Desk
 from agentpost.domain.errors import AgentpostError
-from agentpost.domain.framing import frame_messages
+from agentpost.domain.framing import LINE_BREAKS, frame_messages
 from agentpost.domain.models import Message, Notices
 from agentpost.mcp.adapter import ToolOutput
 
@@ -27,15 +27,11 @@ INBOX_URI = "agentpost://inbox"
 _PLAIN = re.compile(r"[^\s\"'<>`]+")
 
 
-_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-"""The line breaks a JSON string keeps as they are, and a reader splits lines on."""
-
-
 def quoted(text: str) -> str:
     """Free text another agent chose (an objective, a description, a reason), as a summary line
     shows it: one JSON string on one line, so its line breaks and words read as data inside
     the line, never as lines of their own outside the frames."""
-    return json.dumps(text, ensure_ascii=False).translate(_LINE_BREAKS)
+    return json.dumps(text, ensure_ascii=False).translate(LINE_BREAKS)
 
 
 def token(text: str) -> str:
