@@ -85,16 +85,20 @@ class Noted(Protocol):
     def body(self) -> str: ...
     @property
     def priority(self) -> str: ...
+    @property
+    def trust(self) -> str: ...
 
 
 def _one_line(note: Noted) -> str:
     """The message in one line, shown as written but for what would drive a terminal (the
-    note is printed as it is when the hook is run by hand, and shown as plain output)."""
+    note is printed as it is when the hook is run by hand, and shown as plain output); mail
+    not from a verified sender says how far to trust it (`external`, `untrusted`)."""
     words = visible(" ".join((note.subject or note.body).split()))
     if len(words) > EXCERPT:
         words = words[:EXCERPT] + "…"
     where = f" in #{note.channel}" if note.channel else ""
-    marks = [note.id] + [v for v in (note.kind, note.priority) if v not in ("message", "normal")]
+    shown = (note.kind, note.priority, note.trust)
+    marks = [note.id] + [v for v in shown if v not in ("message", "normal", "verified")]
     return f"- {note.sender}{where}: {words} ({', '.join(marks)})"
 
 

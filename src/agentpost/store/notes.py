@@ -49,6 +49,7 @@ class Note:
     subject: str
     body: str
     priority: str
+    trust: str
 
 
 def database_path(url: str) -> Path:
@@ -78,7 +79,7 @@ _SEQ_BEFORE = "SELECT coalesce(max(seq), 0) FROM messages WHERE created_at <= ?"
 _NEWEST_SEQ = "SELECT coalesce(max(message_seq), 0) FROM deliveries WHERE recipient = ?"
 _DELIVERED_AFTER = """
 SELECT m.seq, m.id, m.sender, m.kind, m.channel, m.subject, substr(m.body, 1, 400), m.priority,
-       d.state, d.expires_at
+       m.trust, d.state, d.expires_at
 FROM deliveries d JOIN messages m ON m.seq = d.message_seq
 WHERE d.recipient = ? AND d.message_seq > ?
 ORDER BY d.message_seq
@@ -120,8 +121,8 @@ def unread_after(
     with _reader(path) as db:
         rows = db.execute(_DELIVERED_AFTER, (agent, after_seq, limit)).fetchall()
     notes = [
-        Note(seq, id_, sender, kind, channel, subject or "", body or "", priority)
-        for seq, id_, sender, kind, channel, subject, body, priority, state, expires in rows
+        Note(seq, id_, sender, kind, channel, subject or "", body or "", priority, trust)
+        for seq, id_, sender, kind, channel, subject, body, priority, trust, state, expires in rows
         if state == "queued" and (expires is None or expires > now)
     ]
     return notes, (rows[-1][0] if rows else after_seq)
