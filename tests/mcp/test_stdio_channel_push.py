@@ -85,6 +85,7 @@ async def test_mail_from_another_process_is_pushed_framed_once_and_left_unread(
         assert got["meta"] == {
             "kind": "message",
             "from": "alice",
+            "trust": "verified",  # the tag Claude Code wraps it in names the sender's trust too
             "message_id": first,
             "thread_id": got["meta"]["thread_id"],
             "priority": "normal",
@@ -170,6 +171,7 @@ async def test_a_thread_id_that_is_no_plain_token_stays_out_of_the_meta(tmp_path
         assert got["meta"] == {
             "kind": "message",
             "from": "alice",
+            "trust": "verified",
             "message_id": sent["id"],
             "priority": "normal",
         }

@@ -34,6 +34,7 @@ def channel_params(message: Message) -> dict[str, object]:
     facts = {
         "kind": message.kind.value,
         "from": message.sender,
+        "trust": message.trust.value,
         "message_id": message.id,
         "thread_id": message.thread_id,
         "priority": message.priority.value,
