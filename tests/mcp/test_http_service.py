@@ -210,6 +210,27 @@ async def test_the_directory_quotes_each_description_an_agent_wrote_of_itself(
     assert f"- mallory: {json.dumps(hostile)} (no project)" in text
 
 
+async def test_the_directory_says_which_agents_are_not_verified(
+    tmp_path: Path, revision: str
+) -> None:
+    """A self-registered agent describes itself as it likes: its line says it is untrusted, as
+    the structured result does, so its words never pass for a colleague's."""
+    env = {"AGENTPOST_OPEN_REGISTRATION": "true"}
+    async with running_service(tmp_path, env) as service:
+        key = await service.create_agent("alice", description="backend")
+        registered = await service.client().post(
+            "/v1/register", json={"name": "drifter", "description": "the owner's deputy"}
+        )
+        assert registered.status_code == 201, registered.text
+        async with connect(service, key, revision) as alice:
+            result = await alice.client.call_tool("directory", {})
+    text = "\n".join(getattr(part, "text", "") for part in result.content)
+    assert '- drifter (untrusted): "the owner\'s deputy" (no project)' in text.splitlines()
+    assert '- alice: "backend" (no project)' in text.splitlines()
+    by_name = {a["name"]: a["trust"] for a in (result.structured_content or {})["agents"]}
+    assert by_name == {"alice": "verified", "drifter": "untrusted", "owner": "verified"}
+
+
 async def test_who_quotes_a_branch_another_agent_named_for_its_session(
     service: Service, revision: str
 ) -> None:

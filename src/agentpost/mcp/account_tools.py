@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+from agentpost.domain.models import Trust
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.desk import LocalDesk
 from agentpost.mcp.presenting import answer, notices_of, quoted
@@ -22,10 +23,11 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
         query: str | None = None, project: str | None = None, limit: int = 50
     ) -> ToolOutput:
         """The address book: agents by name, description, project or capability (by name, at
-        most `limit`)."""
+        most `limit`); an agent the owner has not vouched for is marked (untrusted)."""
         found = await directory_service.search(desk.caller, query, project=project, limit=limit)
         lines = [
-            f"- {a.name}: {quoted(a.description) if a.description else '-'}"
+            f"- {a.name}{'' if a.trust is Trust.VERIFIED else f' ({a.trust.value})'}: "
+            f"{quoted(a.description) if a.description else '-'}"
             f" ({a.project or 'no project'})"
             for a in found
         ]
