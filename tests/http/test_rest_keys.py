@@ -206,6 +206,22 @@ async def test_behind_a_trusted_proxy_each_forwarded_address_is_counted_on_its_o
         assert error_of(await owner_there.get("/v1/inbox")) == "locked_out"
 
 
+async def test_an_ipv6_client_gets_no_more_guesses_by_moving_within_its_64(
+    tmp_path: Path,
+) -> None:
+    """One host is handed a whole /64: counted per address, it had unlimited guesses by
+    taking a new address for every ten."""
+    env = {"AGENTPOST_TRUSTED_PROXIES": '["127.0.0.1"]'}
+    async with running_service(tmp_path, env) as service:
+        for n in range(10):
+            moved = service.client("ap_wrong", **{"X-Forwarded-For": f"2001:db8:1:2::{n + 1:x}"})
+            assert (await moved.get("/v1/inbox")).status_code == 401
+        same_64 = service.client(service.admin_key, **{"X-Forwarded-For": "2001:db8:1:2:ffff::9"})
+        assert error_of(await same_64.get("/v1/inbox")) == "locked_out"
+        next_64 = service.client(service.admin_key, **{"X-Forwarded-For": "2001:db8:1:3::1"})
+        assert (await next_64.get("/v1/inbox")).status_code == 200
+
+
 async def test_failed_authentications_are_in_the_audit_log(tmp_path: Path) -> None:
     async with running_service(tmp_path, {"AGENTPOST_LOCKOUT_FAILURES": "50"}) as service:
         await service.client("ap_wrong").get("/v1/inbox")

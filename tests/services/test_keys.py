@@ -288,6 +288,30 @@ async def test_an_ipv4_address_counts_once_when_it_comes_as_ipv6(office: PostOff
     )
 
 
+async def test_an_ipv6_address_counts_with_the_rest_of_its_64(office: PostOffice) -> None:
+    """One host holds a whole /64; the audit still names each address as it came."""
+    _, secret = await keyed(office, "alice")
+    for n in range(10):
+        await fail(office, ip=f"2001:db8:0:1::{n + 1:x}")
+    await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip="2001:db8:0:1:ab::1")
+    )
+    assert (await office.keys.authenticate(secret, ip="2001:db8:0:2::1")).agent == "alice"
+    assert {ip for _, ip, _ in await failures_audited(office)} == {
+        f"2001:db8:0:1::{n + 1:x}" for n in range(10)
+    }
+
+
+async def test_registrations_from_one_ipv6_64_count_together(open_office: OpenOffice) -> None:
+    office = await open_office(open_registration=True, register_rate_per_hour=2)
+    await office.keys.self_register("first", ip="2001:db8:0:1::1")
+    await office.keys.self_register("second", ip="2001:db8:0:1::2")
+    await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.keys.self_register("third", ip="2001:db8:0:1::3")
+    )
+    await office.keys.self_register("third", ip="2001:db8:0:2::1")
+
+
 async def test_the_audit_spells_an_address_as_the_lockout_counts_it(
     open_office: OpenOffice,
 ) -> None:

@@ -89,6 +89,17 @@ def _address(ip: str | None) -> str:
     return ip[:64]
 
 
+def _counted(address: str) -> str:
+    """What lockouts and the registration limit count by: an IPv4 address, but an IPv6
+    address's /64 (`2001:db8::/64`), since one host is commonly handed a whole /64 and could
+    otherwise take a fresh address for every few guesses."""
+    with contextlib.suppress(ValueError):
+        parsed = ipaddress.ip_address(address)
+        if isinstance(parsed, ipaddress.IPv6Address):
+            return ipaddress.IPv6Network((parsed, 64), strict=False).compressed
+    return address
+
+
 def _audited(address: str) -> str | None:
     """An address as the audit keeps it: as `_address` spells it, so that one client's
     failures, registrations and sends read alike (None: no address was told)."""
@@ -174,6 +185,7 @@ class Keys:
         that mints a session would otherwise open the key's own too, and leave it online
         after the minted one ends."""
         address = _address(ip)
+        counted = _counted(address)
         hashed = accounts.digest(secret) if is_well_formed_secret(secret) else None
         lock_s = self.settings.lockout_s
         bound = self._bound_session(connection) if session is None else None
@@ -189,7 +201,7 @@ class Keys:
         def look(conn: Connection) -> _Look:
             # One statement in the common case; a connection's session that ended costs two.
             asked = session or (bound[1] if bound is not None else None)
-            row = key_rows.for_request(conn, digest=hashed, ip=address, session=asked)
+            row = key_rows.for_request(conn, digest=hashed, ip=counted, session=asked)
             if row.locked_at is not None and row.locked_at + lock_s > self.store.clock():
                 return _Look(locked_for=row.locked_at + lock_s - self.store.clock())
             if row.id is None:
@@ -204,7 +216,7 @@ class Keys:
                 and found.ended_at is None
             ):
                 return _Look(key=row, session=found, bound=True)
-            own = key_rows.for_request(conn, digest=hashed, ip=address, session=None)
+            own = key_rows.for_request(conn, digest=hashed, ip=counted, session=None)
             return _Look(key=own, session=_session_of(own))
 
         seen = await self.store.glance(look)
@@ -316,7 +328,7 @@ class Keys:
             return lockouts.count_failure(
                 conn,
                 self.store.dialect,
-                address,
+                _counted(address),
                 now,
                 self.settings.lockout_s,
                 self.settings.lockout_failures,
@@ -503,6 +515,7 @@ class Keys:
         check_description(description)
         accounts.check_project(project)
         address = _address(ip)
+        counted = _counted(address)
         limit = self.settings.register_rate_per_hour
 
         def tx(conn: Connection) -> IssuedKey:
@@ -516,7 +529,7 @@ class Keys:
                 project=project,
             )
             count, reset_s = rates.hit(
-                conn, self.store.dialect, f"{REGISTER_RATE_KEY}{address}", now, REGISTER_WINDOW_S
+                conn, self.store.dialect, f"{REGISTER_RATE_KEY}{counted}", now, REGISTER_WINDOW_S
             )
             if count > limit:
                 raise AgentpostError(
