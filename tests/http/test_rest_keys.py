@@ -206,6 +206,34 @@ async def test_behind_a_trusted_proxy_each_forwarded_address_is_counted_on_its_o
         assert error_of(await owner_there.get("/v1/inbox")) == "locked_out"
 
 
+@pytest.mark.parametrize("turned_off", ["revoked", "disabled"])
+async def test_a_daemon_retrying_a_turned_off_key_locks_nobody_out(
+    service: Service, turned_off: str
+) -> None:
+    """A revoked key (or a disabled agent's) is no guess: finding one is as hard as finding a
+    live key, and it grants nothing. Counted, a daemon left running with it locked out every
+    other agent on its host."""
+    created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
+    alice = service.client(created["key"]["key"])
+    assert (await alice.get("/v1/inbox")).status_code == 200
+    if turned_off == "revoked":
+        await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+    else:
+        await service.admin.post("/v1/admin/agents/alice/disable")
+    for _ in range(15):
+        answer = await alice.get("/v1/inbox")
+        assert answer.status_code == 401
+        error = answer.json()["error"]
+        assert error["code"] == "unauthenticated"
+        assert (
+            error["details"]["reason"]
+            == {"revoked": "key_revoked", "disabled": "agent_disabled"}[turned_off]
+        )
+    assert (await service.admin.get("/v1/inbox")).status_code == 200
+    audited = (await service.admin.get("/v1/admin/audit", params={"action": "auth.failed"})).json()
+    assert [e["target"] for e in audited["entries"]] == [created["key"]["id"]]
+
+
 async def test_an_ipv6_client_gets_no_more_guesses_by_moving_within_its_64(
     tmp_path: Path,
 ) -> None:

@@ -146,6 +146,24 @@ async def test_a_disabled_agents_keys_are_refused_until_it_is_enabled(office: Po
     assert (await office.keys.authenticate(issued.key, ip=ADDRESS)).agent == "alice"
 
 
+async def test_a_turned_off_key_counts_toward_no_lockout_and_is_audited_once_a_window(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    admin = await owner(office)
+    _, issued = await office.admin.create_agent(admin, "alice")
+    await office.keys.revoke(admin, issued.id)
+    for _ in range(20):
+        with pytest.raises(AgentpostError) as caught:
+            await office.keys.authenticate(issued.key, ip=ADDRESS)
+        assert caught.value.details == {"reason": "key_revoked"}
+    assert (await office.keys.authenticate(ADMIN_SECRET, ip=ADDRESS)).agent == "owner"
+    assert len(await failures_audited(office)) == 1
+    clock.advance(office.settings.lockout_s)
+    with pytest.raises(AgentpostError):
+        await office.keys.authenticate(issued.key, ip=ADDRESS)
+    assert len(await failures_audited(office)) == 2
+
+
 async def test_the_callers_trust_is_read_afresh_on_every_request(
     open_office: OpenOffice,
 ) -> None:

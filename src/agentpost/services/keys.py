@@ -3,7 +3,9 @@
 A secret is never stored, only its SHA-256 hash, which is also how it is found. Every request
 authenticates against what the store holds at that moment, so a revoked key or a disabled agent
 is refused on the very next request, on every replica. Failed attempts are counted per client
-address in the store and lock the address out for a while; each one leaves an audit row.
+address (an IPv6 client's /64) in the store and lock the address out for a while; each one
+leaves an audit row. A revoked key, or a disabled agent's, is no guess: it is refused as such
+and counts toward no lockout.
 
 A request costs one read (the lock, the key and its agent, the session); it writes only when
 something is due: a new session, or a heartbeat older than a third of `heartbeat_s`. On SQLite
@@ -75,6 +77,11 @@ def _locked_out(seconds_left: float) -> AgentpostError:
     )
 
 
+def _refused(message: str, reason: str) -> AgentpostError:
+    """A key that was one, no longer good: `details.reason` tells a client to stop retrying."""
+    return AgentpostError(ErrorCode.UNAUTHENTICATED, message, details={"reason": reason})
+
+
 def _address(ip: str | None) -> str:
     """One spelling per address (`2001:DB8::1` is `2001:db8::1`, and an IPv4 address a
     dual-stack socket shows as `::ffff:192.0.2.1` is `192.0.2.1`), so that a lockout counts
@@ -104,6 +111,20 @@ def _audited(address: str) -> str | None:
     """An address as the audit keeps it: as `_address` spells it, so that one client's
     failures, registrations and sends read alike (None: no address was told)."""
     return None if address == NO_ADDRESS else address
+
+
+def _audit_failure(
+    conn: Connection, now: float, address: str, reason: str, key_id: str | None
+) -> None:
+    audit.record(
+        conn,
+        at=now,
+        actor=ANONYMOUS,
+        action="auth.failed",
+        target=key_id,
+        ip=_audited(address),
+        detail={"reason": reason},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +184,8 @@ class Keys:
         self._bound: OrderedDict[str, tuple[str, str]] = OrderedDict()
         """connection → (agent, session id), in this process only, as connections are."""
         self._remembered: OrderedDict[_Asked, _Remembered] = OrderedDict()
+        self._told_off: OrderedDict[str, float] = OrderedDict()
+        """key id → when a request with it, revoked or its agent disabled, was last audited."""
 
     # -- authentication -----------------------------------------------------------------------
 
@@ -231,11 +254,11 @@ class Keys:
             await self._failed(address, "unknown key" if hashed else "malformed key", None)
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, "unknown key")
         if key.revoked_at is not None:
-            await self._failed(address, "revoked key", key.id)
-            raise AgentpostError(ErrorCode.UNAUTHENTICATED, "this key was revoked")
+            await self._turned_off(address, "revoked key", key.id)
+            raise _refused("this key was revoked; ask the owner for a new one", "key_revoked")
         if key.disabled_at is not None:
-            await self._failed(address, "agent disabled", key.id)
-            raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"agent {key.agent!r} is disabled")
+            await self._turned_off(address, "agent disabled", key.id)
+            raise _refused(f"agent {key.agent!r} is disabled", "agent_disabled")
         if seen.bound and seen.session is not None:
             session = seen.session.id
         elif (
@@ -310,21 +333,29 @@ class Keys:
             self._bound.move_to_end(connection)
         return bound
 
+    async def _turned_off(self, address: str, reason: str, key_id: str) -> None:
+        """Audit a request with a revoked key or a disabled agent's, once a lockout window per
+        key and process. It counts toward no lockout: such a key is as hard to find as a live
+        one and grants nothing, while a daemon left retrying with it would lock out every
+        agent on its host. Nor does its every retry write."""
+        now = self.store.clock()
+        told = self._told_off.get(key_id)
+        if told is not None and now - told < self.settings.lockout_s:
+            return
+        self._told_off[key_id] = now
+        self._told_off.move_to_end(key_id)
+        while len(self._told_off) > MAX_REMEMBERED_CALLERS:
+            self._told_off.popitem(last=False)
+
+        await self.store.write(lambda conn: _audit_failure(conn, now, address, reason, key_id))
+
     async def _failed(self, address: str, reason: str, key_id: str | None) -> None:
         """Count the failure; a request that was in flight while others locked its address
         out is refused as locked out, so no more guesses are answered than the count allows."""
 
         def tx(conn: Connection) -> lockouts.Counted:
             now = self.store.clock()
-            audit.record(
-                conn,
-                at=now,
-                actor=ANONYMOUS,
-                action="auth.failed",
-                target=key_id,
-                ip=_audited(address),
-                detail={"reason": reason},
-            )
+            _audit_failure(conn, now, address, reason, key_id)
             return lockouts.count_failure(
                 conn,
                 self.store.dialect,
