@@ -278,6 +278,24 @@ async def test_a_configured_admin_key_is_used_and_no_file_is_written(tmp_path: P
         assert not (service.home / "admin.key").exists()
 
 
+async def test_probing_for_taken_names_counts_toward_the_registration_limit(
+    tmp_path: Path,
+) -> None:
+    """A refusal as `conflict` tells a stranger an agent by that name exists: uncounted, it let
+    anyone list the agents by trying names."""
+    env = {"AGENTPOST_OPEN_REGISTRATION": "true", "AGENTPOST_REGISTER_RATE_PER_HOUR": "2"}
+    async with running_service(tmp_path, env) as service:
+        await service.agent("alice")
+        await service.agent("bob")
+        stranger = service.client()
+        for name in ("alice", "bob"):
+            probe = await stranger.post("/v1/register", json={"name": name})
+            assert error_of(probe) == "conflict"
+        limited = await stranger.post("/v1/register", json={"name": "carol"})
+        assert error_of(limited) == "rate_limited"
+        assert int(limited.headers["Retry-After"]) > 3500
+
+
 async def test_self_registration_is_closed_unless_the_owner_opens_it(service: Service) -> None:
     answer = await service.client().post("/v1/register", json={"name": "drifter"})
     assert answer.status_code == 403

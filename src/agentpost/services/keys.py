@@ -539,7 +539,8 @@ class Keys:
         ip: str | None,
     ) -> IssuedKey:
         """An agent creating itself, when the owner opened registration: its mail is
-        `untrusted` until the owner vouches for it. Limited per client address and hour."""
+        `untrusted` until the owner vouches for it. Limited per client address (an IPv6
+        client's /64) over the last hour; an attempt refused as a name taken counts too."""
         if not self.settings.open_registration:
             raise forbidden("registration is closed; ask the owner for a key")
         accounts.check_new_name(name, self.settings)
@@ -549,26 +550,28 @@ class Keys:
         counted = _counted(address)
         limit = self.settings.register_rate_per_hour
 
-        def tx(conn: Connection) -> IssuedKey:
+        def tx(conn: Connection) -> IssuedKey | AgentpostError:
             now = self.store.clock()
-            accounts.create_account(
-                conn,
-                name,
-                now=now,
-                trust=Trust.UNTRUSTED,
-                description=description,
-                project=project,
-            )
-            count, reset_s = rates.hit(
-                conn, self.store.dialect, f"{REGISTER_RATE_KEY}{counted}", now, REGISTER_WINDOW_S
-            )
-            if count > limit:
+            key = f"{REGISTER_RATE_KEY}{counted}"
+            wait_s = rates.hit_sliding(conn, self.store.dialect, key, now, REGISTER_WINDOW_S, limit)
+            if wait_s is not None:
                 raise AgentpostError(
                     ErrorCode.RATE_LIMITED,
                     f"at most {limit} registrations an hour from one address",
                     details={"limit": limit},
-                    retry_after_s=float(math.ceil(reset_s)),
+                    retry_after_s=float(math.ceil(wait_s)),
                 )
+            try:
+                accounts.create_account(
+                    conn,
+                    name,
+                    now=now,
+                    trust=Trust.UNTRUSTED,
+                    description=description,
+                    project=project,
+                )
+            except AgentpostError as taken:  # counted: else names could be probed freely
+                return taken
             issued = accounts.issue_key(conn, name, now=now, label="self-registered", admin=False)
             audit.record(
                 conn,
@@ -581,4 +584,7 @@ class Keys:
             )
             return issued
 
-        return await self.store.write(tx)
+        registered = await self.store.write(tx)
+        if isinstance(registered, AgentpostError):
+            raise registered
+        return registered
