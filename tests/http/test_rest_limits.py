@@ -212,6 +212,18 @@ async def test_a_blocked_senders_mail_is_dropped_silently(service: Service) -> N
     assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["hi"]
 
 
+async def test_the_owner_cannot_block_its_own_mail_to_an_agent(service: Service) -> None:
+    """The owner's word to an agent dropped silently, by the owner's own hand, makes no
+    sense: an agent cannot block the owner either."""
+    bob = await service.agent("bob")
+    refused = await service.admin.put("/v1/admin/blocks/bob/owner")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["code"] == "invalid_argument"
+    await service.admin.post("/v1/messages", json={"to": "bob", "body": "stop that"})
+    assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["stop that"]
+    assert (await service.admin.delete("/v1/admin/blocks/bob/owner")).status_code == 200
+
+
 async def test_every_send_is_audited_without_its_body(service: Service) -> None:
     alice = await service.agent("alice")
     await service.create_agent("bob")

@@ -369,6 +369,9 @@ async def test_the_owner_blocks_a_sender_for_a_recipient(world: World) -> None:
         ("nobody", "bob", ErrorCode.NOT_FOUND),
         ("bob", "bob", ErrorCode.INVALID_ARGUMENT),
         ("bob", "Bad Name", ErrorCode.INVALID_ARGUMENT),
+        ("bob", "owner", ErrorCode.INVALID_ARGUMENT),
+        ("bob", "agentpost", ErrorCode.INVALID_ARGUMENT),
+        ("agentpost", "bob", ErrorCode.NOT_FOUND),
     ],
 )
 async def test_a_block_needs_two_existing_agents(

@@ -24,7 +24,7 @@ from agentpost.domain.accounts import (
 from agentpost.domain.errors import forbidden, invalid
 from agentpost.domain.limits import check_limit, check_seq
 from agentpost.domain.models import Caller, Trust
-from agentpost.domain.names import OWNER, check_name
+from agentpost.domain.names import OWNER, RESERVED, check_name
 from agentpost.services import accounts
 from agentpost.services.presence import PresenceService
 from agentpost.store import agents as agent_rows
@@ -201,6 +201,8 @@ class Admin:
         check_name(sender, "sender")
         if not isinstance(blocked, bool):
             raise invalid("blocked must be true or false")
+        if blocked and sender in RESERVED:  # the owner's own word, or the post office's
+            raise invalid(f"mail from {sender!r} cannot be blocked", sender=sender)
 
         def tx(conn: Connection) -> dict[str, Any]:
             if accounts.set_block(
