@@ -170,6 +170,10 @@ async def test_ten_failed_authentications_lock_the_address_out_across_a_restart(
     assert locked.status_code == 429
     assert error_of(locked) == "locked_out"
     assert int(locked.headers["Retry-After"]) > 800
+    locks = sqlite3.connect(service.home / "agentpost.db").execute(
+        "SELECT target, ip FROM audit WHERE action = 'auth.locked_out'"
+    )
+    assert locks.fetchall() == [("127.0.0.1", "127.0.0.1")]  # the owner learns of the lock
     await service.restart()
     assert (await service.admin.get("/v1/inbox")).status_code == 429
 
@@ -248,6 +252,10 @@ async def test_an_ipv6_client_gets_no_more_guesses_by_moving_within_its_64(
         assert error_of(await same_64.get("/v1/inbox")) == "locked_out"
         next_64 = service.client(service.admin_key, **{"X-Forwarded-For": "2001:db8:1:3::1"})
         assert (await next_64.get("/v1/inbox")).status_code == 200
+        locks = await next_64.get("/v1/admin/audit", params={"action": "auth.locked_out"})
+        assert [(e["target"], e["ip"]) for e in locks.json()["entries"]] == [
+            ("2001:db8:1:2::/64", "2001:db8:1:2::a")
+        ]
 
 
 async def test_failed_authentications_are_in_the_audit_log(tmp_path: Path) -> None:

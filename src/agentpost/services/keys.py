@@ -356,7 +356,7 @@ class Keys:
         def tx(conn: Connection) -> lockouts.Counted:
             now = self.store.clock()
             _audit_failure(conn, now, address, reason, key_id)
-            return lockouts.count_failure(
+            counted = lockouts.count_failure(
                 conn,
                 self.store.dialect,
                 _counted(address),
@@ -364,6 +364,17 @@ class Keys:
                 self.settings.lockout_s,
                 self.settings.lockout_failures,
             )
+            if counted.locks:  # the owner learns which address (or /64) is shut out, and why
+                audit.record(
+                    conn,
+                    at=now,
+                    actor=ANONYMOUS,
+                    action="auth.locked_out",
+                    target=_counted(address),
+                    ip=_audited(address),
+                    detail={"failures": self.settings.lockout_failures},
+                )
+            return counted
 
         counted = await self.store.write(tx)
         if counted.locked_for is not None:
