@@ -22,9 +22,7 @@ identity still comes from the key, never from the connection.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
-import ipaddress
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -45,6 +43,9 @@ from agentpost.domain.ids import key_id as new_key_id
 from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import OWNER, POST_OFFICE, check_name
 from agentpost.services import accounts
+from agentpost.services.client_address import audited as _audited
+from agentpost.services.client_address import counted as _counted
+from agentpost.services.client_address import spelt as _address
 from agentpost.services.presence import http_session
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit, lockouts, rates
@@ -52,8 +53,6 @@ from agentpost.store import keys as key_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Row, Store
 
-NO_ADDRESS = "-"
-"""The address of a caller whose face could not tell one (counted together)."""
 ANONYMOUS = "-"
 """The audit's actor before anyone is authenticated."""
 REGISTER_WINDOW_S = 3600.0
@@ -80,37 +79,6 @@ def _locked_out(seconds_left: float) -> AgentpostError:
 def _refused(message: str, reason: str) -> AgentpostError:
     """A key that was one, no longer good: `details.reason` tells a client to stop retrying."""
     return AgentpostError(ErrorCode.UNAUTHENTICATED, message, details={"reason": reason})
-
-
-def _address(ip: str | None) -> str:
-    """One spelling per address (`2001:DB8::1` is `2001:db8::1`, and an IPv4 address a
-    dual-stack socket shows as `::ffff:192.0.2.1` is `192.0.2.1`), so that a lockout counts
-    it once whatever a proxy forwarded, on either database."""
-    if not ip:
-        return NO_ADDRESS
-    with contextlib.suppress(ValueError):
-        parsed = ipaddress.ip_address(ip)
-        if isinstance(parsed, ipaddress.IPv6Address) and parsed.ipv4_mapped is not None:
-            return parsed.ipv4_mapped.compressed
-        return parsed.compressed
-    return ip[:64]
-
-
-def _counted(address: str) -> str:
-    """What lockouts and the registration limit count by: an IPv4 address, but an IPv6
-    address's /64 (`2001:db8::/64`), since one host is commonly handed a whole /64 and could
-    otherwise take a fresh address for every few guesses."""
-    with contextlib.suppress(ValueError):
-        parsed = ipaddress.ip_address(address)
-        if isinstance(parsed, ipaddress.IPv6Address):
-            return ipaddress.IPv6Network((parsed, 64), strict=False).compressed
-    return address
-
-
-def _audited(address: str) -> str | None:
-    """An address as the audit keeps it: as `_address` spells it, so that one client's
-    failures, registrations and sends read alike (None: no address was told)."""
-    return None if address == NO_ADDRESS else address
 
 
 def _audit_failure(
