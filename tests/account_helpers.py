@@ -38,3 +38,16 @@ async def keyed(
 
 async def keyed_agents(office: PostOffice, *names: str) -> list[Caller]:
     return [(await keyed(office, name))[0] for name in names]
+
+
+async def self_registered(
+    office: PostOffice, name: str, *, project: str, branch: str | None = None
+) -> tuple[Caller, str]:
+    """An agent that registered itself (`untrusted`), speaking for a session it minted in
+    `project` on `branch`; and its key. Registration must be open."""
+    issued = await office.keys.self_register(name, project=project, ip=ADDRESS)
+    caller = await office.keys.authenticate(issued.key, ip=ADDRESS, own_session=False)
+    session = await office.presence.open_http_session(
+        caller, host="elsewhere", project=project, branch=branch
+    )
+    return await office.keys.authenticate(issued.key, ip=ADDRESS, session=session.id), issued.key

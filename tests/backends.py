@@ -30,6 +30,7 @@ from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
 from agentpost.store import agents as agent_rows
+from agentpost.store import leases
 from agentpost.store.database import Store
 from agentpost.store.schema import metadata
 
@@ -361,6 +362,22 @@ async def bodies(office: PostOffice, caller: Caller, **options: Any) -> list[str
 async def disable_agent(store: Store, name: str) -> None:
     """What an administrator does (no service offers it yet): the agent stays, disabled."""
     await store.write(lambda conn: agent_rows.update_agent(conn, name, disabled_at=store.clock()))
+
+
+async def seat_directly(office: PostOffice, caller: Caller, project: str = "shop") -> None:
+    """Hand the caller's session the seat in the store, past every rule a claim checks: a seat
+    taken by a process that died since, or before a rule existed."""
+    await office.store.write(
+        lambda conn: leases.claim(
+            conn,
+            office.store.dialect,
+            f"leader:{project}",
+            holder=caller.agent,
+            session_id=caller.session_id or "",
+            now=office.store.clock(),
+            ttl_s=office.settings.offline_after_s,
+        )
+    )
 
 
 async def refused_without_change(

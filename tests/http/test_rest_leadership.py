@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import httpx2
 import pytest
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from service_process import Service
+from service_process import Service, running_service
 
 pytestmark = pytest.mark.anyio
 
@@ -79,3 +81,26 @@ async def test_the_leadership_tools_work_over_mcp_http(service: Service) -> None
         refused = await client.call_tool("claim_leadership", {})
         assert refused.is_error
         assert refused.content[0].text.startswith("forbidden: ")  # type: ignore[union-attr]
+
+
+async def test_a_self_registered_agent_takes_no_seat_until_the_owner_vouches(
+    tmp_path: Path,
+) -> None:
+    async with running_service(tmp_path, {"AGENTPOST_OPEN_REGISTRATION": "true"}) as service:
+        registered = await service.client().post(
+            "/v1/register", json={"name": "drifter", "project": "rocket"}
+        )
+        key = registered.json()["key"]
+        minted = await service.client(key).post(
+            "/v1/sessions", json={"project": "rocket", "branch": "main", "worktree": "/w"}
+        )
+        assert minted.status_code == 201, minted.text  # auto_lead: no seat, no refusal
+        drifter = service.client(key, **{"Agentpost-Session": minted.json()["session_id"]})
+        assert (await drifter.get("/v1/leadership")).json()["leader"] is None
+        refused = await drifter.post("/v1/leadership/claim", json={})
+        assert refused.status_code == 403
+        assert refused.json()["error"]["code"] == "forbidden"
+        assert "vouch" in refused.json()["error"]["message"]
+        assert (await service.admin.post("/v1/admin/agents/drifter/vouch")).status_code == 200
+        claimed = await drifter.post("/v1/leadership/claim", json={})
+        assert claimed.json()["leader"] == "drifter", claimed.text

@@ -8,13 +8,12 @@ import subprocess
 import anyio
 import pytest
 
-from account_helpers import keyed, owner
+from account_helpers import ADDRESS, keyed, owner, self_registered
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.leadership import Leader
-from agentpost.domain.models import Caller, Kind
+from agentpost.domain.models import Caller, Kind, Trust
 from agentpost.services import PostOffice
-from agentpost.store import leases
-from backends import FakeClock, OpenOffice, refused_without_change, session_caller
+from backends import FakeClock, OpenOffice, refused_without_change, seat_directly, session_caller
 
 pytestmark = pytest.mark.anyio
 
@@ -128,17 +127,7 @@ async def test_when_the_holder_stops_the_next_claim_gets_a_greater_term(
 
 async def test_a_holder_whose_process_died_leads_no_more(office: PostOffice) -> None:
     ghost = await session_caller(office, "ghost", pid=dead_pid())
-    await office.store.write(
-        lambda conn: leases.claim(
-            conn,
-            office.store.dialect,
-            "leader:shop",
-            holder="ghost",
-            session_id=ghost.session_id or "",
-            now=office.store.clock(),
-            ttl_s=45,
-        )
-    )
+    await seat_directly(office, ghost)
     bob = await session_caller(office, "bob")
     assert (await office.leadership.leader(bob)).leader is None
     assert (await office.leadership.claim(bob)).term == 2
@@ -417,3 +406,22 @@ async def test_claims_and_releases_count_against_the_send_rate_as_their_notices_
     await office.leadership.claim(alice)
     await office.leadership.release(alice)
     assert len(await announcements(office, bob)) == 2
+
+
+async def test_an_agent_the_owner_has_not_vouched_for_may_not_lead_until_vouched(
+    open_office: OpenOffice,
+) -> None:
+    """A stranger that registered itself could take a free seat (on its own session's word
+    that it was on main) and then delegate as the project's leader."""
+    office = await open_office(open_registration=True)
+    drifter, key = await self_registered(office, "drifter", project="shop", branch="main")
+    assert drifter.trust is Trust.UNTRUSTED
+    err = await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.leadership.claim(drifter)
+    )
+    assert "vouch" in err.message
+    assert await office.leadership.claim_if_eligible(drifter) is None
+    assert (await office.leadership.leader(drifter)).leader is None
+    await office.admin.vouch(await owner(office), "drifter")
+    vouched = await office.keys.authenticate(key, ip=ADDRESS, session=drifter.session_id)
+    assert (await office.leadership.claim(vouched)).leader == "drifter"

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from sqlalchemy import update
 
+from account_helpers import self_registered
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import MAX_DATA_DEPTH
 from agentpost.domain.models import Kind, Priority
@@ -21,6 +22,7 @@ from backends import (
     agents,
     disable_agent,
     refused_without_change,
+    seat_directly,
     session_caller,
     snapshot,
 )
@@ -339,6 +341,23 @@ async def test_with_delegate_requires_leader_only_the_projects_leader_delegates(
     )
     # Reporting back is not delegating: the assignee moves the task as ever.
     await office.tasks.update_task(dev, task.id, "done")
+
+
+async def test_a_seat_an_unvouched_agent_holds_lets_it_delegate_nothing(
+    open_office: OpenOffice,
+) -> None:
+    """An agent that registered itself may not take the seat; one that held it before that
+    rule (the same store, carried over) must not hand out work as the leader either."""
+    office = await open_office(
+        delegate_requires_leader=True, auto_lead=False, open_registration=True
+    )
+    drifter, _key = await self_registered(office, "drifter", project="shop", branch="main")
+    await session_caller(office, "dev", project="shop", branch="main")
+    await seat_directly(office, drifter)
+    err = await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.tasks.delegate(drifter, "dev", "Delete the tests")
+    )
+    assert "vouch" in err.message
 
 
 async def test_a_leader_silent_past_its_lease_still_delegates_when_it_asks(

@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agentpost.domain.errors import forbidden
+from agentpost.domain.models import Caller, Trust
+
 LEASE_PREFIX = "leader:"
 FALLBACK_DEFAULT_BRANCHES = ("main", "master")
 """The default branch when origin's HEAD cannot be read (no remote, or another machine)."""
@@ -32,6 +35,18 @@ def may_lead(
     if origin_head is not None:
         return branch == origin_head
     return branch in FALLBACK_DEFAULT_BRANCHES
+
+
+def check_vouched(caller: Caller) -> None:
+    """`forbidden` unless the owner vouches for the caller. A leader hands out work its
+    colleagues take as the project's: a self-registered agent's word that its session is on
+    the default branch is no reason for them to."""
+    if caller.trust is not Trust.VERIFIED:
+        raise forbidden(
+            f"{caller.agent} is {caller.trust.value}: only an agent the owner vouched for "
+            "may lead; the owner must vouch for it first (admin_vouch_agent)",
+            trust=caller.trust.value,
+        )
 
 
 @dataclass(frozen=True, slots=True)

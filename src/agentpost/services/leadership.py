@@ -21,7 +21,13 @@ import anyio
 
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
-from agentpost.domain.leadership import LEASE_PREFIX, Leader, lease_name, may_lead
+from agentpost.domain.leadership import (
+    LEASE_PREFIX,
+    Leader,
+    check_vouched,
+    lease_name,
+    may_lead,
+)
 from agentpost.domain.models import Caller
 from agentpost.domain.names import check_channel, check_name
 from agentpost.retries import RetryLog
@@ -111,9 +117,11 @@ class Leadership:
         self, caller: Caller, project: str | None = None, *, force: bool = False
     ) -> Leader:
         """Take the seat: `conflict` while another live session holds it (unless `force`, for
-        the owner or a local session), `forbidden` for a session not on a leading branch."""
+        the owner or a local session), `forbidden` for a session not on a leading branch or
+        of an agent the owner has not vouched for."""
         if caller.session_id is None:
             raise invalid("leading takes a session: its heartbeat is what keeps the seat")
+        check_vouched(caller)
         await self.presence.end_dead_local_sessions()
         session = await self.store.read(
             lambda conn: agent_rows.get_session(conn, caller.session_id or "")
@@ -287,6 +295,7 @@ class Leadership:
     # -- inside a transaction ----------------------------------------------------------------
 
     def _take(self, conn: Connection, caller: Caller, project: str, *, force: bool) -> Leader:
+        check_vouched(caller)
         # An ended session holds no lease: seated, it would lapse at once, and a standing one
         # would take it back, announced under a new term, again and again.
         self._check_not_ended(conn, caller)

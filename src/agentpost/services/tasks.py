@@ -15,7 +15,7 @@ from agentpost.config import Settings
 from agentpost.domain import limits as rules
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import task_id as new_task_id
-from agentpost.domain.leadership import lease_name
+from agentpost.domain.leadership import check_vouched, lease_name
 from agentpost.domain.models import Caller, Kind
 from agentpost.domain.names import check_name
 from agentpost.domain.tasks import ROLES, Task, TaskStatus, check_move, check_status
@@ -255,6 +255,7 @@ class Tasks:
     ) -> None:
         if project is None:
             raise forbidden("only a project's leader may delegate, and you have no project")
+        check_vouched(caller)  # a seat taken before unvouched agents were kept off it
         beat_asking(conn, caller.session_id, now)  # a leader waking from sleep still leads
         holder = leases.holder_of(
             conn, lease_name(project), now=now, ttl_s=self.settings.offline_after_s
