@@ -239,13 +239,18 @@ class Presence:
     online: bool
     last_seen_s: float | None
     sessions: int
+    trust: Trust = Trust.VERIFIED
+    """The agent's: whether its objective is a colleague's words or a stranger's."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out["trust"] = self.trust.value
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Presence:
-        return from_fields(cls, data, status=Status(data["status"]))
+        trust = Trust(data.get("trust", Trust.VERIFIED.value))
+        return from_fields(cls, data, status=Status(data["status"]), trust=trust)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from typing import Any
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.limits import check_text, is_one_line, too_large
+from agentpost.domain.models import Trust
 from agentpost.domain.wildmatch import Glob
 
 MAX_PATH_CHARS = 1024
@@ -254,6 +255,8 @@ class Reservation:
     expires_at: float
     worktree: str | None = None
     """Where the holder works: the commit guard of that worktree lets its commits through."""
+    trust: Trust = Trust.VERIFIED
+    """The holder's: whether its reason is a colleague's words or a stranger's."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -266,6 +269,7 @@ class Reservation:
             "created_at": self.created_at,
             "expires_at": self.expires_at,
             "worktree": self.worktree,
+            "trust": self.trust.value,
         }
 
     @classmethod
@@ -280,6 +284,7 @@ class Reservation:
             created_at=data["created_at"],
             expires_at=data["expires_at"],
             worktree=data.get("worktree"),
+            trust=Trust(data.get("trust", Trust.VERIFIED.value)),
         )
 
 

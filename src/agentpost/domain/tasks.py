@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid
-from agentpost.domain.models import Priority, from_fields
+from agentpost.domain.models import Priority, Trust, from_fields
 
 
 class TaskStatus(StrEnum):
@@ -144,6 +144,8 @@ class Task:
     created_at: float
     updated_at: float
     history: list[TaskChange] = field(default_factory=list)
+    creator_trust: Trust = Trust.VERIFIED
+    """The creator's: whether the title and detail are a colleague's words or a stranger's."""
 
     @property
     def finished(self) -> bool:
@@ -166,6 +168,7 @@ class Task:
             "created_at": self.created_at,
             "updated_at": self.updated_at,
             "history": [c.to_dict() for c in self.history],
+            "creator_trust": self.creator_trust.value,
         }
 
     @classmethod
@@ -176,4 +179,5 @@ class Task:
             priority=Priority(data["priority"]),
             status=TaskStatus(data["status"]),
             history=[TaskChange.from_dict(c) for c in data.get("history", [])],
+            creator_trust=Trust(data.get("creator_trust", Trust.VERIFIED.value)),
         )

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from agentpost.domain.models import Trust
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.desk import LocalDesk
-from agentpost.mcp.presenting import answer, notices_of, quoted
+from agentpost.mcp.presenting import answer, by, notices_of, quoted
 
 ToolFn = Callable[..., Awaitable[ToolOutput]]
 
@@ -26,7 +25,7 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
         most `limit`); an agent the owner has not vouched for is marked (untrusted)."""
         found = await directory_service.search(desk.caller, query, project=project, limit=limit)
         lines = [
-            f"- {a.name}{'' if a.trust is Trust.VERIFIED else f' ({a.trust.value})'}: "
+            f"- {by(a.name, a.trust)}: "
             f"{quoted(a.description) if a.description else '-'}"
             f" ({a.project or 'no project'})"
             for a in found

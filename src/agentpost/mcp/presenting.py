@@ -16,7 +16,7 @@ from typing import Any
 from agentpost.domain.desk import Desk
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.framing import LINE_BREAKS, frame_messages
-from agentpost.domain.models import Message, Notices
+from agentpost.domain.models import Message, Notices, Trust
 from agentpost.mcp.adapter import ToolOutput
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,12 @@ def quoted(text: str) -> str:
     shows it: one JSON string on one line, so its line breaks and words read as data inside
     the line, never as lines of their own outside the frames."""
     return json.dumps(text, ensure_ascii=False).translate(LINE_BREAKS)
+
+
+def by(name: str, trust: Trust) -> str:
+    """An agent's name as a line shows it beside words it wrote: marked `(untrusted)` (or
+    `(external)`) unless the owner vouches for it, so its words never pass for a colleague's."""
+    return name if trust is Trust.VERIFIED else f"{name} ({trust.value})"
 
 
 def token(text: str) -> str:

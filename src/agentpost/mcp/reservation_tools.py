@@ -9,7 +9,7 @@ from typing import Any
 from agentpost.domain.desk import Desk
 from agentpost.domain.reservations import Reservation, ReservationsChanged
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer, notices_of, quoted, token
+from agentpost.mcp.presenting import answer, by, notices_of, quoted, token
 
 
 def until(expires_at: float) -> str:
@@ -19,7 +19,7 @@ def until(expires_at: float) -> str:
 def _line(r: Reservation) -> str:
     kind = "exclusive" if r.exclusive else "shared"
     why = f" — {quoted(r.reason)}" if r.reason else ""
-    return f"- {token(r.path)} [{kind}] {r.agent} {until(r.expires_at)} ({r.id}){why}"
+    return f"- {token(r.path)} [{kind}] {by(r.agent, r.trust)} {until(r.expires_at)} ({r.id}){why}"
 
 
 def _listing(title: str, found: Sequence[Reservation]) -> str:

@@ -21,7 +21,8 @@ from agentpost.mcp.tools import JSON
 
 def _line(task: Task) -> str:
     title = presenting.quoted(task.title)
-    return f"- {task.id} [{task.status.value}] {task.creator} -> {task.assignee}: {title}"
+    creator = presenting.by(task.creator, task.creator_trust)
+    return f"- {task.id} [{task.status.value}] {creator} -> {task.assignee}: {title}"
 
 
 def _where(found: RequestAnswer) -> str:

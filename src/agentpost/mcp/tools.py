@@ -13,7 +13,7 @@ from agentpost.domain.desk import Desk
 from agentpost.domain.models import Message
 from agentpost.domain.names import channel_tag
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer, messages_json, notices_of, quoted, token
+from agentpost.mcp.presenting import answer, by, messages_json, notices_of, quoted, token
 
 JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
 
@@ -65,10 +65,11 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
 
     @tool
     async def who(project: str | None = None, include_offline: bool = False) -> ToolOutput:
-        """Who is at work: each agent's project, branch, worktree, objective, status, presence."""
+        """Who is at work: each agent's project, branch, worktree, objective, status, presence;
+        an agent the owner has not vouched for is marked (untrusted)."""
         found = await desk.who(project, include_offline)
         lines = [
-            f"- {p.name}{'' if p.online else ' (offline)'}: "
+            f"- {by(p.name, p.trust)}{'' if p.online else ' (offline)'}: "
             f"{p.project or '-'}@{token(p.branch) if p.branch else '-'}"
             f" [{p.status.value}] {quoted(p.objective)}"
             for p in found

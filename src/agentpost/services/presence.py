@@ -19,7 +19,7 @@ from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import session_id as new_session_id
 from agentpost.domain.limits import check_text
-from agentpost.domain.models import Caller, Presence, SessionInfo, Status
+from agentpost.domain.models import Caller, Presence, SessionInfo, Status, Trust
 from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.retries import RetryLog
 from agentpost.services.accounts import check_project
@@ -535,6 +535,7 @@ class PresenceService:
                     if row.last_seen is None
                     else round(max(0.0, now - row.last_seen), 1),
                     sessions=online[row.name],
+                    trust=Trust(row.trust),
                 )
             )
         return out

@@ -228,6 +228,7 @@ class Reservations:
                     agent=caller.agent,
                     path=path,
                     created_at=now,
+                    trust=caller.trust,
                     **values,
                 )
                 added.append(new)

@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 
 from agentpost.domain.limits import never_stored
-from agentpost.domain.models import SessionInfo, Status
+from agentpost.domain.models import SessionInfo, Status, Trust
 from agentpost.store.prepared import Prepared, in_parts, numbered, numbered_values
 from agentpost.store.schema import agents, by_code_point, sessions
 
@@ -38,6 +38,12 @@ def _agents_enabled(count: int) -> Prepared:
 
 def get_agent(conn: Connection, name: str) -> Row[Any] | None:
     return conn.execute(_GET_AGENT, {"name": name}).first()
+
+
+def trust_of(conn: Connection, names: Sequence[str]) -> dict[str, Trust]:
+    """name -> trust, for those of `names` that exist."""
+    rows = conn.execute(select(agents.c.name, agents.c.trust).where(agents.c.name.in_(names)))
+    return {name: Trust(trust) for name, trust in rows}
 
 
 def existing_names(conn: Connection, names: Sequence[str]) -> dict[str, bool]:
@@ -238,6 +244,7 @@ def presence_rows(
         select(
             agents.c.name,
             agents.c.description,
+            agents.c.trust,
             agents.c.project.label("agent_project"),
             sessions.c.id.label("session_id"),
             sessions.c.project,

@@ -15,8 +15,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, exists, func, insert, not_, or_, select, update
 
+from agentpost.domain.models import Trust
 from agentpost.domain.reservations import Reservation
-from agentpost.store.schema import reservations, sessions
+from agentpost.store.schema import agents, reservations, sessions
 
 
 def _agent_around(now: float, offline_after_s: float) -> Any:
@@ -47,7 +48,9 @@ def live(
 ) -> list[Reservation]:
     """The project's live reservations (every project's: None), of `agent` only if given,
     oldest first."""
-    query = select(reservations).where(
+    # The holder's trust with each: a listing shows whose words its reason is.
+    query = select(reservations, agents.c.trust.label("holder_trust"))
+    query = query.outerjoin(agents, agents.c.name == reservations.c.agent).where(
         reservations.c.released_at.is_(None),
         reservations.c.expires_at > now,
         _agent_around(now, offline_after_s),
@@ -122,4 +125,5 @@ def reservation_of(row: Row[Any]) -> Reservation:
         created_at=row.created_at,
         expires_at=row.expires_at,
         worktree=row.worktree,
+        trust=Trust(row.holder_trust or Trust.UNTRUSTED.value),
     )

@@ -13,8 +13,9 @@ from typing import Any
 from sqlalchemy import Connection, Row, and_, false, insert, or_, select, update
 
 from agentpost.domain.limits import never_stored
-from agentpost.domain.models import Priority
+from agentpost.domain.models import Priority, Trust
 from agentpost.domain.tasks import Task, TaskChange, TaskStatus
+from agentpost.store import agents as agent_rows
 from agentpost.store.schema import task_history, tasks
 
 
@@ -111,7 +112,7 @@ def histories(conn: Connection, task_ids: Sequence[str]) -> dict[str, list[TaskC
     return out
 
 
-def task_from_row(row: Row[Any], history: list[TaskChange]) -> Task:
+def task_from_row(row: Row[Any], history: list[TaskChange], creator_trust: Trust) -> Task:
     return Task(
         id=row.id,
         project=row.project,
@@ -128,10 +129,15 @@ def task_from_row(row: Row[Any], history: list[TaskChange]) -> Task:
         created_at=row.created_at,
         updated_at=row.updated_at,
         history=history,
+        creator_trust=creator_trust,
     )
 
 
 def load(conn: Connection, found: Sequence[Row[Any]]) -> list[Task]:
     """Tasks of `found` rows, each with its history."""
     changes = histories(conn, [row.id for row in found])
-    return [task_from_row(row, changes[row.id]) for row in found]
+    trust = agent_rows.trust_of(conn, sorted({row.creator for row in found}))
+    return [
+        task_from_row(row, changes[row.id], trust.get(row.creator, Trust.UNTRUSTED))
+        for row in found
+    ]
