@@ -58,9 +58,11 @@ async def test_a_feature_branch_is_refused_and_release_frees_the_seat(service: S
     assert refused.json()["error"]["code"] == "forbidden"
     await alice.post("/v1/leadership/claim", json={})
     not_mine = await feature.post("/v1/leadership/release", json={})
-    assert not_mine.status_code == 409
+    assert not_mine.status_code == 200
+    assert (not_mine.json()["leader"], not_mine.json()["released"]) == ("alice", False)
     released = await alice.post("/v1/leadership/release", json={})
     assert (released.json()["leader"], released.json()["term"]) == (None, 1)
+    assert released.json()["released"] is True
     body_refused = await alice.post("/v1/leadership/claim", json={"project": "rocket", "x": 1})
     assert body_refused.status_code == 400
 

@@ -182,11 +182,26 @@ async def test_a_holder_silent_past_its_lease_may_still_step_down(
     assert bodies[-1] == "alice stepped down as leader of shop (term 1); the seat is free."
 
 
-async def test_only_the_holder_may_release(office: PostOffice) -> None:
+async def test_a_release_by_a_session_that_does_not_lead_changes_nothing_and_says_so(
+    office: PostOffice,
+) -> None:
+    """A client sending a release again, its first answer lost on the way, was told
+    `conflict` ("you do not lead"), as if stepping down had failed. As releasing reservations
+    one no longer holds, it succeeds: the seat as it stands, `released` false, no notice."""
     alice = await session_caller(office, "alice")
     bob = await session_caller(office, "bob")
     await office.leadership.claim(alice)
-    await refused_without_change(office, ErrorCode.CONFLICT, office.leadership.release(bob))
+    not_bobs = await office.leadership.release(bob)
+    assert (not_bobs.leader, not_bobs.term, not_bobs.released) == ("alice", 1, False)
+    first = await office.leadership.release(alice)
+    assert (first.leader, first.term, first.released) == (None, 1, True)
+    again = await office.leadership.release(alice)
+    assert (again.leader, again.term, again.released) == (None, 1, False)
+    assert "released" not in (await office.leadership.leader(bob)).to_dict()
+    assert [body for body, _ in await announcements(office, bob)] == [
+        "alice now leads shop (term 1).",
+        "alice stepped down as leader of shop (term 1); the seat is free.",
+    ]
 
 
 async def test_a_local_session_may_force_the_seat_and_the_term_grows(

@@ -62,9 +62,15 @@ class Leader:
     branch: str | None
     expires_at: float | None
     """When the lease lapses unless the holder's session heartbeats again."""
+    released: bool | None = None
+    """Only in a release's answer: whether it stepped down (false: the caller did not lead,
+    as a release sent again finds, and nothing changed)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.released is None:
+            del out["released"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Leader:
@@ -76,4 +82,5 @@ class Leader:
             session_id=data.get("session_id"),
             branch=data.get("branch"),
             expires_at=data.get("expires_at"),
+            released=data.get("released"),
         )

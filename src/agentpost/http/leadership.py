@@ -42,5 +42,6 @@ async def claim(body: ClaimBody, office: Office, me: Me) -> dict[str, Any]:
 
 @router.post("/release", operation_id="release_leadership")
 async def release(body: ReleaseBody, office: Office, me: Me) -> dict[str, Any]:
-    """Step down: the seat is free for the next eligible session."""
+    """Step down: the seat is free for the next eligible session. A caller that does not lead
+    (its release sent again) is answered the seat as it stands, `released` false."""
     return (await office.leadership.release(me, body.project)).to_dict()

@@ -31,8 +31,11 @@ def register_leader_tools(server: MailboxServer, desk: Desk) -> None:
         return await reply(await desk.claim_leadership(project, force))
 
     async def release_leadership(project: str | None = None) -> ToolOutput:
-        """Step down as your project's leader; everyone on #<project> is told."""
-        return await reply(await desk.release_leadership(project))
+        """Step down as your project's leader; everyone on #<project> is told. If you did not
+        lead it, nothing changes (`released` false)."""
+        seat = await desk.release_leadership(project)
+        said = "" if seat.released else f"You did not lead {seat.project}: nothing changed. "
+        return answer(seat.to_dict(), said + _describe(seat), await notices_of(desk))
 
     for fn in (leader, claim_leadership, release_leadership):
         server.add_tool(fn)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from functools import lru_cache
 
 import anyio
@@ -169,7 +170,9 @@ class Leadership:
             return None
 
     async def release(self, caller: Caller, project: str | None = None) -> Leader:
-        """Step down: `conflict` unless the caller's session holds the seat."""
+        """Step down. A caller whose session does not hold the seat (its release sent again
+        after the answer was lost, say) is answered the seat as it stands, `released` false:
+        it leads nothing, as it asked, and nothing changes."""
 
         def tx(conn: Connection) -> Leader:
             name = self._project(conn, caller, project)
@@ -177,12 +180,7 @@ class Leadership:
             before = self._seat(conn, name)
             mine = before.leader is not None and before.session_id == caller.session_id
             if not mine:
-                raise AgentpostError(
-                    ErrorCode.CONFLICT,
-                    f"you do not lead {name}"
-                    + (f"; {before.leader} does (term {before.term})" if before.leader else ""),
-                    details={"leader": before.leader, "term": before.term},
-                )
+                return replace(before, released=False)
             leases.release(conn, lease_name(name), session_ids=[caller.session_id or ""])
             self._announce(
                 conn,
@@ -194,7 +192,7 @@ class Leadership:
                 term=before.term,
                 previous=caller.agent,
             )
-            return self._seat(conn, name)
+            return replace(self._seat(conn, name), released=True)
 
         session_id = caller.session_id
         if session_id is None:
