@@ -281,3 +281,33 @@ async def test_a_question_refused_for_too_many_open_waits_is_not_asked(
             office.requests.request(alice, "bob", "Which port?", timeout_s=1),
         )
     assert refused.retry_after_s is not None
+
+
+async def test_an_answer_reaches_an_asker_whose_inbox_is_full(open_office: OpenOffice) -> None:
+    """The asker may be blocked waiting for just this answer: a full inbox must not keep it
+    out, or the asker waits in vain and the answerer is told to retry a wait nobody ends."""
+    office = await open_office(max_unacked=1)
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    await office.mailbox.send(carol, "alice", "fills the inbox")
+    await refused_without_change(
+        office, ErrorCode.INBOX_FULL, office.mailbox.send(bob, "alice", "plain mail")
+    )
+    answer = await office.requests.respond(bob, asked_.request_id, "yes")
+    assert (answer.to, answer.skipped_full) == (["alice"], [])
+    checked = await office.requests.check_request(alice, asked_.request_id)
+    assert (checked.answered, checked.answer) == (True, "yes")
+
+
+async def test_an_answer_past_a_full_inbox_still_counts_against_the_send_rate(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(max_unacked=1, send_rate_per_minute=2)
+    alice, bob, carol, _ = await agents(office, "alice", "bob", "carol", "dave")
+    asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    await office.mailbox.send(carol, "alice", "fills the inbox")
+    await office.mailbox.send(bob, "carol", "uses bob's minute")
+    await office.mailbox.send(bob, "dave", "and the rest of it")
+    await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.requests.respond(bob, asked_.request_id, "yes")
+    )

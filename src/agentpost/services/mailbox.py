@@ -150,6 +150,7 @@ class Mailbox:
         must_read: bool = False,
         kind: Kind = Kind.MESSAGE,
         notice: bool = False,
+        awaited: bool = False,
         envelope: bool = False,
     ) -> SendResult:
         """`send` inside the caller's write transaction, for a use case whose own record and
@@ -159,6 +160,7 @@ class Mailbox:
         A `notice` reports a change the caller's transaction makes anyway (a task's new status),
         so it must not be what fails it: it counts against no send rate and passes over direct
         recipients who are disabled or whose inbox is full; blocks still drop it silently.
+        An `awaited` one (an answer its asker may be blocked on) passes over only a full inbox.
         An `envelope` is a body and `data` of the caller's own around values it checked
         already, each against its own limit (a task's note, data or result): it may nest one
         level more, and be as large as they are plus the envelope."""
@@ -176,7 +178,7 @@ class Mailbox:
             kind=kind,
             envelope=envelope,
         )
-        return self._send_draft(conn, caller, message, notice=notice)
+        return self._send_draft(conn, caller, message, notice=notice, awaited=awaited)
 
     def system_post_in(
         self,
@@ -222,10 +224,11 @@ class Mailbox:
         message: drafts.Draft,
         *,
         notice: bool = False,
+        awaited: bool = False,
         create_sender: bool = False,
     ) -> SendResult:
         """The whole of an agent's send, in `conn`: every check, then the message stored
-        (a `notice`: see `send_in`; `create_sender`: see `send`)."""
+        (a `notice`, an `awaited` message: see `send_in`; `create_sender`: see `send`)."""
         now = self.store.clock()
         names, channel = message.names, message.channel
         known = agent_rows.existing_names(conn, [caller.agent, *names])
@@ -257,7 +260,8 @@ class Mailbox:
             limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
         # A recipient who blocks the sender is counted full as any other: whether mail is
         # refused (or skipped) for a full inbox must not tell the sender who blocks it.
-        full = addressing.full_inboxes(conn, recipients, limits_of, self.limits.max_unacked, now)
+        cap = self.limits.max_unacked
+        full = [] if awaited else addressing.full_inboxes(conn, recipients, limits_of, cap, now)
         dropped = sorted(set(blocks.blocking(conn, caller.agent, recipients)) - set(full))
         deliver = [n for n in recipients if n not in dropped]
         if full and channel is None and not notice:

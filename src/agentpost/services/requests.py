@@ -120,6 +120,7 @@ class Requests:
                     data=data,
                     reply_to=row.id,
                     kind=Kind.RESPONSE,
+                    awaited=True,  # the asker may be blocked waiting on it: a full inbox or not
                 )
 
         return await self.store.write(tx)
