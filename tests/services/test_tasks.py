@@ -403,6 +403,60 @@ async def test_two_moves_at_once_one_applies_and_the_other_is_a_conflict(
     assert len(final.history) == 2
 
 
+async def test_a_cancel_carries_no_result_and_leaves_the_assignees_as_it_was(
+    office: PostOffice,
+) -> None:
+    """The result is the assignee's report of the work; the creator calling the work off must
+    not replace it with words of their own."""
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await office.tasks.update_task(worker, task.id, "in_progress", result={"fixed": 3})
+    refused = await refused_without_change(
+        office,
+        ErrorCode.INVALID_ARGUMENT,
+        office.tasks.update_task(boss, task.id, "cancelled", result={"fixed": 0}),
+    )
+    assert "result" in refused.message
+    cancelled = await office.tasks.update_task(boss, task.id, "cancelled", note="not needed")
+    assert (cancelled.status, cancelled.result) == (TaskStatus.CANCELLED, {"fixed": 3})
+
+
+async def test_cancelling_a_finished_task_is_a_conflict_and_keeps_its_result(
+    office: PostOffice,
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    for end in ("done", "failed"):
+        task = await office.tasks.delegate(boss, "worker", f"Fix the build ({end})")
+        await office.tasks.update_task(worker, task.id, end, result={"report": end})
+        await refused_without_change(
+            office, ErrorCode.CONFLICT, office.tasks.update_task(boss, task.id, "cancelled")
+        )
+        kept = await office.tasks.task(boss, task.id)
+        assert (kept.status.value, kept.result) == (end, {"report": end})
+
+
+async def test_of_a_finish_and_a_cancel_at_once_the_result_is_the_winners(
+    open_office: OpenOffice,
+) -> None:
+    first, second = await open_office(), await open_office()
+    boss, worker = await agents(first, "boss", "worker")
+    for attempt in range(6):
+        task = await first.tasks.delegate(boss, "worker", f"Race {attempt}")
+        await first.tasks.update_task(worker, task.id, "in_progress")
+        calls = [
+            first.tasks.update_task(worker, task.id, "done", result={"by": "worker"}),
+            second.tasks.update_task(boss, task.id, "cancelled", note="stop"),
+        ]
+        if attempt % 2:
+            calls.reverse()
+        outcomes = await asyncio.gather(*calls, return_exceptions=True)
+        assert [type(o) for o in outcomes].count(AgentpostError) == 1, outcomes
+        final = await first.tasks.task(boss, task.id)
+        assert final.result == ({"by": "worker"} if final.status is TaskStatus.DONE else None)
+        assert [c.to_status for c in final.history][-1] is final.status
+        assert len(final.history) == 3
+
+
 async def test_a_task_from_a_sender_the_assignee_blocks_is_withheld_from_the_assignee(
     office: PostOffice,
 ) -> None:

@@ -167,6 +167,9 @@ class Tasks:
     ) -> Task:
         """Move a task (see the table in agentpost.domain.tasks) and tell the other side."""
         wanted = check_status(status)
+        if wanted is TaskStatus.CANCELLED and result is not None:
+            # The result is the assignee's report of the work; calling it off adds none.
+            raise invalid("a cancel takes no result: the result is the assignee's to give")
         note = _text(note, "note", self.settings)
         result_json = rules.encode_data(result, self.settings.limits, what="result")
 
