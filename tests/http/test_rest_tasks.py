@@ -65,6 +65,18 @@ async def test_a_task_is_delegated_reported_on_and_read_back_over_rest(service: 
             assert caught.value.code is code
 
 
+async def test_task_listings_page_back_with_before_over_rest(service: Service) -> None:
+    async with clients(service, "boss", "worker") as (boss, worker):
+        made = [await boss.delegate("worker", f"task {n}") for n in range(3)]
+        first = await worker.tasks("assigned", limit=2)
+        assert [t.id for t in first] == [made[2].id, made[1].id]
+        rest = await worker.tasks("assigned", limit=2, before=first[-1].id)
+        assert [t.id for t in rest] == [made[0].id]
+        with pytest.raises(AgentpostError) as caught:
+            await worker.tasks(before="t_nope")
+        assert caught.value.code is ErrorCode.NOT_FOUND
+
+
 async def test_a_request_blocks_over_rest_until_another_client_answers(service: Service) -> None:
     async with clients(service, "alice", "bob", "carol") as (alice, bob, carol):
         answers: list[RequestAnswer] = []
@@ -187,7 +199,8 @@ async def test_the_task_and_request_tools_work_over_mcp_http(service: Service) -
 
     async with connect(alice_key) as alice, connect(bob_key) as bob:
         names = {tool.name for tool in (await alice.list_tools()).tools}
-        assert {"delegate", "tasks", "update_task", "request", "respond", "check_request"} <= names
+        wanted = {"delegate", "tasks", "task", "update_task", "request", "respond", "check_request"}
+        assert wanted <= names
 
         task = await call(alice, "delegate", to="bob", title="Fix the build")
         [assigned] = (await call(bob, "tasks", role="assigned"))["tasks"]
@@ -197,6 +210,14 @@ async def test_the_task_and_request_tools_work_over_mcp_http(service: Service) -
         await call(bob, "update_task", task_id=task["id"], status="done", note="fixed")
         [told] = (await call(alice, "inbox"))["messages"]
         assert (told["kind"], told["data"]["status"]) == ("task", "done")
+        one = await call(alice, "task", task_id=task["id"])
+        assert (one["id"], one["status"], one["history"][-1]["note"]) == (
+            task["id"],
+            "done",
+            "fixed",
+        )
+        older = await call(alice, "tasks", role="created", before=task["id"])
+        assert older["tasks"] == []
 
         answers: list[dict[str, Any]] = []
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from service_process import Service
-from stdio_agents import WAKE_TIMEOUT_S, Agent, Agents, text_of
+from stdio_agents import WAKE_TIMEOUT_S, Agent, Agents, structured, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +63,10 @@ async def test_a_delegated_task_reaches_the_assignee_and_each_update_reaches_the
     assert {m["thread_id"] for m in told} == {task["thread_id"]}
     [mine] = (await boss.call("tasks", role="created", status="done"))["tasks"]
     assert mine["result"] == {"commit": "abc123"}
+    shown = await boss.result("task", task_id=task["id"])
+    assert structured(shown) == done
+    # The worker's note is their words: quoted, on its history line, never a line of its own.
+    assert '  worker: open -> in_progress: "on it"' in text_of(shown).splitlines()
 
     # The creator may not report the work, nor the assignee call it off.
     assert await boss.refused("update_task", task_id=task["id"], status="failed") == "conflict"

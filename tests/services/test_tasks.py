@@ -257,6 +257,39 @@ async def test_tasks_lists_the_callers_tasks_by_role_and_status_newest_first(
     assert titles(await office.tasks.tasks(other)) == ["elsewhere"]
 
 
+async def test_tasks_pages_back_past_any_page_with_before(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    boss, worker, other = await agents(office, "boss", "worker", "other")
+    made = []
+    for n in range(5):
+        made.append(await office.tasks.delegate(boss, "worker", f"task {n}"))
+        clock.advance(1)
+    elsewhere = await office.tasks.delegate(boss, "other", "elsewhere")
+    pages, before = [], None
+    while True:
+        page = await office.tasks.tasks(worker, role="assigned", limit=2, before=before)
+        if not page:
+            break
+        pages.append([t.title for t in page])
+        before = page[-1].id
+    assert pages == [["task 4", "task 3"], ["task 2", "task 1"], ["task 0"]]
+    older = await office.tasks.tasks(boss, status="open", limit=500, before=made[2].id)
+    assert [t.title for t in older] == ["task 1", "task 0"]
+    for stranger_or_none in (elsewhere.id, "t_nope"):
+        await refused_without_change(
+            office,
+            ErrorCode.NOT_FOUND,
+            office.tasks.tasks(worker, before=stranger_or_none),
+        )
+    await refused_without_change(
+        office,
+        ErrorCode.INVALID_ARGUMENT,
+        office.tasks.tasks(worker, before=7),  # type: ignore[arg-type]
+    )
+    assert [t.title for t in await office.tasks.tasks(other, before=elsewhere.id)] == []
+
+
 async def test_a_task_whose_message_is_refused_is_not_stored(open_office: OpenOffice) -> None:
     office = await open_office(max_unacked=1)
     boss, _ = await agents(office, "boss", "worker")

@@ -345,9 +345,18 @@ class RemoteDesk:
         )
 
     async def tasks(
-        self, role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
+        self,
+        role: TaskRole = "all",
+        status: TaskStatusName | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> list[Task]:
-        return await self.keep_session(lambda: self.client.tasks(role, status=status, limit=limit))
+        return await self.keep_session(
+            lambda: self.client.tasks(role, status=status, limit=limit, before=before)
+        )
+
+    async def task(self, task_id: str) -> Task:
+        return await self.keep_session(lambda: self.client.task(task_id))
 
     async def update_task(
         self, task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None

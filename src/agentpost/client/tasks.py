@@ -31,12 +31,17 @@ def delegate(
 
 
 def tasks(
-    role: TaskRole = "all", *, status: TaskStatusName | None = None, limit: int = 50
+    role: TaskRole = "all",
+    *,
+    status: TaskStatusName | None = None,
+    limit: int = 50,
+    before: str | None = None,
 ) -> Request[list[Task]]:
-    """Your tasks, newest first, each with its history: given to you, made by you, or both."""
+    """Your tasks, newest first, each with its history: given to you, made by you, or both;
+    `before` (a page's last task id) pages back."""
     return Request(
         lambda a: [Task.from_dict(t) for t in a["tasks"]],
-        params={"role": role, "status": status, "limit": limit},
+        params={"role": role, "status": status, "limit": limit, "before": before},
     )
 
 

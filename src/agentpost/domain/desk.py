@@ -144,9 +144,17 @@ class Desk(Protocol):
         ...
 
     async def tasks(
-        self, role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
+        self,
+        role: TaskRole = "all",
+        status: TaskStatusName | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> list[Task]:
-        """Your tasks, newest first, each with its history."""
+        """Your tasks, newest first, each with its history (older than task `before`)."""
+        ...
+
+    async def task(self, task_id: str) -> Task:
+        """One task you made or were given, with its history."""
         ...
 
     async def update_task(

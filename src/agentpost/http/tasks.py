@@ -73,9 +73,13 @@ async def tasks(
     role: TaskRole = "all",
     status: TaskStatusName | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+    before: Annotated[
+        str | None, Query(description="A task's id (a page's last): those older than it.")
+    ] = None,
 ) -> dict[str, Any]:
-    """Your tasks, newest first, each with its history: given to you, made by you, or both."""
-    found = await office.tasks.tasks(me, role, status, limit)
+    """Your tasks, newest first, each with its history: given to you, made by you, or both;
+    `before` pages back."""
+    found = await office.tasks.tasks(me, role, status, limit, before)
     return {"tasks": [t.to_dict() for t in found]}
 
 

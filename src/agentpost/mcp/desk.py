@@ -196,9 +196,16 @@ class LocalDesk:
         )
 
     async def tasks(
-        self, role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
+        self,
+        role: TaskRole = "all",
+        status: TaskStatusName | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> list[Task]:
-        return await self.office.tasks.tasks(self.caller, role, status, limit)
+        return await self.office.tasks.tasks(self.caller, role, status, limit, before)
+
+    async def task(self, task_id: str) -> Task:
+        return await self.office.tasks.task(self.caller, task_id)
 
     async def update_task(
         self, task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None

@@ -59,6 +59,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "release_leadership",
         "delegate",
         "tasks",
+        "task",
         "update_task",
         "request",
         "respond",

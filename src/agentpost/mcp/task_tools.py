@@ -1,4 +1,4 @@
-"""Delegated tasks and blocking questions (group `coord`): delegate, tasks, update_task,
+"""Delegated tasks and blocking questions (group `coord`): delegate, tasks, task, update_task,
 request, respond, check_request.
 
 Titles, notes and answers are other agents' words: a summary quotes a title as a JSON string and
@@ -13,7 +13,7 @@ from typing import Any, Literal
 from agentpost.domain.desk import Desk
 from agentpost.domain.models import Message
 from agentpost.domain.requests import RequestAnswer
-from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
+from agentpost.domain.tasks import Task, TaskChange, TaskRole, TaskStatusName
 from agentpost.mcp import presenting
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.tools import JSON
@@ -23,6 +23,14 @@ def _line(task: Task) -> str:
     title = presenting.quoted(task.title)
     creator = presenting.by(task.creator, task.creator_trust)
     return f"- {task.id} [{task.status.value}] {creator} -> {task.assignee}: {title}"
+
+
+def _change(change: TaskChange) -> str:
+    moved = change.to_status.value
+    if change.from_status is not None:
+        moved = f"{change.from_status.value} -> {moved}"
+    note = f": {presenting.quoted(change.note)}" if change.note else ""
+    return f"  {change.actor}: {moved}{note}"
 
 
 def _where(found: RequestAnswer) -> str:
@@ -58,15 +66,25 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
         return await reply(task.to_dict(), summary)
 
     async def tasks(
-        role: TaskRole = "all", status: TaskStatusName | None = None, limit: int = 50
+        role: TaskRole = "all",
+        status: TaskStatusName | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> ToolOutput:
         """Your tasks, newest first, each with its history: `assigned` to you, `created` by
-        you, or `all`; optionally only those with `status`."""
-        found = await desk.tasks(role, status, limit)
-        summary = "\n".join(
-            [f"{len(found)} task{'' if len(found) == 1 else 's'}"] + [_line(t) for t in found]
-        )
-        return await reply({"tasks": [t.to_dict() for t in found]}, summary)
+        you, or `all`; optionally only those with `status`. `before` (the last task id of a
+        page) gives the page after it."""
+        found = await desk.tasks(role, status, limit, before)
+        lines = [f"{len(found)} task{'' if len(found) == 1 else 's'}"] + [_line(t) for t in found]
+        if len(found) == limit:
+            lines.append(f"More may be older: `tasks` with before={found[-1].id}.")
+        return await reply({"tasks": [t.to_dict() for t in found]}, "\n".join(lines))
+
+    async def task(task_id: str) -> ToolOutput:
+        """One task you made or were given, with its history, result and thread."""
+        found = await desk.task(task_id)
+        lines = [_line(found)[2:], f"Thread {found.thread_id}; history:"]
+        return await reply(found.to_dict(), "\n".join(lines + [_change(c) for c in found.history]))
 
     async def update_task(
         task_id: str, status: TaskStatusName, note: str | None = None, result: JSON = None
@@ -98,5 +116,5 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
         """Whether a request you made has been answered, and the answer."""
         return await told(await desk.check_request(request_id))
 
-    for fn in (delegate, tasks, update_task, request, respond, check_request):
+    for fn in (delegate, tasks, task, update_task, request, respond, check_request):
         server.add_tool(fn)

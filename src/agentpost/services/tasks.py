@@ -200,16 +200,34 @@ class Tasks:
         return await self.store.write(tx)
 
     async def tasks(
-        self, caller: Caller, role: str = "all", status: str | None = None, limit: int = 50
+        self,
+        caller: Caller,
+        role: str = "all",
+        status: str | None = None,
+        limit: int = 50,
+        before: str | None = None,
     ) -> list[Task]:
-        """The caller's tasks, newest first, each with its history."""
+        """The caller's tasks, newest first, each with its history; `before` (the id of one
+        of them, the last of a page) pages back past it."""
         assigned, created = _role(role)
         wanted = None if status is None else check_status(status)
         rules.check_limit(limit)
+        if before is not None and not isinstance(before, str):
+            raise invalid("before must be a task id")
 
         def tx(conn: Connection) -> list[Task]:
+            if before is not None:
+                anchor = self._row(conn, before, caller)
+                if caller.agent not in (anchor.creator, anchor.assignee):
+                    raise not_found(f"no task {before!r} of yours", task_id=before)
             found = task_rows.task_rows(
-                conn, caller.agent, assigned=assigned, created=created, status=wanted, limit=limit
+                conn,
+                caller.agent,
+                assigned=assigned,
+                created=created,
+                status=wanted,
+                limit=limit,
+                before=before,
             )
             return task_rows.load(conn, found)
 

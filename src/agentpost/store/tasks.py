@@ -76,8 +76,10 @@ def task_rows(
     created: bool,
     status: TaskStatus | None,
     limit: int,
+    before: str | None = None,
 ) -> list[Row[Any]]:
-    """`agent`'s tasks (given to them, made by them, or both), newest first."""
+    """`agent`'s tasks (given to them, made by them, or both), newest first (those older
+    than the task `before`, when given: ids sort by time)."""
     mine = []
     if assigned:
         mine.append(and_(tasks.c.assignee == agent, tasks.c.withheld.is_(false())))
@@ -86,6 +88,8 @@ def task_rows(
     query = select(tasks).where(or_(*mine))
     if status is not None:
         query = query.where(tasks.c.status == status.value)
+    if before is not None:
+        query = query.where(tasks.c.id < before)
     return list(conn.execute(query.order_by(tasks.c.id.desc()).limit(limit)))
 
 
