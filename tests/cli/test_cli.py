@@ -631,3 +631,43 @@ def test_leader_shows_who_leads_each_project_and_its_term() -> None:
     assert "olga" in shown.stdout
     nobody = agentpost_json("leader", "elsewhere")["leaders"]
     assert [(s["project"], s["leader"], s["term"]) for s in nobody] == [("elsewhere", None, 0)]
+
+
+# -- tasks --------------------------------------------------------------------------------------
+
+
+async def _delegate_two() -> list[str]:
+    office = await PostOffice.open(Settings())
+    try:
+        for name in ("boss", "worker"):
+            await office.presence.ensure_agent(name)
+        first = await office.tasks.delegate(Caller("boss"), "worker", "Fix the build", "CI red")
+        await office.tasks.update_task(
+            Caller("worker"), first.id, "done", note="green\nagain", result={"pr": 7}
+        )
+        second = await office.tasks.delegate(Caller("boss"), "worker", "Write the docs")
+        return [first.id, second.id]
+    finally:
+        await office.aclose()
+
+
+def test_tasks_lists_pages_and_shows_one_task_with_its_history() -> None:
+    first, second = anyio.run(_delegate_two)
+    listed = agentpost_json("tasks", "--as", "worker", "--role", "assigned")
+    assert [t["id"] for t in listed["tasks"]] == [second, first]
+    page = agentpost_json("tasks", "--as", "worker", "--limit", "1", "--before", second)
+    assert [t["id"] for t in page["tasks"]] == [first]
+    text = agentpost("tasks", "--as", "boss", "--status", "done")
+    assert text.returncode == 0, text.stderr
+    assert f"{first} [done] boss → worker Fix the build" in text.stdout
+    assert second not in text.stdout
+
+    one = agentpost_json("task", first, "--as", "boss")
+    assert (one["status"], one["result"]) == ("done", {"pr": 7})
+    shown = agentpost("task", first, "--as", "boss")
+    assert shown.returncode == 0, shown.stderr
+    assert "CI red" in shown.stdout
+    assert 'result: {"pr": 7}' in shown.stdout
+    assert "worker open → done\n    green\n    again" in shown.stdout
+    refused(agentpost("task", "t_nope", "--as", "boss"), "not_found")
+    refused(agentpost("tasks", "--as", "boss", "--role", "mine"), "invalid_argument")

@@ -14,6 +14,7 @@ import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from agentpost.client.async_client import AsyncClient
 from service_process import Service
 
 pytestmark = pytest.mark.anyio
@@ -65,6 +66,12 @@ async def test_the_mailbox_commands_act_on_the_remote_service(service: Service) 
     assert [m["id"] for m in (await alice.json("history", "#ops"))["messages"]] == [posted["id"]]
     assert await alice.json("leave", "#ops") == {"left": "#ops"}
     assert {"alice", "bob"} <= {a["name"] for a in (await alice.json("who"))["agents"]}
+
+    async with AsyncClient(service.url, alice.key) as client:
+        made = await client.delegate("bob", "Fix the build")
+    listed = await bob.json("tasks", "--role", "assigned", "--status", "open", "--limit", "5")
+    assert [t["id"] for t in listed["tasks"]] == [made.id]
+    assert (await alice.json("task", made.id))["assignee"] == "bob"
 
 
 async def test_the_environment_names_the_service_and_the_key(

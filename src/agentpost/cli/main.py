@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
@@ -20,14 +18,14 @@ import typer
 from agentpost.cli.entry import EXIT_CODES, key_for, serve_mcp
 from agentpost.cli.guard import guard_app
 from agentpost.cli.install import install_app
-from agentpost.config import Settings, load_settings
+from agentpost.cli.speaking import AsOption, JsonOption, KeyOption, Speaker, UrlOption, run
+from agentpost.config import load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import MAX_DATA_DEPTH
 from agentpost.domain.models import Caller, Inbox, Message
-from agentpost.domain.names import OWNER
 
-T = TypeVar("T")
-
+if TYPE_CHECKING:  # the services are imported when a command runs: --help is quick
+    from agentpost.services import PostOffice
 
 app = typer.Typer(
     name="agentpost",
@@ -36,94 +34,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-AsOption = Annotated[
-    str | None,
-    typer.Option("--as", help="Act as this agent (default AGENTPOST_AGENT, else owner)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
-UrlOption = Annotated[
-    str | None,
-    typer.Option("--url", help="Act on this remote post office (default AGENTPOST_URL)."),
-]
-KeyOption = Annotated[
-    str | None,
-    typer.Option("--key", help="Your agent key for --url (default AGENTPOST_KEY)."),
-]
-
-if TYPE_CHECKING:  # the services and the client are imported when a command runs: --help is quick
-    from agentpost.client import AsyncClient
-    from agentpost.services import PostOffice
-
-Local = Callable[["PostOffice", Caller], Awaitable[T]]
-Remote = Callable[["AsyncClient"], Awaitable[T]]
-
-
-@dataclass(frozen=True)
-class Speaker:
-    """Who a mailbox command speaks as, and where: the options every mailbox command takes."""
-
-    as_: str | None
-    as_json: bool
-    url: str | None
-    key: str | None
-
-
-def _run(
-    speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender: bool = False
-) -> T:
-    """Act as the speaker, on the local post office or a remote one; refusals (a configuration
-    mistake among them) become an exit status.
-
-    Locally, only a send brings a new identity into being, and it does so itself, in the
-    transaction that stores the message (`creates_sender`: the caller is passed on unchecked):
-    a refused send, like a read as a name nobody has used (`not_found`), leaves no agent
-    behind. Remotely the key says who speaks, so `--as` is refused there rather than ignored.
-    """
-    from agentpost.cli.render import refusal
-
-    async def main() -> T:
-        if speaker.as_ is not None and not speaker.as_.strip():
-            raise AgentpostError(ErrorCode.INVALID_ARGUMENT, "--as must name an agent")
-        settings = load_settings()
-        url = speaker.url or settings.url
-        if url:
-            return await _remote(url, speaker, settings, remote)
-        if speaker.key:
-            raise AgentpostError(
-                ErrorCode.INVALID_ARGUMENT, "--key is for a remote post office: add --url"
-            )
-        from agentpost.services import PostOffice
-
-        office = await PostOffice.open(settings)
-        try:
-            name = speaker.as_ or settings.agent or OWNER
-            if creates_sender:
-                caller = Caller(agent=name)
-            elif name == OWNER:
-                caller = await office.presence.ensure_agent(name)
-            else:
-                caller = await office.presence.existing_agent(name)
-            return await local(office, caller)
-        finally:
-            await office.aclose()
-
-    try:
-        return anyio.run(main)
-    except AgentpostError as err:
-        raise refusal(err, as_json=speaker.as_json) from None
-
-
-async def _remote(url: str, speaker: Speaker, settings: Settings, action: Remote[T]) -> T:
-    from agentpost.client import AsyncClient
-
-    if speaker.as_ is not None:
-        raise AgentpostError(
-            ErrorCode.INVALID_ARGUMENT,
-            "--as names an agent of the local post office; with --url your key says who you are",
-        )
-    async with AsyncClient(url, key_for(url, speaker.key, settings)) as client:
-        return await action(client)
 
 
 @app.command()
@@ -170,7 +80,7 @@ def who(
     """Who is at work: agents, projects, branches, objectives, presence."""
     from agentpost.cli.render import emit_json, show_presence
 
-    found = _run(
+    found = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.presence.who(project, all_),
         lambda client: client.who(project, include_offline=all_),
@@ -195,14 +105,14 @@ def leader(
     from agentpost.cli.render import emit_json, show_leaders
 
     if project is None:
-        seats = _run(
+        seats = run(
             Speaker(as_, as_json, url, key),
             lambda o, c: o.leadership.leaders(),
             lambda client: client.leaders(),
         )
     else:
         seats = [
-            _run(
+            run(
                 Speaker(as_, as_json, url, key),
                 lambda o, c: o.leadership.leader(c, project),
                 lambda client: client.leader(project),
@@ -262,7 +172,7 @@ def send(
             "must_read": must_read,
         }
 
-    result = _run(
+    result = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.mailbox.send(c, targets, body, create_sender=True, **fields()),
         lambda client: client.send(targets, body, **fields()),
@@ -292,7 +202,7 @@ def inbox(
     async def local(office: PostOffice, caller: Caller) -> Inbox:
         return await office.mailbox.inbox(caller, unread_only=not all_, limit=limit, peek=peek)
 
-    found = _run(
+    found = run(
         Speaker(as_, as_json, url, key),
         local,
         lambda client: client.inbox(unread_only=not all_, limit=limit, peek=peek),
@@ -314,7 +224,7 @@ def ack(
     """Acknowledge messages you handled."""
     from agentpost.cli.render import console, emit_json
 
-    done = _run(
+    done = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.mailbox.ack(c, ids),
         lambda client: client.ack(ids),
@@ -339,7 +249,7 @@ def thread(
     """A thread's messages, oldest first (its newest LIMIT)."""
     from agentpost.cli.render import emit_json, show_messages
 
-    found = _run(
+    found = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.mailbox.thread(c, thread_id, limit),
         lambda client: client.thread(thread_id, limit=limit),
@@ -362,7 +272,7 @@ def sent(
     """Your sent messages with each recipient's state."""
     from agentpost.cli.render import emit_json, show_sent
 
-    found = _run(
+    found = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.mailbox.sent(c, limit),
         lambda client: client.sent(limit=limit),
@@ -385,7 +295,7 @@ def search(
     """Full-text search over the messages you may see."""
     from agentpost.cli.render import emit_json, show_messages
 
-    found = _run(
+    found = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.mailbox.search(c, query, limit),
         lambda client: client.search(query, limit=limit),
@@ -406,7 +316,7 @@ def channels(
     """The channels and their member counts."""
     from agentpost.cli.render import console, emit_json
 
-    found = _run(
+    found = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.channels.overview(c),
         lambda client: client.channels(),
@@ -432,7 +342,7 @@ def join(
     """Join a channel (made if new): its broadcasts reach you, and you may post to it."""
     from agentpost.cli.render import console, emit_json
 
-    joined = _run(
+    joined = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.channels.join(c, channel),
         lambda client: client.join_channel(channel),
@@ -457,7 +367,7 @@ def leave(
     async def local(office: PostOffice, caller: Caller) -> str:
         return str((await office.channels.leave(caller, channel))["left"])
 
-    left = _run(Speaker(as_, as_json, url, key), local, lambda c: c.leave_channel(channel))
+    left = run(Speaker(as_, as_json, url, key), local, lambda c: c.leave_channel(channel))
     if as_json:
         emit_json({"left": left})
     else:
@@ -479,7 +389,7 @@ def history(
     """A channel's newest messages, oldest first (you must be a member); marks nothing read."""
     from agentpost.cli.render import emit_json, show_messages
 
-    found = _run(
+    found = run(
         Speaker(as_, as_json, url, key),
         lambda o, c: o.channels.history(c, channel, limit, before),
         lambda client: client.channel_history(channel, limit=limit, before=before),
@@ -488,6 +398,55 @@ def history(
         emit_json({"messages": [m.to_dict() for m in found]})
     else:
         show_messages(found, "No messages.")
+
+
+@app.command()
+def tasks(
+    role: Annotated[str, typer.Option(help="assigned (to you), created (by you) or all.")] = "all",
+    status: Annotated[str | None, typer.Option(help="Only tasks with this status.")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, the newest.")] = 50,
+    before: Annotated[
+        str | None, typer.Option(help="Only tasks older than this task id (a page's last).")
+    ] = None,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Your delegated tasks, newest first: given to you, made by you, or both."""
+    from agentpost.cli.render import emit_json, show_tasks
+
+    found = run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.tasks.tasks(c, role, status, limit, before),
+        lambda client: client.tasks(role, status=status, limit=limit, before=before),  # type: ignore[arg-type]
+    )
+    if as_json:
+        emit_json({"tasks": [t.to_dict() for t in found]})
+    else:
+        show_tasks(found)
+
+
+@app.command()
+def task(
+    task_id: Annotated[str, typer.Argument(help="The task's id.")],
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """One task you made or were given: detail, result, and every change with its note."""
+    from agentpost.cli.render import emit_json, show_task
+
+    found = run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.tasks.task(c, task_id),
+        lambda client: client.task(task_id),
+    )
+    if as_json:
+        emit_json(found.to_dict())
+    else:
+        show_task(found)
 
 
 def _members(count: int) -> str:

@@ -25,6 +25,7 @@ from agentpost.cli.literal import json_text, visible
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Message, Presence, SentMessage
+from agentpost.domain.tasks import Task
 
 
 class _LiteralConsole(Console):
@@ -137,3 +138,43 @@ def show_leaders(seats: Sequence[Leader]) -> None:
         since = _when(s.since) if s.since else ""
         table.add_row(s.project, s.leader or "(free)", str(s.term), s.branch or "", since)
     console.print(table)
+
+
+def task_line(t: Task) -> Text:
+    urgent: list[Part] = [(" urgent", "red")] if t.priority.value == "urgent" else []
+    return styled(
+        (f"{_when(t.updated_at)} {t.id}", "dim"),
+        (f" [{t.status.value}]", "bold"),
+        *urgent,
+        " ",
+        (t.creator, "cyan"),
+        " → ",
+        (t.assignee, "green"),
+        f" {t.title}",
+    )
+
+
+def show_tasks(tasks: Sequence[Task]) -> None:
+    if not tasks:
+        console.print(styled(("No tasks.", "dim")))
+    for t in tasks:
+        console.print(task_line(t))
+
+
+def show_task(t: Task) -> None:
+    """One task with all it holds: detail, data, result, and each change with its note."""
+    console.print(task_line(t))
+    due = "" if t.due is None else f", due {time.strftime('%Y-%m-%d %H:%M', time.localtime(t.due))}"
+    parts: list[Part] = [(f"  thread {t.thread_id}{due}", "dim")]
+    if t.detail:
+        parts.append("\n  " + t.detail.replace("\n", "\n  "))
+    for name, value in (("data", t.data), ("result", t.result)):
+        if value is not None:
+            parts += ["\n  ", (f"{name}: {json.dumps(value, ensure_ascii=False)}", "dim")]
+    console.print(styled(*parts))
+    for c in t.history:
+        moved = c.to_status.value
+        if c.from_status is not None:
+            moved = f"{c.from_status.value} → {moved}"
+        note = "\n    " + c.note.replace("\n", "\n    ") if c.note else ""
+        console.print(styled((f"  {_when(c.at)} ", "dim"), (c.actor, "cyan"), f" {moved}{note}"))

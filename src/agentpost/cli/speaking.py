@@ -1,0 +1,105 @@
+"""Who a mailbox command speaks as, and where: `--as` on the local post office, or the key's
+agent on a remote service through the Python client; the options every such command takes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, TypeVar
+
+import anyio
+import typer
+
+from agentpost.cli.entry import key_for
+from agentpost.config import Settings, load_settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller
+from agentpost.domain.names import OWNER
+
+T = TypeVar("T")
+
+AsOption = Annotated[
+    str | None,
+    typer.Option("--as", help="Act as this agent (default AGENTPOST_AGENT, else owner)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+UrlOption = Annotated[
+    str | None,
+    typer.Option("--url", help="Act on this remote post office (default AGENTPOST_URL)."),
+]
+KeyOption = Annotated[
+    str | None,
+    typer.Option("--key", help="Your agent key for --url (default AGENTPOST_KEY)."),
+]
+
+if TYPE_CHECKING:  # the services and the client are imported when a command runs: --help is quick
+    from agentpost.client import AsyncClient
+    from agentpost.services import PostOffice
+
+Local = Callable[["PostOffice", Caller], Awaitable[T]]
+Remote = Callable[["AsyncClient"], Awaitable[T]]
+
+
+@dataclass(frozen=True)
+class Speaker:
+    """Who a mailbox command speaks as, and where: the options every mailbox command takes."""
+
+    as_: str | None
+    as_json: bool
+    url: str | None
+    key: str | None
+
+
+def run(speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender: bool = False) -> T:
+    """Act as the speaker, on the local post office or a remote one; refusals (a configuration
+    mistake among them) become an exit status.
+
+    Locally, only a send brings a new identity into being, and it does so itself, in the
+    transaction that stores the message (`creates_sender`: the caller is passed on unchecked):
+    a refused send, like a read as a name nobody has used (`not_found`), leaves no agent
+    behind. Remotely the key says who speaks, so `--as` is refused there rather than ignored.
+    """
+    from agentpost.cli.render import refusal
+
+    async def main() -> T:
+        if speaker.as_ is not None and not speaker.as_.strip():
+            raise AgentpostError(ErrorCode.INVALID_ARGUMENT, "--as must name an agent")
+        settings = load_settings()
+        url = speaker.url or settings.url
+        if url:
+            return await remote_run(url, speaker, settings, remote)
+        if speaker.key:
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT, "--key is for a remote post office: add --url"
+            )
+        from agentpost.services import PostOffice
+
+        office = await PostOffice.open(settings)
+        try:
+            name = speaker.as_ or settings.agent or OWNER
+            if creates_sender:
+                caller = Caller(agent=name)
+            elif name == OWNER:
+                caller = await office.presence.ensure_agent(name)
+            else:
+                caller = await office.presence.existing_agent(name)
+            return await local(office, caller)
+        finally:
+            await office.aclose()
+
+    try:
+        return anyio.run(main)
+    except AgentpostError as err:
+        raise refusal(err, as_json=speaker.as_json) from None
+
+
+async def remote_run(url: str, speaker: Speaker, settings: Settings, action: Remote[T]) -> T:
+    from agentpost.client import AsyncClient
+
+    if speaker.as_ is not None:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--as names an agent of the local post office; with --url your key says who you are",
+        )
+    async with AsyncClient(url, key_for(url, speaker.key, settings)) as client:
+        return await action(client)
