@@ -16,7 +16,7 @@ import time
 
 import asyncpg
 
-from agentpost.store import mail
+from agentpost.store import reading
 from agentpost.store.database import Store
 from bench.common import Report, log, median, ms
 from bench.replica_wake import scratch_database
@@ -75,7 +75,7 @@ async def _searches(url: str) -> dict[str, tuple[int, float]]:
             for _ in range(RUNS):
                 start = time.perf_counter()
                 rows = await store.read(
-                    lambda c, w=words: mail.search_rows(
+                    lambda c, w=words: reading.search_rows(
                         c, store.dialect, "bench-reader", [], w, 20, store.clock()
                     )
                 )

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, delete, select, update
 
 from agentpost.domain.ids import message_id
 from agentpost.domain.models import DeliveryState
-from agentpost.store import expiry, mail
+from agentpost.store import expiry, mail, reading
 from agentpost.store.database import Store
 from agentpost.store.schema import deliveries, messages
 from backends import FakeClock
@@ -70,7 +70,7 @@ async def search(store: Store, reader: str, words: list[str], limit: int = 10) -
     await store.index_for_search()
     now = store.clock()
     return await store.read(
-        lambda c: mail.search_rows(c, store.dialect, reader, [], words, limit, now)
+        lambda c: reading.search_rows(c, store.dialect, reader, [], words, limit, now)
     )
 
 
@@ -211,7 +211,7 @@ async def test_a_reader_sees_what_they_sent_received_or_can_read_in_a_channel(
 
     def thread(reader: str, channels: list[str]) -> Any:
         now = store.clock()
-        return lambda c: [r.body for r in mail.thread_rows(c, reader, channels, "t", 50, now)]
+        return lambda c: [r.body for r in reading.thread_rows(c, reader, channels, "t", 50, now)]
 
     assert await store.read(thread("alice", [])) == ["private", "reply"]
     assert await store.read(thread("dave", [])) == []
@@ -225,7 +225,7 @@ async def test_channel_history_pages_back_from_a_cursor_oldest_first(store: Stor
 
     def page(before: int | None) -> Any:
         now = store.clock()
-        return lambda c: [r.body for r in mail.channel_rows(c, "bob", "ops", 2, before, now)]
+        return lambda c: [r.body for r in reading.channel_rows(c, "bob", "ops", 2, before, now)]
 
     assert await store.read(page(None)) == ["c3", "c4"]
     assert await store.read(page(seqs[3])) == ["c1", "c2"]

@@ -12,7 +12,7 @@ from agentpost.domain.models import Caller
 from agentpost.domain.names import OWNER, POST_OFFICE, SYSTEM
 from agentpost.services.channels import member_channels, members, require_member
 from agentpost.store import agents as agent_rows
-from agentpost.store import mail, rates
+from agentpost.store import mail, rates, reading
 from agentpost.store.database import Connection
 
 SEND_WINDOW_S = 60
@@ -53,7 +53,7 @@ def parent_thread(
 ) -> str:
     """A reply's thread: its parent's, which the caller must be able to see."""
     channels = member_channels(conn, caller.agent)
-    parent = mail.visible_message(conn, caller.agent, channels, reply_to, now)
+    parent = reading.visible_message(conn, caller.agent, channels, reply_to, now)
     if parent is None:
         raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
     if thread is not None and thread != parent.thread_id:

@@ -8,7 +8,7 @@ from agentpost.domain.models import Caller, ChannelInfo, Message
 from agentpost.domain.names import GENERAL, check_channel
 from agentpost.store import agents as agent_rows
 from agentpost.store import channels as channel_rows
-from agentpost.store import mail
+from agentpost.store import mail, reading
 from agentpost.store.database import Connection, Store
 
 
@@ -113,7 +113,7 @@ class Channels:
                     raise not_found(f"no message {before!r} in #{name}")
                 before_seq = anchor.seq
             now = self.store.clock()
-            rows = mail.channel_rows(conn, caller.agent, name, limit, before_seq, now)
+            rows = reading.channel_rows(conn, caller.agent, name, limit, before_seq, now)
             return [mail.message_from_row(r, r.delivery_state) for r in rows]
 
         return await self.store.read(tx)

@@ -28,22 +28,18 @@ from agentpost.domain.models import (
     Trust,
 )
 from agentpost.domain.names import POST_OFFICE, SYSTEM
-from agentpost.services import accounts, addressing, drafts, outbox
+from agentpost.services import accounts, addressing, drafts, outbox, short_lived
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
-from agentpost.services.keys import REGISTER_RATE_KEY, REGISTER_WINDOW_S
 from agentpost.services.presence import Heartbeat, check_identity, check_standing
 from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
 from agentpost.store import (
-    audit,
     blocks,
     clearing,
     expiry,
-    idempotency,
-    lockouts,
     mail,
-    rates,
+    reading,
     withheld,
 )
 from agentpost.store.database import Connection, Store
@@ -382,11 +378,11 @@ class Mailbox:
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
-            found = mail.thread_rows(conn, caller.agent, channels, thread, limit, now)
+            found = reading.thread_rows(conn, caller.agent, channels, thread, limit, now)
             if not found:
-                member = mail.visible_message(conn, caller.agent, channels, thread, now)
+                member = reading.visible_message(conn, caller.agent, channels, thread, now)
                 if member is not None:
-                    found = mail.thread_rows(
+                    found = reading.thread_rows(
                         conn, caller.agent, channels, member.thread_id, limit, now
                     )
             return [mail.message_from_row(r, r.delivery_state) for r in found]
@@ -399,7 +395,9 @@ class Mailbox:
     async def get(self, caller: Caller, message_id: str) -> Message:
         def tx(conn: Connection) -> Message | None:
             channels = member_channels(conn, caller.agent)
-            row = mail.visible_message(conn, caller.agent, channels, message_id, self.store.clock())
+            row = reading.visible_message(
+                conn, caller.agent, channels, message_id, self.store.clock()
+            )
             return None if row is None else mail.message_from_row(row, row.delivery_state)
 
         found = await self.store.read(tx)
@@ -437,7 +435,7 @@ class Mailbox:
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
-            found = mail.search_rows(
+            found = reading.search_rows(
                 conn, self.store.dialect, caller.agent, channels, words, limit, now
             )
             return [mail.message_from_row(r, r.delivery_state) for r in found]
@@ -474,7 +472,10 @@ class Mailbox:
                 )
                 while await self.store.write(forget, lengthy=True) == batch:
                     pass
-                await self.store.write(self._forget_old_records, lengthy=True)
+                await self.store.write(
+                    lambda c: short_lived.forget_old_records(c, self.settings, self.store.clock()),
+                    lengthy=True,
+                )
                 return total
 
     async def expire_due(self) -> float | None:
@@ -498,17 +499,6 @@ class Mailbox:
         expired = expiry.expire_due(conn, now, recipient)
         if expired and self.settings.clear_on_ack:
             clearing.clear_expired(conn, expired, now)
-
-    def _forget_old_records(self, conn: Connection) -> None:
-        """What matters only for a while: idempotency keys (a day), failed authentications,
-        lockouts and rate windows (their window), the audit rows of sends (as long as the
-        mail is kept)."""
-        now = self.store.clock()
-        idempotency.purge(conn, now - outbox.IDEMPOTENCY_S)
-        lockouts.purge(conn, now - self.settings.lockout_s)
-        rates.forget_ended(conn, addressing.SEND_RATE_KEY, now - addressing.SEND_WINDOW_S)
-        rates.forget_ended(conn, REGISTER_RATE_KEY, now - REGISTER_WINDOW_S)
-        audit.purge(conn, "message.sent", now - self.settings.retention_days * 86_400)
 
     # -- piggyback ---------------------------------------------------------------------------
 
