@@ -135,6 +135,30 @@ async def test_history_pages_back_from_a_message_oldest_first(office: PostOffice
     ]
 
 
+async def test_a_blocked_senders_broadcasts_are_dropped_from_the_blockers_history(
+    office: PostOffice,
+) -> None:
+    """As from the inbox: what came before the block was delivered and stays; what came
+    after it, and what came before a blocker joined, never reaches them."""
+    lead = await session_caller(office, "lead", project="shop")
+    dev = await session_caller(office, "dev", project="shop")
+    pest = await session_caller(office, "pest", project="shop")
+    await office.mailbox.send(pest, "#shop", "before the block")
+    await office.directory.block(dev, "pest")
+    await office.mailbox.send(pest, "#shop", "after the block")
+    await office.mailbox.send(lead, "#shop", "from the lead")
+    guest = await session_caller(office, "guest")
+    await office.directory.block(guest, "pest")
+    await office.channels.join(guest, "#shop")
+
+    assert [m.body for m in await office.channels.history(dev, "#shop")] == [
+        "before the block",
+        "from the lead",
+    ]
+    assert [m.body for m in await office.channels.history(guest, "#shop")] == ["from the lead"]
+    assert len(await office.channels.history(lead, "#shop")) == 3
+
+
 async def test_history_before_a_message_of_another_channel_is_not_found(
     office: PostOffice,
 ) -> None:

@@ -748,6 +748,22 @@ async def test_channel_members_see_channel_threads_including_replies_before_they
 # -- search ----------------------------------------------------------------------------------
 
 
+async def test_a_blocked_senders_broadcast_is_in_no_thread_search_or_lookup_of_the_blocker(
+    office: PostOffice,
+) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    for caller in (alice, bob, carol):
+        await office.channels.join(caller, "#ops")
+    await office.directory.block(bob, "carol")
+    blocked = await office.mailbox.send(carol, "#ops", "pelican news")
+    reply = await office.mailbox.send(alice, "#ops", "pelican reply", reply_to=blocked.id)
+
+    assert await office.mailbox.search(bob, "pelican") == [await office.mailbox.get(bob, reply.id)]
+    assert [m.id for m in await office.mailbox.thread(bob, blocked.thread_id)] == [reply.id]
+    assert (await refusal(office.mailbox.get(bob, blocked.id))).code is ErrorCode.NOT_FOUND
+    assert len(await office.mailbox.search(alice, "pelican")) == 2
+
+
 async def test_search_finds_only_messages_the_caller_may_see(office: PostOffice) -> None:
     alice, bob, carol = await agents(office, "alice", "bob", "carol")
     await office.mailbox.send(alice, "bob", "the deploy key rotates friday")

@@ -13,15 +13,33 @@ from sqlalchemy import Connection, Row, and_, case, exists, literal, or_, select
 
 from agentpost.domain.limits import never_stored
 from agentpost.domain.models import DeliveryState
-from agentpost.store.schema import deliveries, messages
+from agentpost.store.schema import blocks, deliveries, messages, withheld
 
 
 def visible_to(reader: str, channels: Iterable[str]) -> Any:
-    """What `reader` may see: what they sent, what was delivered to them, their channels."""
-    delivered = exists().where(
+    """What `reader` may see: what they sent, what was delivered to them, their channels'
+    history but for what `dropped_for` them."""
+    on_a_channel = and_(messages.c.channel.in_(list(channels)), ~dropped_for(reader))
+    return or_(messages.c.sender == reader, _delivered_to(reader), on_a_channel)
+
+
+def _delivered_to(reader: str) -> Any:
+    return exists().where(
         deliveries.c.message_seq == messages.c.seq, deliveries.c.recipient == reader
     )
-    return or_(messages.c.sender == reader, delivered, messages.c.channel.in_(list(channels)))
+
+
+def dropped_for(reader: str) -> Any:
+    """A broadcast that never reached `reader` because they block its sender: withheld from
+    them when it was sent, or sent before they joined by someone they block now. What was
+    delivered before a block stays, as it does in the inbox."""
+    withheld_from = exists().where(
+        withheld.c.message_seq == messages.c.seq, withheld.c.recipient == reader
+    )
+    blocks_sender = exists().where(
+        blocks.c.recipient == reader, blocks.c.sender == messages.c.sender
+    )
+    return or_(withheld_from, and_(blocks_sender, ~_delivered_to(reader)))
 
 
 def _with_reader_state(reader: str, now: float) -> Any:
@@ -73,7 +91,7 @@ def channel_rows(
     """The newest `limit` messages of a channel (before a cursor), returned oldest first."""
     query = (
         select(messages, _with_reader_state(reader, now))
-        .where(messages.c.channel == channel)
+        .where(messages.c.channel == channel, ~dropped_for(reader))
         .order_by(messages.c.seq.desc())
         .limit(limit)
     )
