@@ -478,30 +478,33 @@ async def test_expiring_names_the_next_expiry_by_the_same_reading_of_the_clock(
     assert await office.events.since(alice, 0) == []
 
 
-async def test_every_reader_says_expired_of_unread_mail_past_its_ttl_before_any_sweep(
+async def test_mail_past_its_ttl_unread_is_gone_from_every_read_of_its_recipient(
     office: PostOffice, clock: FakeClock
 ) -> None:
-    """The thread, the message, search and a channel's history tell the state as the inbox
-    and the sender's receipt do, not the row's until a sweep rewrites it."""
-    alice, bob = await agents(office, "alice", "bob")
-    await office.channels.join(bob, "#ops")
-    await office.channels.join(alice, "#ops")
+    """As from the inbox, before any sweep made the tombstone: the thread, the message,
+    search and a channel's history (a member who joined after its TTL too). Who read it in
+    time keeps it; its sender's receipts say expired."""
+    alice, bob, carol, dave = await agents(office, "alice", "bob", "carol", "dave")
+    for caller in (alice, bob, carol):
+        await office.channels.join(caller, "#ops")
     direct = await office.mailbox.send(alice, "bob", "stale soon", ttl_s=5)
     broadcast = await office.mailbox.send(alice, "#ops", "stale soon too", ttl_s=5)
     kept = await office.mailbox.send(alice, "bob", "stale never", ttl_s=5, must_read=True)
+    await office.mailbox.inbox(carol)
     clock.advance(6)
+    await office.channels.join(dave, "#ops")
 
-    (in_thread,) = await office.mailbox.thread(bob, direct.thread_id)
-    searched = {m.id: m.state for m in await office.mailbox.search(bob, "stale")}
-    history = await office.channels.history(bob, "#ops")
-    assert in_thread.state is DeliveryState.EXPIRED
-    assert (await office.mailbox.get(bob, direct.id)).state is DeliveryState.EXPIRED
-    assert searched == {
-        direct.id: DeliveryState.EXPIRED,
-        broadcast.id: DeliveryState.EXPIRED,
-        kept.id: DeliveryState.QUEUED,
-    }
-    assert [m.state for m in history] == [DeliveryState.EXPIRED]
+    for gone in (direct, broadcast):
+        missing = await refusal(office.mailbox.get(bob, gone.id))
+        assert missing.code is ErrorCode.NOT_FOUND
+        assert (await refusal(office.mailbox.thread(bob, gone.id))).code is ErrorCode.NOT_FOUND
+    assert [m.id for m in await office.mailbox.search(bob, "stale")] == [kept.id]
+    assert await office.channels.history(bob, "#ops") == []
+    assert await office.channels.history(dave, "#ops") == []
+    assert [m.state for m in await office.channels.history(carol, "#ops")] == [DeliveryState.READ]
+    assert len(await office.mailbox.search(alice, "stale")) == 3
+    receipts = {s.message.id: s.receipts for s in await office.mailbox.sent(alice)}
+    assert [r.state for r in receipts[direct.id]] == [DeliveryState.EXPIRED]
 
 
 async def test_read_mail_does_not_expire(office: PostOffice, clock: FakeClock) -> None:

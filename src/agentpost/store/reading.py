@@ -16,11 +16,50 @@ from agentpost.domain.models import DeliveryState
 from agentpost.store.schema import blocks, deliveries, messages, withheld
 
 
-def visible_to(reader: str, channels: Iterable[str]) -> Any:
-    """What `reader` may see: what they sent, what was delivered to them, their channels'
-    history but for what `dropped_for` them."""
-    on_a_channel = and_(messages.c.channel.in_(list(channels)), ~dropped_for(reader))
-    return or_(messages.c.sender == reader, _delivered_to(reader), on_a_channel)
+def visible_to(reader: str, channels: Iterable[str], now: float) -> Any:
+    """What `reader` may see: what they sent, what was delivered to them and has not expired
+    unread, and what their channels' history shows them of the rest (`_seen_undelivered`)."""
+    on_a_channel = and_(messages.c.channel.in_(list(channels)), _seen_undelivered(reader, now))
+    return or_(messages.c.sender == reader, _live_delivery(reader, now), on_a_channel)
+
+
+def seen_in_history(reader: str, now: float) -> Any:
+    """What a member sees of their channel's history: as `visible_to`, its channel aside."""
+    return or_(
+        messages.c.sender == reader,
+        _live_delivery(reader, now),
+        _seen_undelivered(reader, now),
+    )
+
+
+def _seen_undelivered(reader: str, now: float) -> Any:
+    """A broadcast sent before `reader` joined its channel, that its history still shows
+    them: not one they would not have got (`_dropped_for`), nor one past its TTL, which no
+    member who had not read it in time sees any more."""
+    return and_(
+        ~_delivered_to(reader),
+        ~_dropped_for(reader),
+        or_(messages.c.expires_at.is_(None), messages.c.expires_at > literal(now)),
+    )
+
+
+def _live_delivery(reader: str, now: float) -> Any:
+    """Delivered to `reader`, and not expired: unread mail past its TTL is gone as from the
+    inbox, even before a sweep has made it a tombstone."""
+    return exists().where(
+        deliveries.c.message_seq == messages.c.seq,
+        deliveries.c.recipient == reader,
+        deliveries.c.state != DeliveryState.EXPIRED.value,
+        ~_due(now),
+    )
+
+
+def _due(now: float) -> Any:
+    return and_(
+        deliveries.c.state == DeliveryState.QUEUED.value,
+        deliveries.c.expires_at.is_not(None),
+        deliveries.c.expires_at <= literal(now),
+    )
 
 
 def _delivered_to(reader: str) -> Any:
@@ -29,28 +68,23 @@ def _delivered_to(reader: str) -> Any:
     )
 
 
-def dropped_for(reader: str) -> Any:
-    """A broadcast that never reached `reader` because they block its sender: withheld from
-    them when it was sent, or sent before they joined by someone they block now. What was
-    delivered before a block stays, as it does in the inbox."""
+def _dropped_for(reader: str) -> Any:
+    """A broadcast that would not have reached `reader`: withheld from them when it was sent,
+    or from someone they block now (sent before they joined). What was delivered before a
+    block stays, as it does in the inbox."""
     withheld_from = exists().where(
         withheld.c.message_seq == messages.c.seq, withheld.c.recipient == reader
     )
     blocks_sender = exists().where(
         blocks.c.recipient == reader, blocks.c.sender == messages.c.sender
     )
-    return or_(withheld_from, and_(blocks_sender, ~_delivered_to(reader)))
+    return or_(withheld_from, blocks_sender)
 
 
 def _with_reader_state(reader: str, now: float) -> Any:
     """The reader's delivery state as the inbox and receipts tell it: unread mail past its TTL
     is expired, even before a sweep has made it a tombstone."""
-    due = and_(
-        deliveries.c.state == DeliveryState.QUEUED.value,
-        deliveries.c.expires_at.is_not(None),
-        deliveries.c.expires_at <= literal(now),
-    )
-    state = case((due, literal(DeliveryState.EXPIRED.value)), else_=deliveries.c.state)
+    state = case((_due(now), literal(DeliveryState.EXPIRED.value)), else_=deliveries.c.state)
     return (
         select(state)
         .where(deliveries.c.message_seq == messages.c.seq, deliveries.c.recipient == reader)
@@ -67,7 +101,7 @@ def visible_message(
         return None
     return conn.execute(
         select(messages, _with_reader_state(reader, now)).where(
-            messages.c.id == message_id, visible_to(reader, channels)
+            messages.c.id == message_id, visible_to(reader, channels, now)
         )
     ).first()
 
@@ -78,7 +112,7 @@ def thread_rows(
     """The newest `limit` messages of a thread that `reader` may see, returned oldest first."""
     newest = conn.execute(
         select(messages, _with_reader_state(reader, now))
-        .where(messages.c.thread_id == thread_id, visible_to(reader, channels))
+        .where(messages.c.thread_id == thread_id, visible_to(reader, channels, now))
         .order_by(messages.c.seq.desc())
         .limit(limit)
     )
@@ -91,7 +125,7 @@ def channel_rows(
     """The newest `limit` messages of a channel (before a cursor), returned oldest first."""
     query = (
         select(messages, _with_reader_state(reader, now))
-        .where(messages.c.channel == channel, ~dropped_for(reader))
+        .where(messages.c.channel == channel, seen_in_history(reader, now))
         .order_by(messages.c.seq.desc())
         .limit(limit)
     )
@@ -111,7 +145,7 @@ def search_rows(
 ) -> list[Row[Any]]:
     query = (
         select(messages, _with_reader_state(reader, now))
-        .where(visible_to(reader, channels))
+        .where(visible_to(reader, channels, now))
         .order_by(messages.c.seq.desc())
         .limit(limit)
     )
