@@ -55,6 +55,25 @@ async def test_a_from_field_is_refused_and_nothing_is_stored(service: Service) -
     assert (await bob.get("/v1/inbox", params={"peek": True})).json()["messages"] == []
 
 
+async def test_a_blank_message_id_or_cursor_is_an_invalid_argument_on_every_route(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    await service.agent("bob")
+    assert (await alice.put("/v1/channels/ops/members/me")).status_code == 200
+    for path, params in [
+        ("/v1/messages/%20", {}),
+        ("/v1/threads/%20", {}),
+        ("/v1/channels/ops/messages", {"before": ""}),
+        ("/v1/channels/ops/messages", {"before": " "}),
+    ]:
+        answer = await alice.get(path, params=params)
+        assert answer.status_code == 400, (path, params, answer.text)
+        assert answer.json()["error"]["code"] == "invalid_argument"
+    reply = await alice.post("/v1/messages", json={"to": "bob", "body": "b", "reply_to": ""})
+    assert reply.json()["error"]["code"] == "invalid_argument"
+
+
 async def test_the_sender_is_always_the_keys_agent(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")

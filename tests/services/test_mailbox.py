@@ -218,6 +218,23 @@ async def test_a_search_for_a_nul_character_is_refused(office: PostOffice) -> No
     )
 
 
+@pytest.mark.parametrize("blank", ["", "   "])
+async def test_a_blank_message_id_is_an_invalid_argument_wherever_one_is_named(
+    office: PostOffice, blank: str
+) -> None:
+    """As a blank thread id is: no message is named, so none is missing."""
+    alice, _bob = await agents(office, "alice", "bob")
+    await office.channels.join(alice, "#ops")
+    calls = (
+        lambda: office.mailbox.get(alice, blank),
+        lambda: office.mailbox.thread(alice, blank),
+        lambda: office.channels.history(alice, "#ops", before=blank),
+        lambda: office.mailbox.send(alice, "bob", "hi", reply_to=blank),
+    )
+    for call in calls:
+        await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, call())
+
+
 async def test_an_id_with_a_nul_character_is_refused_as_input_on_every_database(
     office: PostOffice,
 ) -> None:

@@ -48,6 +48,14 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
+def check_message_id(value: object, what: str) -> str:
+    """A message id an argument names: blank names no message, so it is a bad argument
+    rather than one that is not there (as a blank thread id is)."""
+    if not isinstance(value, str) or not value.strip():
+        raise invalid(f"{what} must be a message id")
+    return value
+
+
 def never_stored(text: str) -> bool:
     """Whether no row can hold `text` (a NUL character, refused on the way in): a lookup by it
     finds nothing, without asking PostgreSQL, which refuses such text even in a lookup."""

@@ -112,6 +112,8 @@ def draft(
     asked_ttl = rules.check_ttl(ttl_s)
     names, channel = targets(to)
     thread = check_thread_id(thread_id)
+    if reply_to is not None:
+        rules.check_message_id(reply_to, "reply_to")
     request = {
         "to": names,
         "channel": channel,

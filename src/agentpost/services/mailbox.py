@@ -393,6 +393,8 @@ class Mailbox:
         return found
 
     async def get(self, caller: Caller, message_id: str) -> Message:
+        rules.check_message_id(message_id, "message_id")
+
         def tx(conn: Connection) -> Message | None:
             channels = member_channels(conn, caller.agent)
             row = reading.visible_message(
