@@ -589,6 +589,18 @@ async def test_the_inbox_lists_unread_mail_oldest_first_and_marks_it_read(
     ]
 
 
+async def test_the_whole_inbox_shows_the_newest_mail_oldest_first(office: PostOffice) -> None:
+    """Unread mail is worked through from the oldest; the whole inbox (read and acked mail
+    too) is looked back on from the newest, as a thread or a channel's history is: a page
+    of the oldest would show the same month-old mail for ever."""
+    alice, bob = await agents(office, "alice", "bob")
+    sent = [await office.mailbox.send(alice, "bob", f"m{i}") for i in range(5)]
+    await office.mailbox.ack(bob, [m.id for m in sent[:3]])
+    newest = (await office.mailbox.inbox(bob, unread_only=False, limit=2, peek=True)).messages
+    assert [m.body for m in newest] == ["m3", "m4"]
+    assert [m.body for m in (await office.mailbox.inbox(bob, limit=1)).messages] == ["m3"]
+
+
 async def test_peek_reads_without_marking_anything(office: PostOffice) -> None:
     alice, bob = await agents(office, "alice", "bob")
     await office.mailbox.send(alice, "bob", "peeked")

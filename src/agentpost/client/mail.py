@@ -76,7 +76,8 @@ def inbox(
     urgent_only: bool = False,
     peek: bool = False,
 ) -> Request[Inbox]:
-    """Your mail, oldest first; marked read unless `peek`."""
+    """Your mail, oldest first (with `unread_only=false`, the newest `limit`); marked read
+    unless `peek`."""
     params = {
         "unread_only": unread_only,
         "limit": limit,

@@ -55,7 +55,8 @@ async def inbox(
     urgent_only: bool = False,
     peek: bool = False,
 ) -> dict[str, Any]:
-    """Your mail, oldest first; marked read unless `peek`."""
+    """Your mail, oldest first (with `unread_only=false`, the newest `limit`); marked read
+    unless `peek`."""
     found = await office.mailbox.inbox(
         me,
         unread_only=unread_only,

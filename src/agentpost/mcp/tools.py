@@ -128,7 +128,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         urgent_only: bool = False,
         peek: bool = False,
     ) -> ToolOutput:
-        """Read your mail, oldest first; it is marked read unless `peek`. `ack` what you handled."""
+        """Read your mail, oldest first (with `unread_only=false`, the newest `limit` of it, read
+        and acked too); it is marked read unless `peek`. `ack` what you handled."""
         found = await desk.inbox(
             unread_only=unread_only,
             limit=limit,

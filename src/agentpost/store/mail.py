@@ -210,6 +210,12 @@ def unread_count(conn: Connection, recipient: str, now: float) -> int:
     return int(_UNREAD.scalar(conn, {"for_recipient": recipient, "now": now}))
 
 
+def _from_newest(unread_only: bool, after: bool) -> bool:
+    """Whether a page of the inbox is its newest mail: the whole inbox is looked back on, as a
+    thread is; unread mail, and what came after a cursor, is worked through from the oldest."""
+    return not unread_only and not after
+
+
 @cache
 def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: bool) -> Prepared:
     shown = deliveries.c.state == DeliveryState.QUEUED.value if unread_only else _NOT_EXPIRED_STATE
@@ -222,7 +228,11 @@ def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: b
             # Only unread mail expires: what was read stays, whatever its TTL said.
             or_(deliveries.c.state != DeliveryState.QUEUED.value, _NOT_DUE),
         )
-        .order_by(deliveries.c.message_seq)
+        .order_by(
+            deliveries.c.message_seq.desc()
+            if _from_newest(unread_only, after)
+            else deliveries.c.message_seq
+        )
         .limit(bindparam("limit"))
     )
     if by_thread:
@@ -245,14 +255,16 @@ def inbox_rows(
     urgent_only: bool = False,
     after_seq: int | None = None,
 ) -> Sequence[Any]:
-    """Oldest first: an inbox is worked through in the order mail arrived."""
+    """Oldest first: an inbox is worked through in the order mail arrived. Unread mail (or
+    what came after `after_seq`) from the oldest on; the whole inbox, its newest `limit`."""
     query = _inbox_query(unread_only, thread_id is not None, urgent_only, after_seq is not None)
     params: dict[str, Any] = {"for_recipient": recipient, "now": now, "limit": limit}
     if thread_id is not None:
         params["thread_id"] = thread_id
     if after_seq is not None:
         params["after_seq"] = after_seq
-    return query.rows(conn, params)
+    rows = query.rows(conn, params)
+    return rows[::-1] if _from_newest(unread_only, after_seq is not None) else rows
 
 
 _HAS_UNREAD = select(
