@@ -1340,6 +1340,24 @@ async def test_with_clear_on_ack_content_is_wiped_once_every_recipient_acked(
     assert await office.mailbox.search(alice, "burn") == []
 
 
+async def test_with_clear_on_ack_search_no_longer_finds_wiped_words_it_had_indexed(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Indexed before the wipe (a search ran), by an ack and by an expiry after an ack."""
+    office = await open_office(clear_on_ack=True)
+    alice, bob, _carol = await agents(office, "alice", "bob", "carol")
+    acked = await office.mailbox.send(alice, "bob", "marmalade plans", subject="jam")
+    lapsed = await office.mailbox.send(alice, ["bob", "carol"], "marmalade recipe", ttl_s=5)
+    assert len(await office.mailbox.search(alice, "marmalade")) == 2
+    await office.mailbox.ack(bob, [acked.id, lapsed.id])
+    clock.advance(6)
+    await office.mailbox.expire_due()
+
+    for reader in (alice, bob):
+        assert await office.mailbox.search(reader, "marmalade") == []
+    assert [m.id for m in await office.mailbox.search(bob, "jam")] == [acked.id]
+
+
 async def test_with_clear_on_ack_mail_withheld_by_a_block_keeps_its_content_for_its_sender(
     open_office: OpenOffice,
 ) -> None:
