@@ -92,6 +92,21 @@ async def test_beating_and_ending_a_session_by_its_id_opens_no_other(service: Se
     assert await presence_of(bob, "alice") == []
 
 
+async def test_a_heartbeat_may_move_its_session_to_another_branch(service: Service) -> None:
+    """A remote-backed stdio session's worktree checks out another branch: its heartbeat says
+    so. One without a body leaves the branch; a branch past the limit changes nothing."""
+    alice = await service.agent("alice")
+    minted = (await alice.post("/v1/sessions", json={"branch": "main"})).json()["session_id"]
+    bob = await service.agent("bob")
+    moved = await alice.post(f"/v1/sessions/{minted}/heartbeat", json={"branch": "fix/parser"})
+    assert moved.status_code == 200, moved.text
+    assert (await alice.post(f"/v1/sessions/{minted}/heartbeat")).status_code == 200
+    huge = await alice.post(f"/v1/sessions/{minted}/heartbeat", json={"branch": "b" * 256})
+    assert (huge.status_code, huge.json()["error"]["code"]) == (413, "too_large")
+    [present] = await presence_of(bob, "alice")
+    assert present["branch"] == "fix/parser"
+
+
 async def test_a_key_cannot_mint_sessions_without_end(service: Service) -> None:
     """Each mint is a row: past the limit, the oldest ended session makes room; while every
     one may be in use, the next is refused."""

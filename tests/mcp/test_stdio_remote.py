@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -23,6 +24,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from git_repo import git, make_repo
 from remote_office import Office
 from service_process import Service, eventually, serve_command
 from stdio_agents import INBOX_URI, LEGACY, WAKE_TIMEOUT_S, Agent, Agents
@@ -31,17 +33,23 @@ pytestmark = pytest.mark.anyio
 
 
 async def start_remote(
-    agents: Agents, service: Service, key: str, *, through_env: bool = False
+    agents: Agents,
+    service: Service,
+    key: str,
+    *,
+    through_env: bool = False,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Agent:
     """A remote-backed `agentpost mcp` for `key`'s agent: `--url/--key`, or the environment."""
     log = agents.tmp_path / f"remote-{len(agents.tried) + 1}.stderr"
     agent = Agent(None, agents.revision, log)
     agents.tried.append(agent)
     if through_env:
-        env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": key}
-        params = agents.params(None, env, None, "apollo")
+        environ = {**(env or {}), "AGENTPOST_URL": service.url, "AGENTPOST_KEY": key}
+        params = agents.params(None, environ, cwd, "apollo")
     else:
-        params = agents.params(None, None, None, "apollo")
+        params = agents.params(None, env, cwd, "apollo")
         params = params.model_copy(
             update={"args": [*params.args, "--url", service.url, "--key", key]}
         )
@@ -202,6 +210,33 @@ async def test_a_session_ended_on_the_service_is_minted_again_with_its_profile(
         assert (got.id, got.sender) == (sent["id"], "alice")
         again = await alice.call("whoami")
         assert again["session_id"] not in (alice.session_id, me["session_id"])
+    finally:
+        await office.aclose()
+
+
+async def test_a_checkout_moves_the_remote_sessions_branch_within_a_heartbeat(
+    agents: Agents, service: Service, tmp_path: Path
+) -> None:
+    """As a local session's: the branch `whoami` and the others' `who` show is the one the
+    worktree has checked out now, not the one the process started on."""
+    repo = make_repo(tmp_path / "rocket")
+    office = Office(service)
+    try:
+        alice_key, carol = await office.new_key("alice"), await office.agent("carol")
+        quick = {"AGENTPOST_HEARTBEAT_S": "0.1"}
+        alice = await start_remote(agents, service, alice_key, env=quick, cwd=repo)
+
+        async def branch() -> str:
+            return str((await alice.call("whoami"))["branch"])
+
+        async def moved() -> bool:
+            return await branch() == "fix/parser"
+
+        assert await branch() == "main"
+        git(repo, "checkout", "-b", "fix/parser")
+        await eventually(moved, WAKE_TIMEOUT_S)
+        [present] = [p for p in await carol.who() if p.name == "alice"]
+        assert present.branch == "fix/parser"
     finally:
         await office.aclose()
 

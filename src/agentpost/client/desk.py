@@ -160,9 +160,13 @@ class RemoteDesk:
     def agent(self) -> str:
         return self._session.agent
 
-    async def heartbeat(self) -> None:
-        await self.keep_session(lambda: self.client.heartbeat(self._session.id))
-        self._session = replace(self._session, heartbeat_at=time.time())
+    async def heartbeat(self, branch: str | None = None) -> None:
+        """Alive; on `branch` now, if given and moved (a session minted again keeps it)."""
+        moved = None if branch == self._session.branch else branch
+        await self.keep_session(lambda: self.client.heartbeat(self._session.id, branch=moved))
+        self._session = replace(
+            self._session, heartbeat_at=time.time(), branch=moved or self._session.branch
+        )
 
     async def close(self) -> None:
         """End the session: it shows offline at once (one the service no longer knows is no

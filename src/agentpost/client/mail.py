@@ -184,9 +184,11 @@ def open_session(
     return Request(lambda a: str(a["session_id"]), json=json, for_session=False)
 
 
-def heartbeat(session_id: str) -> Request[None]:
-    """Keep a session online (any request made for it does too)."""
-    return Request(nothing, path_args={"session_id": session_id})
+def heartbeat(session_id: str, *, branch: str | None = None) -> Request[None]:
+    """Keep a session online (any request made for it does too); `branch`: the one its
+    worktree has checked out now, when that moved."""
+    json = fields(branch=branch) or None
+    return Request(nothing, path_args={"session_id": session_id}, json=json)
 
 
 def end_session(session_id: str) -> Request[None]:

@@ -12,9 +12,11 @@ from agentpost.domain.accounts import Myself
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.http.deps import Me, Office, client_ip
 from agentpost.http.routing import api_router
-from agentpost.http.schemas import ProfileBody, RegisterBody, SessionBody
+from agentpost.http.schemas import HeartbeatBody, ProfileBody, RegisterBody, SessionBody
 
 router = api_router(prefix="/v1", tags=["agents"])
+_NO_MOVE = HeartbeatBody()
+"""A heartbeat without a body: the session stays on its branch."""
 
 
 @router.get("/agents", operation_id="directory")
@@ -78,9 +80,11 @@ async def open_session(
 
 
 @router.post("/sessions/{session_id}/heartbeat", operation_id="heartbeat")
-async def heartbeat(session_id: str, office: Office, me: Me) -> dict[str, Any]:
-    """Say a session is alive (any request on it does too)."""
-    await office.presence.heartbeat_of(me, session_id)
+async def heartbeat(
+    session_id: str, office: Office, me: Me, body: HeartbeatBody = _NO_MOVE
+) -> dict[str, Any]:
+    """Say a session is alive (any request on it does too), and on which branch it works now."""
+    await office.presence.heartbeat_of(me, session_id, branch=body.branch)
     return {"session_id": session_id, "online": True}
 
 

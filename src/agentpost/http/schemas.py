@@ -53,6 +53,12 @@ class SessionBody(Body):
     objective: str | None = None
 
 
+class HeartbeatBody(Body):
+    branch: str | None = Field(
+        None, description="The branch the session's worktree has checked out now, if it moved."
+    )
+
+
 class RegisterBody(Body):
     name: str
     description: str = ""

@@ -2,7 +2,8 @@
 
 For MCP clients that only speak stdio, or a machine that should not hold the post office: the
 same tools as a local session, through the Python client. The process mints a session of the
-key's agent with this worktree's project and branch, heartbeats it, pushes `agentpost://inbox`
+key's agent with this worktree's project and branch, heartbeats it (with the branch a `git
+checkout` moved it to, as a local session's heartbeat does), pushes `agentpost://inbox`
 updates and Claude Code channel notifications from the service's event stream (new mail only:
 receipts do not change the inbox), and ends the session when the client closes stdin or the
 process is told to stop; a session the service ends or forgets meanwhile is minted again, with
@@ -30,7 +31,7 @@ from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.presenting import INBOX_URI
 from agentpost.mcp.session import build_server, every, run_session, survive
-from agentpost.services.local_identity import detect
+from agentpost.services.local_identity import BranchWatch, detect
 
 DIRECTORY_NAMES = 200
 """How many colleagues the instructions may name."""
@@ -135,6 +136,13 @@ async def serve_remote_stdio(settings: Settings) -> None:
         )
         serving = anyio.CancelScope()
         watch = _KeyWatch(serving)
+        branch = BranchWatch(context)
+
+        async def heartbeat() -> None:
+            """Alive, and on the branch the worktree has checked out now."""
+            moved = await branch.now()
+            await watch.checked(lambda: desk.heartbeat(moved))
+
         try:
             agents = await client.directory(limit=DIRECTORY_NAMES)
             others = [a.name for a in agents if a.name != desk.agent]
@@ -151,9 +159,7 @@ async def serve_remote_stdio(settings: Settings) -> None:
                 await run_session(
                     server,
                     [
-                        lambda: every(
-                            settings.heartbeat_s, "heartbeat", lambda: watch.checked(desk.heartbeat)
-                        ),
+                        lambda: every(settings.heartbeat_s, "heartbeat", heartbeat),
                         lambda: _push_new_mail(desk, server, listening, push, watch),
                         push.release_when_connected,
                     ],

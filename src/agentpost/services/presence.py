@@ -474,13 +474,17 @@ class PresenceService:
         if ended is not None:
             raise ended
 
-    async def heartbeat_of(self, caller: Caller, session_id: str) -> None:
-        """Keep one of the caller's live sessions online (over HTTP, by handle)."""
+    async def heartbeat_of(
+        self, caller: Caller, session_id: str, *, branch: str | None = None
+    ) -> None:
+        """Keep one of the caller's live sessions online (over HTTP, by handle); `branch`, as
+        for `heartbeat`: a remote-backed stdio session's worktree may check out another."""
+        values = {} if branch is None else {"branch": _check_text(branch, "branch", MAX_HOST)}
 
         def tx(conn: Connection) -> None:
             if self._own_session(conn, caller, session_id).ended_at is not None:
                 raise not_found(f"session {session_id!r} has ended", session=session_id)
-            rows.update_session(conn, session_id, heartbeat_at=self.store.clock())
+            rows.update_session(conn, session_id, heartbeat_at=self.store.clock(), **values)
 
         await self.store.write(tx)
 
