@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from backends import refuse_connections
+from backends import refuse_connections, refuse_writes
 from service_process import Service, running_service
 
 pytestmark = pytest.mark.anyio
@@ -51,3 +56,90 @@ async def test_a_replica_whose_database_is_out_of_reach_is_unready_yet_alive(
             await refuse_connections(fresh_pg_url, refuse=False)
 
         assert (await anonymous.get("/ready")).status_code == 200  # back once it answers
+
+
+@pytest.mark.postgres
+async def test_a_replica_whose_database_takes_no_writes_is_unready_and_says_why(
+    tmp_path: Path, fresh_pg_url: str
+) -> None:
+    """A standby that a failover left the URL naming, or a database set read-only, answers
+    reads: the replica can store no mail all the same, and the load balancer must hear so."""
+    env = {"AGENTPOST_HOME": str(tmp_path / "home"), "AGENTPOST_DATABASE_URL": fresh_pg_url}
+    async with running_service(tmp_path, env) as replica:
+        anonymous = replica.client()
+        await refuse_writes(fresh_pg_url)
+        try:
+            unready = await anonymous.get("/ready")
+            assert unready.status_code == 503
+            error = unready.json()["error"]
+            assert error["code"] == "unavailable"
+            assert "read-only" in error["message"]
+            assert (await anonymous.get("/health")).status_code == 200
+        finally:
+            await refuse_writes(fresh_pg_url, refuse=False)
+        assert (await anonymous.get("/ready")).status_code == 200
+
+
+@contextmanager
+def small_disk(path: Path) -> Iterator[Path]:
+    """A file system of its own at `path`, small enough to fill (a tmpfs: root only)."""
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(path)],
+        check=False,
+        capture_output=True,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a file system here: {done.stderr.decode().strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=True)
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """`path` may not be written, even by root (who ignores its mode): immutable."""
+    path.chmod(0o400)
+    immutable = os.geteuid() == 0
+    if immutable:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(0o600)
+
+
+def fill(path: Path) -> None:
+    """Until the disk is full."""
+    with contextlib.suppress(OSError), path.open("wb", buffering=0) as out:
+        while True:
+            out.write(b"\0" * 65536)
+
+
+async def test_a_replica_whose_sqlite_file_takes_no_writes_is_unready_and_says_why(
+    tmp_path: Path,
+) -> None:
+    """A full disk, or a file made read-only, leaves the database readable: /ready
+    says the replica can store no mail, and why; /health still answers."""
+    with small_disk(tmp_path / "disk") as disk:
+        env = {"AGENTPOST_HOME": str(disk / "home")}
+        async with running_service(tmp_path, env) as replica:
+            anonymous = replica.client()
+            assert (await anonymous.get("/ready")).status_code == 200
+
+            fill(disk / "ballast")
+            full = await anonymous.get("/ready")
+            assert full.status_code == 503, full.text
+            assert "full" in full.json()["error"]["message"]
+            assert (await anonymous.get("/health")).status_code == 200
+            (disk / "ballast").unlink()
+            assert (await anonymous.get("/ready")).status_code == 200
+
+            with read_only(disk / "home" / "agentpost.db"):
+                frozen = await anonymous.get("/ready")
+                assert frozen.status_code == 503, frozen.text
+                assert "read-only" in frozen.json()["error"]["message"]
+            assert (await anonymous.get("/ready")).status_code == 200

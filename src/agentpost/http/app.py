@@ -53,8 +53,9 @@ def build_rest_app(office: PostOffice) -> FastAPI:
 
     @app.get("/ready", tags=["service"], operation_id="ready")
     async def ready(office: Office) -> dict[str, Any]:
-        """Readiness, for a load balancer: 200 while this replica can read its database,
-        503 `unavailable` while it cannot. Answers without a key."""
+        """Readiness, for a load balancer: 200 while this replica can read its database and
+        the database takes writes, 503 `unavailable` (saying why) while not. Answers without a
+        key."""
         return (await office.readiness()).to_dict()
 
     return app

@@ -73,11 +73,13 @@ class PostOffice:
 
     async def readiness(self) -> Readiness:
         """Whether this process can serve requests now: its database answers a read, within
-        `READY_WITHIN_S`, and holds agentpost's schema. Raises `unavailable` otherwise, for a
+        `READY_WITHIN_S`, holds agentpost's schema, and takes writes (a replica that reads
+        but cannot store mail is no use to a sender). Raises `unavailable` otherwise, for a
         load balancer to send requests to another replica meanwhile."""
         try:
             with anyio.fail_after(READY_WITHIN_S):
                 schema = await self.store.schema_revision()
+                refusal = await self.store.refuses_writes()
         except TimeoutError:
             raise AgentpostError(
                 ErrorCode.UNAVAILABLE,
@@ -85,6 +87,8 @@ class PostOffice:
             ) from None
         if schema is None:
             raise AgentpostError(ErrorCode.UNAVAILABLE, "the database holds no agentpost schema")
+        if refusal is not None:
+            raise AgentpostError(ErrorCode.UNAVAILABLE, f"{refusal}: this replica stores no mail")
         return Readiness(
             database="sqlite" if self.store.is_sqlite else "postgresql",
             schema=schema,

@@ -220,6 +220,15 @@ class Store:
         like any other, so it also tells whether the database can be read at all."""
         return await self.read(migrate.current_revision)
 
+    async def refuses_writes(self) -> str | None:
+        """Why the database takes no writes now though it answers reads (None: it takes
+        them): a read-only file or file system, a full disk, a PostgreSQL standby."""
+        if self._sqlite is not None:
+            return await asyncio.to_thread(sqlite.refuses_writes, self._sqlite.path)
+        from agentpost.store import postgres  # loaded only where PostgreSQL is used
+
+        return await self.read(postgres.refuses_writes)
+
     async def glance(self, fn: Callable[[Connection], T]) -> T:
         """A read of a few indexed rows, done without a thread hand-off where that is cheaper."""
         if self._sqlite is not None:

@@ -118,6 +118,22 @@ _GENERATION = "agentpost.generation"
 """Where a pooled connection keeps the number of listening connections lost before it opened."""
 
 
+_TAKES_WRITES = text(
+    "SELECT pg_is_in_recovery(), current_setting('default_transaction_read_only') = 'on'"
+)
+
+
+def refuses_writes(conn: Connection) -> str | None:
+    """Why the server takes no writes though it answers reads (None: it takes them): a
+    standby, or a database set `default_transaction_read_only`."""
+    standby, read_only = conn.execute(_TAKES_WRITES).one()
+    if standby:
+        return "the database is read-only: a standby server (in recovery)"
+    if read_only:
+        return "the database is read-only (default_transaction_read_only is on)"
+    return None
+
+
 @contextmanager
 def unavailable_when_unreachable() -> Iterator[None]:
     """A server that is down, restarting, refusing connections or writes, short of disk or

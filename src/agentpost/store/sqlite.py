@@ -85,6 +85,26 @@ _WHY = {
 """What SQLite's answer means for the owner, where "busy, try again" would mislead them."""
 
 
+MIN_FREE_BYTES = 1 << 20
+"""Free space below which the disk counts as full: a few sends' growth of the WAL."""
+
+
+def refuses_writes(path: Path) -> str | None:
+    """Why the file takes no writes now though it answers reads (None: it takes them): a
+    write that then fails would be each caller's `unavailable`, so a replica says it first."""
+    try:
+        if not os.access(path, os.W_OK):
+            return _WHY[sqlite3.SQLITE_READONLY]
+        disk = os.statvfs(path)
+    except OSError as exc:
+        return f"{_WHY[sqlite3.SQLITE_IOERR]}: {exc.strerror}"
+    if disk.f_flag & os.ST_RDONLY:
+        return _WHY[sqlite3.SQLITE_READONLY]
+    if disk.f_bavail * disk.f_frsize < MIN_FREE_BYTES:
+        return _WHY[sqlite3.SQLITE_FULL]
+    return None
+
+
 def unavailable(exc: OperationalError) -> AgentpostError:
     """What SQLite refused, as `unavailable`: busy past the timeout, or something that waiting
     will not mend, said as such."""
