@@ -263,6 +263,47 @@ async def test_the_server_carries_on_when_the_service_comes_back(
         await office.aclose()
 
 
+async def test_a_session_started_before_the_service_serves_and_connects_once_it_is_up(
+    agents: Agents, service: Service
+) -> None:
+    """An agent session (Claude Code) may start before the service does (a laptop's login, a
+    service restarting): the server answers `initialize` and lists its tools at once, answers
+    calls `unavailable` while the service is down, and is the key's session once it is up,
+    online without another call."""
+    office = Office(service)
+    try:
+        alice_key = await office.new_key("alice")
+        await service.stop()
+        params = agents.params(None, {"AGENTPOST_HEARTBEAT_S": "0.5"}, None, "apollo")
+        params = params.model_copy(
+            update={"args": [*params.args, "--url", service.url, "--key", alice_key]}
+        )
+        with (agents.tmp_path / "early.stderr").open("a") as errlog:
+            async with Client(
+                stdio_client(params, errlog=errlog), read_timeout_seconds=15
+            ) as alice:  # within a client's start-up timeout, whatever the service
+                assert "whoami" in {t.name for t in (await alice.list_tools()).tools}
+                down = await alice.call_tool("inbox", {})
+                assert down.is_error
+                assert down.structured_content is not None
+                assert down.structured_content["error"]["code"] == "unavailable"
+
+                await service.start()
+                carol = await office.agent("carol")
+
+                async def online() -> bool:
+                    return any(p.name == "alice" and p.online for p in await carol.who())
+
+                await eventually(online, within_s=30)  # no call needed
+                me = await call(alice, "whoami")
+                assert (me["agent"], me["project"]) == ("alice", "apollo")
+                await carol.send("alice", "you are up")
+                [got] = (await call(alice, "inbox"))["messages"]
+                assert got["from"] == "carol"
+    finally:
+        await office.aclose()
+
+
 async def test_a_refused_key_ends_the_server_with_its_code(service: Service) -> None:
     command = serve_command()[:-1]  # the console script, without `serve`
     done = await anyio.run_process(

@@ -2,7 +2,8 @@
 
 What `agentpost mcp --url … --key …` serves its tools from. The session is a handle minted for
 this process (`open_session`, with the worktree and branch it runs in), so `who` shows it like a
-local session, and ended when the process ends. What the REST API leaves to the client:
+local session, and ended when the process ends; minted by the first call that reaches the
+service, so a desk may be made while the service is down. What the REST API leaves to the client:
 
 - the piggyback's urgent previews: the unread urgent mail is looked up with each answer and each
   message is told once per session (the local desk keeps that cursor in the store);
@@ -47,43 +48,68 @@ URGENT_PREVIEWS = 20
 """Urgent messages told per answer, oldest first, as a local session tells them."""
 MAX_INBOX_PAGE = 500
 """The most an inbox page holds (the service refuses more)."""
+AGENT_UNKNOWN = "(the agent of this key: the post office has not answered yet)"
+"""The name said before the service was first reached."""
 
 T = TypeVar("T")
 
 
 class RemoteDesk:
-    """A session of the key's agent on the service `client` speaks to; make one with `open`."""
+    """A session of the key's agent on the service `client` speaks to. Its session is minted
+    by the first call that reaches the service (see `connect`): until then each call is
+    refused as the client refuses it (`unavailable` while the service is down). A `project`
+    given becomes the agent's project, as a local session's does."""
 
     def __init__(
-        self, client: AsyncClient, session: SessionInfo, project: str | None = None
-    ) -> None:
-        self.client = client
-        self._session = session
-        self._project = project  # as asked for at the start: a new session asks the same
-        self._told: set[str] = set()
-        self._renewing = anyio.Lock()
-        self._refused: AgentpostError | None = None
-
-    @classmethod
-    async def open(
-        cls,
+        self,
         client: AsyncClient,
         *,
         project: str | None = None,
         worktree: str | None = None,
         branch: str | None = None,
         objective: str | None = None,
-    ) -> RemoteDesk:
-        """Mint a session for this process and speak for it from now on. A `project` given
-        becomes the agent's project, as a local session's does."""
-        session_id = await client.open_session(
-            project=project, worktree=worktree, branch=branch, objective=objective
-        )
-        client.session = session_id
-        me = await client.me()
+    ) -> None:
+        self.client = client
+        self._session: SessionInfo | None = None  # until the service is first reached
+        self._project = project  # as asked for at the start: a new session asks the same
+        self._where = (worktree, branch, objective)
+        self._minted: str | None = None  # minted, not yet read back
+        self._told: set[str] = set()
+        self._renewing = anyio.Lock()
+        self._refused: AgentpostError | None = None
+
+    @classmethod
+    async def open(cls, client: AsyncClient, **where: str | None) -> RemoteDesk:
+        """A desk whose session is minted now (`where`: as for the constructor)."""
+        desk = cls(client, **where)
+        await desk.connect()
+        return desk
+
+    @property
+    def connected(self) -> bool:
+        """Whether the service has been reached and this desk has its session."""
+        return self._session is not None
+
+    async def connect(self) -> SessionInfo:
+        """This desk's session: minted now, unless the service was reached before."""
+        if self._session is not None:
+            return self._session
+        async with self._renewing:
+            if self._session is None:
+                self._session = await self._unless_refused(self._mint)
+        return self._session
+
+    async def _mint(self) -> SessionInfo:
+        worktree, branch, objective = self._where
+        if self._minted is None:  # a session minted whose agent was not read yet is kept
+            self._minted = await self.client.open_session(
+                project=self._project, worktree=worktree, branch=branch, objective=objective
+            )
+            self.client.session = self._minted
+        me = await self.client.me()
         now = time.time()
-        session = SessionInfo(
-            id=session_id,
+        return SessionInfo(
+            id=self._minted,
             agent=me.name,
             transport="http",
             host=socket.gethostname(),
@@ -97,25 +123,25 @@ class RemoteDesk:
             heartbeat_at=now,
             ended_at=None,
         )
-        return cls(client, session, project)
 
     @property
-    def session_id(self) -> str:
-        return self._session.id
+    def session_id(self) -> str | None:
+        return None if self._session is None else self._session.id
 
     def is_lost(self, err: AgentpostError, session_id: str) -> bool:
         """Whether `err` says the service no longer knows the session `session_id`."""
         return err.code is ErrorCode.NOT_FOUND and err.details.get("session") == session_id
 
     async def keep_session(self, call: Callable[[], Awaitable[T]]) -> T:
-        """`call`; when the service answers that this desk's session is gone, once more on a
-        new session (a refusal of that one is the caller's: no loop of new sessions).
+        """`call`, on this desk's session (minted first if the service was never reached);
+        when the service answers that the session is gone, once more on a new session (a
+        refusal of that one is the caller's: no loop of new sessions).
 
         Once the service has refused the key (revoked, or its agent disabled), every later
         call is refused here with that answer: each request with it would be one more failed
         authentication, and a few more lock this machine's address out, for every agent and
         the owner."""
-        lost = self._session.id
+        lost = (await self.connect()).id
         try:
             return await self._unless_refused(call)
         except AgentpostError as err:
@@ -138,9 +164,9 @@ class RemoteDesk:
         """Speak for a new session in place of `lost`, with its worktree, branch, status and
         objective; once, however many calls heard of the loss at the same time."""
         async with self._renewing:
-            if self._session.id != lost:
-                return  # another call has renewed it meanwhile
             old = self._session
+            if old is None or old.id != lost:
+                return  # another call has renewed it meanwhile
             session_id = await self.client.open_session(
                 project=self._project,
                 worktree=old.worktree,
@@ -158,22 +184,27 @@ class RemoteDesk:
 
     @property
     def agent(self) -> str:
-        return self._session.agent
+        return AGENT_UNKNOWN if self._session is None else self._session.agent
 
     async def heartbeat(self, branch: str | None = None) -> None:
         """Alive; on `branch` now, if given and moved (a session minted again keeps it)."""
-        moved = None if branch == self._session.branch else branch
-        await self.keep_session(lambda: self.client.heartbeat(self._session.id, branch=moved))
+        session = await self.connect()
+        moved = None if branch == session.branch else branch
+        await self.keep_session(lambda: self.client.heartbeat(self._mine().id, branch=moved))
         self._session = replace(
-            self._session, heartbeat_at=time.time(), branch=moved or self._session.branch
+            self._mine(), heartbeat_at=time.time(), branch=moved or self._mine().branch
         )
+
+    def _mine(self) -> SessionInfo:
+        assert self._session is not None, "connected first"
+        return self._session
 
     async def close(self) -> None:
         """End the session: it shows offline at once (one the service no longer knows is no
-        more to end, nor is one of a refused key)."""
-        session_id = self._session.id
-        if self._refused is not None:
+        more to end, nor is one of a refused key, nor one never minted)."""
+        if self._refused is not None or self._session is None:
             return
+        session_id = self._session.id
         try:
             await self.client.end_session(session_id)
         except AgentpostError as err:
@@ -182,7 +213,7 @@ class RemoteDesk:
 
     async def whoami(self) -> SessionInfo:
         await self.heartbeat()  # and so a revoked key is told here, not only on the next send
-        return self._session
+        return self._mine()
 
     async def register(
         self,
@@ -191,6 +222,7 @@ class RemoteDesk:
         description: str | None = None,
         objective: str | None = None,
     ) -> None:
+        await self.connect()
         # A name no agent could have is refused as a local session refuses it.
         if name is not None and check_name(name) != self.agent:
             raise forbidden(f"this session speaks for {self.agent!r}, the agent of its key")
@@ -214,9 +246,9 @@ class RemoteDesk:
             )
         )
         if status is not None:
-            self._session = replace(self._session, status=Status(status))
+            self._session = replace(self._mine(), status=Status(status))
         if objective is not None:
-            self._session = replace(self._session, objective=objective)
+            self._session = replace(self._mine(), objective=objective)
 
     async def who(
         self, project: str | None = None, include_offline: bool = False

@@ -11,11 +11,15 @@ the same branch, status and objective, by the next call that hears of it. As wit
 session, mail that comes before Claude Code's `initialize` is pushed once it has connected (the
 newest `HELD` of it, if ever that many). Once the service refuses the key (revoked, or its agent
 disabled), the process exits with `unauthenticated`, as it does when the key is refused at the
-start.
+start. A service that cannot be reached at the start does not stop it: an agent session may
+start before the service does, so the tools are served at once (each answering `unavailable`
+meanwhile) and the session is minted by whatever reaches the service first: a call, the
+heartbeat, or the event stream, which tries every 5 s.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
@@ -32,6 +36,8 @@ from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.presenting import INBOX_URI
 from agentpost.mcp.session import build_server, every, run_session, survive
 from agentpost.services.local_identity import BranchWatch, detect
+
+log = logging.getLogger(__name__)
 
 DIRECTORY_NAMES = 200
 """How many colleagues the instructions may name."""
@@ -128,10 +134,25 @@ async def _push_to_channel(desk: RemoteDesk, server: MailboxServer, message_id: 
         await server.send_custom_notification(channel.METHOD, channel.channel_params(message))
 
 
+async def _colleagues(desk: RemoteDesk) -> list[str] | None:
+    """The session minted and the colleagues' names for the instructions; None while the
+    service cannot be reached (the session is then minted by the first call that reaches it).
+    Any other refusal (the key) is raised: the process exits with its code."""
+    try:
+        await desk.connect()
+        agents = await desk.client.directory(limit=DIRECTORY_NAMES)
+    except AgentpostError as err:
+        if err.code is not ErrorCode.UNAVAILABLE:
+            raise
+        log.warning("serving without the post office for now: %s", err.message)
+        return None
+    return [a.name for a in agents if a.name != desk.agent]
+
+
 async def serve_remote_stdio(settings: Settings) -> None:
     context = detect(project_override=settings.project)
     async with AsyncClient(settings.url, settings.key) as client:
-        desk = await RemoteDesk.open(
+        desk = RemoteDesk(
             client, project=context.project, worktree=context.worktree, branch=context.branch
         )
         serving = anyio.CancelScope()
@@ -144,15 +165,15 @@ async def serve_remote_stdio(settings: Settings) -> None:
             await watch.checked(lambda: desk.heartbeat(moved))
 
         try:
-            agents = await client.directory(limit=DIRECTORY_NAMES)
-            others = [a.name for a in agents if a.name != desk.agent]
-            server = build_server(desk, settings.instructions, others)
+            others = await _colleagues(desk)
+            server = build_server(desk, settings.instructions, others or [])
             listening = anyio.Event()
             push = _ChannelPush(desk, server)
 
             async def push_is_listening() -> None:
-                """Mail sent once the client is served must be pushed: the stream starts now."""
-                with anyio.move_on_after(LISTEN_S):
+                """Mail sent once the client is served must be pushed: the stream starts now
+                (unless the service is down: the client is then served at once)."""
+                with anyio.move_on_after(LISTEN_S if others is not None else 0):
                     await listening.wait()
 
             with serving:
