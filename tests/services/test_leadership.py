@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
+from pathlib import Path
 
 import anyio
 import pytest
@@ -13,7 +15,9 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Caller, Kind, Trust
 from agentpost.services import PostOffice
+from agentpost.services.local_identity import detect
 from backends import FakeClock, OpenOffice, refused_without_change, seat_directly, session_caller
+from git_repo import git, make_repo
 
 pytestmark = pytest.mark.anyio
 
@@ -93,6 +97,39 @@ async def test_a_session_off_the_default_branch_may_not_lead(office: PostOffice)
     assert "default branch" in err.message
     master = await session_caller(office, "old", project="legacy", branch="master")
     assert (await office.leadership.claim(master)).leader == "old"
+
+
+def clone_with_default_branch(tmp_path: Path, folder: bytes, default: str) -> Path:
+    """A clone at `tmp_path/folder` of a repository whose default branch is `default` (so the
+    clone's origin/HEAD names it), with `main` checked out besides."""
+    origin = tmp_path / "origin"
+    make_repo(origin, branch=default)
+    clone = Path(os.fsdecode(bytes(tmp_path) + b"/" + folder))
+    subprocess.run(["git", "clone", "-q", str(origin), clone], check=True, capture_output=True)
+    git(clone, "branch", "main")
+    return clone
+
+
+@pytest.mark.parametrize("folder", [b"shop", b"shop-\xff"], ids=["utf8", "not-utf8"])
+async def test_origins_head_names_the_default_branch_wherever_the_worktree_lies(
+    office: PostOffice, tmp_path: Path, folder: bytes
+) -> None:
+    """A folder whose name is not UTF-8 is shown with U+FFFD, a path that is not there: git is
+    asked in the folder itself, else `trunk` could not lead and `main` could."""
+    clone = clone_with_default_branch(tmp_path, folder, "trunk")
+    trunk = detect(clone)
+    git(clone, "checkout", "-q", "main")
+    main = detect(clone)
+    assert (trunk.branch, main.branch, trunk.project) == ("trunk", "main", "shop")
+    on_main = await office.presence.open_local_session(main, name="on-main")
+    await refused_without_change(
+        office,
+        ErrorCode.FORBIDDEN,
+        office.leadership.claim(Caller(on_main.agent, on_main.id)),
+    )
+    on_trunk = await office.presence.open_local_session(trunk, name="on-trunk")
+    seat = await office.leadership.claim(Caller(on_trunk.agent, on_trunk.id))
+    assert seat.leader == "on-trunk"
 
 
 async def test_leader_branches_in_config_choose_who_may_lead(open_office: OpenOffice) -> None:

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
+from typing import Any
 
 import anyio
 
@@ -38,7 +39,7 @@ from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService, beat_asking
 from agentpost.store import agents as agent_rows
 from agentpost.store import leases
-from agentpost.store.database import Connection, Store
+from agentpost.store.database import Connection, Row, Store
 
 log = logging.getLogger(__name__)
 _retries = RetryLog(log)
@@ -129,7 +130,7 @@ class Leadership:
         )
         if session is None or session.ended_at is not None:
             raise _ended(caller.session_id)
-        eligible = await self._eligible(session.branch, session.worktree, session.host)
+        eligible = await self._eligible(session)
 
         def tx(conn: Connection) -> Leader:
             # Asked again here: the session may have ended while its branch was looked at.
@@ -221,7 +222,7 @@ class Leadership:
         session = await self.store.read(lambda conn: agent_rows.get_session(conn, session_id))
         if session is None or session.project is None:
             return
-        if not await self._eligible(session.branch, session.worktree, session.host):
+        if not await self._eligible(session):
             return
         project: str = session.project
         while True:
@@ -393,11 +394,14 @@ class Leadership:
             return str(agent.project)
         raise invalid("you have no project: name one (project=…), or set AGENTPOST_PROJECT")
 
-    async def _eligible(self, branch: str | None, worktree: str | None, host: str) -> bool:
+    async def _eligible(self, session: Row[Any]) -> bool:
         head = None
-        if worktree and host == this_host() and self.settings.leader_branches is None:
-            head = await anyio.to_thread.run_sync(_origin_head, worktree)
-        return may_lead(branch, origin_head=head, leader_branches=self.settings.leader_branches)
+        folder = self.presence.folder(session.id, session.worktree)
+        if folder and session.host == this_host() and self.settings.leader_branches is None:
+            head = await anyio.to_thread.run_sync(_origin_head, folder)
+        return may_lead(
+            session.branch, origin_head=head, leader_branches=self.settings.leader_branches
+        )
 
     def _eligibility_rule(self) -> str:
         if self.settings.leader_branches is not None:

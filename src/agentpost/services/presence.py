@@ -162,6 +162,14 @@ class PresenceService:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
+        self._folders: dict[str, str] = {}
+        """The worktree folders of the local sessions this process opened, as the file system
+        names them: the store keeps them as text, an undecodable byte as U+FFFD."""
+
+    def folder(self, session_id: str | None, worktree: str | None) -> str | None:
+        """Where git is asked about a session's worktree: its real folder when this process
+        opened it, else the worktree as the session shows it."""
+        return self._folders.get(session_id or "", worktree)
 
     # -- identities -------------------------------------------------------------------------
 
@@ -241,7 +249,10 @@ class PresenceService:
             rows.open_session(conn, session, derived_name=derived)
             return session
 
-        return await self.store.write(tx)
+        opened = await self.store.write(tx)
+        if context.folder is not None and context.folder != context.worktree:
+            self._folders[opened.id] = context.folder
+        return opened
 
     async def open_http_session(
         self,
@@ -420,6 +431,7 @@ class PresenceService:
         await self.store.write(
             lambda conn: rows.end_sessions(conn, [session_id], self.store.clock())
         )
+        self._folders.pop(session_id, None)
 
     def _own_session(self, conn: Connection, caller: Caller, session_id: str) -> Row[Any]:
         """A session of the caller's own; another agent's is as unknown as a missing one."""
