@@ -610,6 +610,29 @@ async def test_two_globs_overlap_when_a_file_tracked_in_the_callers_worktree_mat
     assert [r.path for r in result.granted] == ["**/*.md"]
 
 
+async def test_globs_overlap_by_a_tracked_file_in_a_worktree_whose_path_is_not_utf8(
+    office: PostOffice, tmp_path: Path
+) -> None:
+    """The session shows the folder with U+FFFD, a path that is not there: git is asked in the
+    folder itself, else no file is tracked and the two globs pass each other by."""
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/shop-\xff"))
+    repo = git_repository(root, ["src/a/b.py"])
+    context = LocalContext(
+        host=this_host(),
+        pid=os.getpid(),
+        project="shop",
+        worktree=os.fsencode(repo).decode("utf-8", "replace"),
+        branch="main",
+        folder=str(repo),
+    )
+    session = await office.presence.open_local_session(context, name="alice")
+    alice = Caller(session.agent, session.id)
+    bob = await session_caller(office, "bob")
+    await office.reservations.reserve(bob, ["src/a/**"])
+    result = await office.reservations.reserve(alice, ["**/*.py"])
+    assert [c.path for c in result.conflicts] == ["**/*.py"]
+
+
 async def test_matching_globs_against_a_large_worktrees_files_holds_up_nothing_else(
     office: PostOffice, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -80,6 +80,8 @@ class _Place:
     host: str | None
     worktree: str | None
     """The caller's session's, when it works in this project."""
+    folder: str | None
+    """The same worktree where git is asked (presence.folder): its real name on this host."""
     held: list[Reservation]
 
 
@@ -141,13 +143,14 @@ class Reservations:
         if project is None and own is None:
             raise invalid(NO_PROJECT)
         chosen = project or own or ""
-        here = session is not None and chosen == session.project
+        here = session if session is not None and chosen == session.project else None
         now = self.store.clock()
         return _Place(
             project=chosen,
             session_id=caller.session_id,
-            host=session.host if here and session is not None else None,
-            worktree=session.worktree if here and session is not None else None,
+            host=None if here is None else here.host,
+            worktree=None if here is None else here.worktree,
+            folder=None if here is None else self.presence.folder(here.id, here.worktree),
             held=rows.live(conn, chosen, now, self.settings.offline_after_s),
         )
 
@@ -162,7 +165,7 @@ class Reservations:
         """The worktree's tracked files, when the worktree is here and a glob is involved in
         what `place` holds (or `whatever_is_held`). None when they could have been read but no
         glob asked for them: a later view with a glob needs them read (see reserve)."""
-        worktree = local_worktree(place.host, place.worktree)
+        worktree = local_worktree(place.host, place.folder)
         if worktree is None:
             return no_tracked_files  # the first overlap rule alone, whatever is held
         if not whatever_is_held and not _globs_involved(paths, place.held, agent):
