@@ -3,12 +3,15 @@ conflicts with whom."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.reservations import (
+    DEFAULT_TTL_S,
     MAX_PATH_CHARS,
     MAX_PATHS,
     MAX_TTL_S,
@@ -395,3 +398,10 @@ def test_answers_read_back_from_their_json() -> None:
     assert ReserveResult.from_dict(result.to_dict()) == result
     changed = ReservationsChanged([mine], ["r_gone"])
     assert ReservationsChanged.from_dict(changed.to_dict()) == changed
+
+
+def test_a_reservation_without_a_recorded_ttl_is_renewed_for_no_less_than_it_has_left() -> None:
+    old = Reservation("r_1", "shop", "alice", "a", True, "", 0.0, 1000.0 + 2 * 3600)
+    assert old.own_ttl(now=1000.0) == 2 * 3600
+    assert old.own_ttl(now=1000.0 + 2 * 3600 - 60) == DEFAULT_TTL_S
+    assert replace(old, ttl_s=60.0).own_ttl(now=1000.0) == 60.0

@@ -65,6 +65,8 @@ async def test_reserve_list_renew_and_release_over_rest(office: Office) -> None:
     assert [r.agent for r in await bob.reservations(path="src/a.py")] == ["alice"]
     assert sorted(r.agent for r in await bob.reservations()) == ["alice", "bob"]
 
+    [kept] = (await alice.renew_reservations()).reservations
+    assert kept.ttl_s == 600  # its own, not the default hour
     renewed = await alice.renew_reservations(ttl_s=3600)
     assert [r.id for r in renewed.reservations] == [granted.id]
     assert renewed.reservations[0].expires_at > granted.expires_at

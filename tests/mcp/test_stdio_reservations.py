@@ -127,6 +127,16 @@ async def test_two_globs_conflict_when_a_tracked_file_matches_both(
     assert [r["path"] for r in result["granted"]] == ["docs/**"]
 
 
+async def test_renewing_without_a_ttl_keeps_the_ttl_the_reservation_was_given(
+    agents: Agents, repo: Path
+) -> None:
+    alice, _ = await pair(agents, repo)
+    [day] = (await alice.call("reserve", paths=["src/**"], ttl_s=86_400))["granted"]
+    [renewed] = (await alice.call("renew_reservations"))["reservations"]
+    assert renewed["ttl_s"] == 86_400
+    assert renewed["expires_at"] >= day["expires_at"]
+
+
 async def test_a_path_outside_the_project_is_refused(agents: Agents, repo: Path) -> None:
     alice, _ = await pair(agents, repo)
     assert await alice.refused("reserve", paths=["/etc/passwd"]) == "invalid_argument"

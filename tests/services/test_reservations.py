@@ -508,6 +508,26 @@ async def test_renewing_without_ids_renews_every_reservation_of_the_caller_in_th
     assert await held(office, alice) == [("alice", "src/a.py"), ("alice", "src/b.py")]
 
 
+async def test_renewing_without_a_ttl_keeps_each_reservations_own_ttl_from_now(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A day-long claim renewed without a ttl must not shrink to the default hour."""
+    alice = await session_caller(office, "alice")
+    [day] = (await office.reservations.reserve(alice, ["a"], ttl_s=86_400)).granted
+    [minute] = (await office.reservations.reserve(alice, ["b"], ttl_s=60)).granted
+    clock.advance(30)
+    renewed = await office.reservations.renew_reservations(alice)
+    expiry = {r.id: r.expires_at for r in renewed.reservations}
+    assert expiry == {day.id: clock.now + 86_400, minute.id: clock.now + 60}
+    await office.reservations.renew_reservations(alice, [minute.id], ttl_s=600)
+    clock.advance(100)
+    await office.presence.heartbeat(alice.session_id or "")
+    [again] = (await office.reservations.renew_reservations(alice, [minute.id])).reservations
+    assert again.expires_at == clock.now + 600  # the ttl it was last given
+    listed = {r.id: r.expires_at for r in await office.reservations.reservations(alice)}
+    assert listed == {day.id: clock.now - 100 + 86_400, minute.id: clock.now + 600}
+
+
 async def test_renewing_by_id_renews_only_those_and_reports_the_rest(
     office: PostOffice, pair: Pair, clock: FakeClock
 ) -> None:

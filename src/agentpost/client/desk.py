@@ -429,7 +429,7 @@ class RemoteDesk:
         )
 
     async def renew_reservations(
-        self, ids: list[str] | None = None, *, ttl_s: float = 3600
+        self, ids: list[str] | None = None, *, ttl_s: float | None = None
     ) -> ReservationsChanged:
         return await self.keep_session(lambda: self.client.renew_reservations(ids, ttl_s=ttl_s))
 

@@ -25,10 +25,10 @@ def reserve(
 
 
 def renew_reservations(
-    ids: str | Sequence[str] | None = None, *, ttl_s: float = 3600
+    ids: str | Sequence[str] | None = None, *, ttl_s: float | None = None
 ) -> Request[ReservationsChanged]:
-    """Extend your live reservations to `ttl_s` from now: those of `ids`, else every one of
-    yours in your project."""
+    """Extend your live reservations to `ttl_s` from now (without it, each one's own ttl, the
+    last it was given): those of `ids`, else every one of yours in your project."""
     json = fields(ids=None if ids is None else listed(ids), ttl_s=ttl_s)
     return Request(ReservationsChanged.from_dict, json=json)
 

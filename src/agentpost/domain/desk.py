@@ -192,9 +192,10 @@ class Desk(Protocol):
         ...
 
     async def renew_reservations(
-        self, ids: list[str] | None = None, *, ttl_s: float = 3600
+        self, ids: list[str] | None = None, *, ttl_s: float | None = None
     ) -> ReservationsChanged:
-        """Extend your live reservations (those of `ids`, else all in your project)."""
+        """Extend your live reservations (those of `ids`, else all in your project) by
+        `ttl_s`, else by each one's own ttl."""
         ...
 
     async def release_reservations(

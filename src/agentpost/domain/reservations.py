@@ -257,6 +257,14 @@ class Reservation:
     """Where the holder works: the commit guard of that worktree lets its commits through."""
     trust: Trust = Trust.VERIFIED
     """The holder's: whether its reason is a colleague's words or a stranger's."""
+    ttl_s: float | None = None
+    """The ttl it was last given (reserved or renewed with): a renewal without one keeps it.
+    None for a reservation made before it was recorded."""
+
+    def own_ttl(self, now: float) -> float:
+        """The ttl a renewal without one gives: the reservation's own, else never less than it
+        has left (nor than the default)."""
+        return self.ttl_s or max(DEFAULT_TTL_S, self.expires_at - now)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -270,6 +278,7 @@ class Reservation:
             "expires_at": self.expires_at,
             "worktree": self.worktree,
             "trust": self.trust.value,
+            "ttl_s": self.ttl_s,
         }
 
     @classmethod
@@ -285,6 +294,7 @@ class Reservation:
             expires_at=data["expires_at"],
             worktree=data.get("worktree"),
             trust=Trust(data.get("trust", Trust.VERIFIED.value)),
+            ttl_s=data.get("ttl_s"),
         )
 
 

@@ -96,7 +96,9 @@ class ReserveBody(Body):
 
 class RenewReservationsBody(Body):
     ids: list[str] | None = Field(None, description="Omitted: all of yours in your project.")
-    ttl_s: float = 3600
+    ttl_s: float | None = Field(
+        None, description="Omitted: each reservation's own, the ttl it was last given."
+    )
 
 
 class ReleaseReservationsBody(Body):

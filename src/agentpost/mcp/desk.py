@@ -240,7 +240,7 @@ class LocalDesk:
         )
 
     async def renew_reservations(
-        self, ids: list[str] | None = None, *, ttl_s: float = 3600
+        self, ids: list[str] | None = None, *, ttl_s: float | None = None
     ) -> ReservationsChanged:
         return await self.office.reservations.renew_reservations(self.caller, ids, ttl_s=ttl_s)
 

@@ -67,9 +67,12 @@ def register_reservation_tools(server: MailboxServer, desk: Desk) -> None:
             )
         return await reply(result.to_dict(), "\n".join(lines))
 
-    async def renew_reservations(ids: list[str] | None = None, ttl_s: float = 3600) -> ToolOutput:
-        """Extend your reservations to `ttl_s` from now: those of `ids`, else all of yours in
-        your project. An expired one cannot be renewed: reserve it again."""
+    async def renew_reservations(
+        ids: list[str] | None = None, ttl_s: float | None = None
+    ) -> ToolOutput:
+        """Extend your reservations to `ttl_s` from now (omitted: each one's own ttl, the last
+        it was given): those of `ids`, else all of yours in your project. An expired one cannot
+        be renewed: reserve it again."""
         done = await desk.renew_reservations(ids, ttl_s=ttl_s)
         return await reply(done.to_dict(), changed("Renewed", done))
 

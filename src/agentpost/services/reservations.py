@@ -219,6 +219,7 @@ class Reservations:
                     "exclusive": exclusive,
                     "reason": why,
                     "expires_at": now + ttl,
+                    "ttl_s": ttl,
                     "worktree": place.worktree,
                 }
                 if path in mine:
@@ -269,22 +270,30 @@ class Reservations:
         return await self.store.write(partial(tx, known=read, looked=looked))
 
     async def renew_reservations(
-        self, caller: Caller, ids: Sequence[str] | None = None, *, ttl_s: float = DEFAULT_TTL_S
+        self,
+        caller: Caller,
+        ids: Sequence[str] | None = None,
+        *,
+        ttl_s: float | None = None,
     ) -> ReservationsChanged:
-        """Move the caller's live reservations' expiry to `ttl_s` from now: those of `ids`
-        (in any project), or every one in the caller's project. An expired or released one
-        is not renewed (someone else may hold its paths by now): reserve it again."""
+        """Move the caller's live reservations' expiry to `ttl_s` from now (without one, each
+        one's own ttl, the last it was given): those of `ids` (in any project), or every one in
+        the caller's project. An expired or released one is not renewed (someone else may hold
+        its paths by now): reserve it again."""
         chosen_ids = None if ids is None else check_ids(ids)
-        ttl = check_ttl(ttl_s)
+        ttl = None if ttl_s is None else check_ttl(ttl_s)
         place = await self._place(caller)
 
         def tx(conn: Connection) -> ReservationsChanged:
             now = self.store.clock()
             beat_asking(conn, place.session_id, now)
             found, missing = self._own(conn, caller, place.project, chosen_ids, now)
+            renewed: list[Reservation] = []
             for r in found:
-                rows.change(conn, r.id, expires_at=now + ttl)
-            return ReservationsChanged([replace(r, expires_at=now + ttl) for r in found], missing)
+                own = r.own_ttl(now) if ttl is None else ttl
+                rows.change(conn, r.id, expires_at=now + own, ttl_s=own)
+                renewed.append(replace(r, expires_at=now + own, ttl_s=own))
+            return ReservationsChanged(renewed, missing)
 
         return await self.store.write(tx)
 

@@ -97,6 +97,7 @@ def add(conn: Connection, reservation: Reservation, session_id: str | None) -> N
             reason=reservation.reason,
             created_at=reservation.created_at,
             expires_at=reservation.expires_at,
+            ttl_s=reservation.ttl_s,
         )
     )
 
@@ -126,4 +127,5 @@ def reservation_of(row: Row[Any]) -> Reservation:
         expires_at=row.expires_at,
         worktree=row.worktree,
         trust=Trust(row.holder_trust or Trust.UNTRUSTED.value),
+        ttl_s=row.ttl_s,
     )

@@ -334,6 +334,7 @@ reservations = Table(
     Column("reason", Text, nullable=False, server_default=""),
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
+    Column("ttl_s", Float),  # the ttl last given: a renewal without one keeps it
     Column("released_at", Float),
     Index("ix_reservations_project", "project", "released_at", "expires_at"),
     Index("ix_reservations_agent", "agent", "released_at"),
