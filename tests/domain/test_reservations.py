@@ -389,6 +389,29 @@ def test_without_a_name_only_the_worktree_says_what_is_yours() -> None:
     assert [(path, r.agent) for path, r in refused] == [("README.md", "me")]
 
 
+# -- Unicode spellings -----------------------------------------------------------------------------
+
+NFC = "caf\u00e9.py"  # é as one code point, as most systems write it
+NFD = "cafe\u0301.py"  # e and a combining accent, as macOS writes file names
+
+
+def test_a_path_spelled_in_nfd_is_the_same_claim_as_in_nfc() -> None:
+    assert normalise_path(NFD) == NFC
+    assert check_paths([NFC, f"./{NFD}"]) == [NFC]
+
+
+def test_the_spelling_of_a_tracked_or_staged_file_does_not_hide_it_from_a_claim() -> None:
+    tracked = tracked_matcher([f"src/{NFD}", "src/other.py"])
+    assert overlaps(normalise_path("src/*.py"), normalise_path("src/caf*"), tracked)
+    refused = held_against([f"src/{NFD}"], [held("bob", f"src/{NFC}")], agent="me", worktree=None)
+    assert [(path, r.agent) for path, r in refused] == [(f"src/{NFD}", "bob")]
+
+
+def test_case_tells_paths_apart_as_git_and_linux_do() -> None:
+    assert check_paths(["README.md", "readme.md"]) == ["README.md", "readme.md"]
+    assert not overlaps("README.md", "readme.md")
+
+
 # -- the records as JSON --------------------------------------------------------------------------
 
 

@@ -102,6 +102,20 @@ async def test_paths_reserved_in_one_call_are_listed_in_the_order_asked(
     assert [r.path for r in await office.reservations.reservations(alice)] == asked
 
 
+async def test_a_file_named_in_nfd_and_in_nfc_is_one_file_to_reserve(
+    office: PostOffice, pair: Pair
+) -> None:
+    """macOS writes `é` as `e` and a combining accent: the claims of two agents on one
+    file must meet however each spelled it."""
+    alice, bob = pair
+    [mine] = (await office.reservations.reserve(alice, ["src/cafe\u0301.py"])).granted
+    assert mine.path == "src/caf\u00e9.py"
+    theirs = await office.reservations.reserve(bob, ["src/caf\u00e9.py"])
+    assert [(c.path, c.holder) for c in theirs.conflicts] == [("src/caf\u00e9.py", "alice")]
+    released = await office.reservations.release_reservations(alice, paths="src/cafe\u0301.py")
+    assert [r.id for r in released.reservations] == [mine.id]
+
+
 async def test_shared_reservations_coexist(office: PostOffice, pair: Pair) -> None:
     alice, bob = pair
     await office.reservations.reserve(alice, ["src/**"], exclusive=False)

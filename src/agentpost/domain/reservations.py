@@ -39,8 +39,16 @@ _DRIVE = re.compile(r"^[A-Za-z]:")
 # -- patterns -------------------------------------------------------------------------------------
 
 
+def spelled(path: str) -> str:
+    """A path in the one Unicode spelling claims are compared in (NFC): macOS writes `é` as
+    `e` and a combining accent, most systems as one code point, and to a user both name one
+    file. Case is kept: git and Linux tell `README.md` and `readme.md` apart."""
+    return unicodedata.normalize("NFC", path)
+
+
 def normalise_path(path: str) -> str:
-    """The one spelling of a reserved path: `./src//a/` and `src/a` are the same claim.
+    """The one spelling of a reserved path: `./src//a/` and `src/a` are the same claim, and so
+    are its NFC and NFD forms (`spelled`).
 
     Refused (`invalid_argument`): empty, absolute, escaping the root with `..` (or undoing a
     glob with it, which would narrow the claim), backslashes (git paths use `/`), control
@@ -49,7 +57,7 @@ def normalise_path(path: str) -> str:
     """
     if not isinstance(path, str):
         raise invalid("a reserved path is a string", path=repr(path))
-    text = path.strip()
+    text = spelled(path.strip())
     if not text:
         raise invalid("a reserved path may not be empty")
     if len(text) > MAX_PATH_CHARS:
@@ -196,7 +204,7 @@ def tracked_matcher(files: Iterable[str]) -> Tracked:
     Only the files that begin with a pattern's text before its first wildcard are matched
     against it (found by bisection in the sorted list), as no other can match: in a repository
     of 50,000 files, 200 claims of folders and files are otherwise seconds each call."""
-    listed = sorted(files)
+    listed = sorted(spelled(f) for f in files)
     found: dict[str, tuple[str, ...]] = {}
 
     def matching(pattern: str) -> Sequence[str]:
@@ -431,4 +439,4 @@ def held_against(
         others = [r for r in held if r.exclusive and r.agent != agent]
     else:
         others = [r for r in held if r.exclusive and (worktree is None or r.worktree != worktree)]
-    return [(p, r) for p in paths for r in others if matches(r.path, p)]
+    return [(p, r) for p in paths for r in others if matches(r.path, spelled(p))]
