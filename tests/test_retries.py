@@ -67,3 +67,28 @@ def test_failures_with_ever_new_messages_are_remembered_within_bounds(
         retries.failed("webhook dispatcher", RuntimeError("delivery 0"))
     assert len(warnings(caplog)) == 10_001
     assert warnings(caplog)[-1].endswith("delivery 0")
+
+
+def test_a_loop_that_recovered_and_fails_again_warns_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Quiet is for a failure that lasts: once its loop has worked again, the same failure
+    is news, however soon it comes back."""
+    clock = FakeClock()
+    retries = RetryLog(log, clock)
+    with caplog.at_level(logging.INFO, logger=log.name):
+        retries.failed("heartbeat", RuntimeError("gone"))
+        retries.failed("sweep", RuntimeError("gone"))
+        clock.advance(5)
+        retries.recovered("heartbeat")
+        retries.recovered("heartbeat")  # said once
+        clock.advance(5)
+        retries.failed("heartbeat", RuntimeError("gone"))
+        retries.failed("sweep", RuntimeError("gone"))  # still the same failure: quiet
+    told = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert told == [
+        ("WARNING", "heartbeat failed, will retry: gone"),
+        ("WARNING", "sweep failed, will retry: gone"),
+        ("INFO", "heartbeat works again"),
+        ("WARNING", "heartbeat failed, will retry: gone"),
+    ]

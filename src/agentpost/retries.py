@@ -4,7 +4,9 @@ The heartbeat, the news watch, the sweeper, standing for leader, the webhook dis
 a database is down, or the SQLite file was deleted under the process, each fails the same way
 at every round, some every second. One warning per failure says what is wrong; the same
 failure again within `QUIET_S` is logged at debug only, so a log stays readable and a problem
-that lasts is still named now and then. Standard library only, so every layer may use it.
+that lasts is still named now and then. A loop that works again says so (`recovered`): the
+failure is then forgotten, and warned of again if it comes back. Standard library only, so
+every layer may use it.
 """
 
 from __future__ import annotations
@@ -41,3 +43,14 @@ class RetryLog:
         while len(self._told) > _REMEMBERED:
             del self._told[next(iter(self._told))]
         self._log.warning("%s failed, will retry: %s", what, error)
+
+    def recovered(self, what: str) -> None:
+        """A round of `what` has worked: its failures are over, and told again should they
+        come back, however soon. Cheap when nothing failed: loops call it every round."""
+        if not self._told:
+            return
+        over = [key for key in self._told if key[0] == what]
+        for key in over:
+            del self._told[key]
+        if over:
+            self._log.info("%s works again", what)

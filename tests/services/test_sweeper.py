@@ -3,6 +3,7 @@ process sent it. These run on the real clock: what is tested is when the sweeper
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -153,3 +154,31 @@ async def test_a_failed_round_is_tried_again_at_the_next_look_not_at_once(
     async with sweeping(Sweeper(office.mailbox, look_every_s=0.5)):
         await anyio.sleep(1.2)
     assert 2 <= len(tried) <= 4  # at 0, 0.5 and 1.0 s: not a loop as fast as it can go
+
+
+async def test_a_sweeper_that_recovered_warns_again_when_it_fails_again(
+    open_office: OpenOffice, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Quiet is for a failure that lasts, not for one that came back after the sweeper had
+    worked again: that is news to whoever reads the log."""
+    office: PostOffice = await open_office()
+    expire_due = office.mailbox.expire_due
+    rounds = iter([False, True, False])  # fails, works, fails again
+    done = anyio.Event()
+    full = f"disk {id(office)} is full"  # a failure of this test's own
+
+    async def flaky() -> float | None:
+        works = next(rounds, None)
+        if works is None:
+            done.set()
+        elif not works:
+            raise AgentpostError(ErrorCode.UNAVAILABLE, full)
+        return await expire_due()
+
+    monkeypatch.setattr(office.mailbox, "expire_due", flaky)
+    with caplog.at_level(logging.WARNING, logger="agentpost.services.sweeper"):
+        async with sweeping(Sweeper(office.mailbox, look_every_s=0.05)):
+            with anyio.fail_after(10):
+                await done.wait()
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warned == [f"sweep failed, will retry: unavailable: {full}"] * 2

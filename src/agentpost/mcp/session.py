@@ -80,6 +80,8 @@ def survive(what: str) -> Iterator[None]:
         yield
     except AgentpostError as err:
         _retries.failed(what, err)
+    else:
+        _retries.recovered(what)
 
 
 async def every(period_s: float, what: str, action: Callable[[], Awaitable[None]]) -> None:

@@ -167,6 +167,7 @@ class Events:
                     await news.wait(RETRY_S)
                     reach = None
                     continue
+                _retries.recovered("watching for news")
                 if reach:
                     for agent, seq in reach.items():
                         told[agent] = max(seq, told.get(agent, -1))

@@ -235,6 +235,7 @@ class Leadership:
                 _retries.failed(f"standing for leader of {project}", err)
                 await anyio.sleep(err.retry_after_s or 1)  # a send rate's window: its end
                 continue
+            _retries.recovered(f"standing for leader of {project}")
             await self._until_seat_may_change(seat, version)
 
     async def _claim_if_free(

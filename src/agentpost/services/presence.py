@@ -469,6 +469,8 @@ class PresenceService:
                         group.cancel_scope.cancel()
                         return
                     _retries.failed("a held-open stream's heartbeat", err)  # busy
+                else:
+                    _retries.recovered("a held-open stream's heartbeat")
 
         async def stop() -> None:
             nonlocal ended

@@ -73,6 +73,8 @@ class Sweeper:
                 next_look = min(clock() + self.look_every_s, sweep_at, due_at)
             except AgentpostError as err:  # tried again at the next look, not at once
                 _retries.failed("sweep", err)
+            else:
+                _retries.recovered("sweep")
             now = clock()
             self._looks_at = next_look
             with anyio.move_on_after(max(0.0, self._looks_at - now)):

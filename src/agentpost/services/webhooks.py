@@ -193,6 +193,8 @@ class Webhooks:
                                     raise
                                 _retries.failed("webhook dispatcher", err)
                                 sleep = UNAVAILABLE_RETRY_S
+                            else:
+                                _retries.recovered("webhook dispatcher")
                             await self._until_work(news, sleep)
                     finally:
                         self._news = None
