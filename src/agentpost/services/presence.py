@@ -162,13 +162,10 @@ class PresenceService:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
-        self._folders: dict[str, str] = {}
-        """The worktree folders of the local sessions this process opened, as the file system
-        names them: the store keeps them as text, an undecodable byte as U+FFFD."""
+        self._folders: dict[str, str] = {}  # of local sessions opened here: LocalContext.folder
 
     def folder(self, session_id: str | None, worktree: str | None) -> str | None:
-        """Where git is asked about a session's worktree: its real folder when this process
-        opened it, else the worktree as the session shows it."""
+        """Where git is asked about a session's worktree (the store's text may hold U+FFFD)."""
         return self._folders.get(session_id or "", worktree)
 
     # -- identities -------------------------------------------------------------------------
@@ -250,8 +247,7 @@ class PresenceService:
             return session
 
         opened = await self.store.write(tx)
-        if context.folder is not None and context.folder != context.worktree:
-            self._folders[opened.id] = context.folder
+        self._folders[opened.id] = context.folder or context.worktree
         return opened
 
     async def open_http_session(
@@ -428,10 +424,9 @@ class PresenceService:
         )
 
     async def end_session(self, session_id: str) -> None:
-        await self.store.write(
-            lambda conn: rows.end_sessions(conn, [session_id], self.store.clock())
-        )
         self._folders.pop(session_id, None)
+        ended = [session_id]
+        await self.store.write(lambda conn: rows.end_sessions(conn, ended, self.store.clock()))
 
     def _own_session(self, conn: Connection, caller: Caller, session_id: str) -> Row[Any]:
         """A session of the caller's own; another agent's is as unknown as a missing one."""
