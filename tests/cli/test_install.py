@@ -388,3 +388,88 @@ def test_claude_refuses_a_project_folder_that_is_not_there_and_makes_none(tmp_pa
     assert done.returncode == 2
     assert "--project" in done.stderr
     assert not typo.exists()
+
+
+# -- uninstall ------------------------------------------------------------------------------------
+
+
+def uninstall(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(AGENTPOST), "uninstall", *args],
+        cwd=cwd,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_uninstall_claude_takes_back_exactly_what_install_added(tmp_path: Path) -> None:
+    """Settings written as install writes them (two-space JSON) come back byte for byte."""
+    root = tmp_path / "project"
+    for path, value in ((".mcp.json", THEIR_MCP), (".claude/settings.json", THEIR_SETTINGS)):
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(json.dumps(value, indent=2) + "\n")
+    files = (root / ".mcp.json", root / ".claude" / "settings.json")
+    before = snapshot(*files)
+    assert install("claude", cwd=root).returncode == 0
+    assert snapshot(*files) != before
+    done = uninstall("claude", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert snapshot(*files) == before
+    assert "removed the MCP server 'agentpost'" in done.stdout
+    again = uninstall("claude", cwd=root)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("nothing of agentpost's, unchanged") == 2
+
+
+def test_uninstall_claude_removes_the_files_install_made(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    root.mkdir()
+    assert install("claude", cwd=root).returncode == 0
+    assert (root / ".mcp.json").exists()
+    done = uninstall("claude", cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in root.iterdir()) == []
+
+
+def test_uninstall_claude_keeps_their_hooks_in_a_group_with_ours(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    theirs = {"type": "command", "command": "say hi"}
+    ours = {"type": "command", "command": "agentpost hook claude"}
+    settings = {"hooks": {"SessionStart": [{"hooks": [theirs, ours]}]}, "model": "opus"}
+    write_json(root / ".claude" / "settings.json", settings)
+    assert uninstall("claude", cwd=root).returncode == 0
+    left = json.loads((root / ".claude" / "settings.json").read_text())
+    assert left == {"hooks": {"SessionStart": [{"hooks": [theirs]}]}, "model": "opus"}
+
+
+def test_uninstall_claude_dry_run_prints_the_change_and_writes_nothing(tmp_path: Path) -> None:
+    root = project(tmp_path)
+    assert install("claude", cwd=root).returncode == 0
+    files = (root / ".mcp.json", root / ".claude" / "settings.json")
+    before = snapshot(*files)
+    dry = uninstall("claude", "--dry-run", cwd=root)
+    assert dry.returncode == 0, dry.stderr
+    assert snapshot(*files) == before
+    assert '-    "agentpost": {' in dry.stdout
+    assert "would change" in dry.stdout
+
+
+def test_install_claude_repairs_a_command_whose_agentpost_is_gone(tmp_path: Path) -> None:
+    """A moved or deleted virtualenv leaves an absolute path to nothing: install points it at
+    this agentpost again, keeping the rest of the entry as the user wrote it."""
+    root = tmp_path / "project"
+    gone = str(tmp_path / "old-venv" / "bin" / "agentpost")
+    server = {"command": gone, "args": ["mcp", "--url", "https://post.example"], "env": {"A": "1"}}
+    write_json(root / ".mcp.json", {"mcpServers": {"agentpost": server}})
+    hook = {"type": "command", "command": f"{gone} hook claude", "timeout": 10}
+    write_json(root / ".claude" / "settings.json", {"hooks": {"SessionStart": [{"hooks": [hook]}]}})
+    done = install("claude", cwd=root, path="/usr/bin:/bin")
+    assert done.returncode == 0, done.stderr
+    now = str(AGENTPOST.resolve())
+    mcp = json.loads((root / ".mcp.json").read_text())
+    assert mcp["mcpServers"]["agentpost"] == {**server, "command": now}
+    settings = json.loads((root / ".claude" / "settings.json").read_text())
+    assert our_commands(settings, "SessionStart") == [f"{now} hook claude"]
+    assert "repaired" in done.stdout

@@ -1,4 +1,5 @@
-"""`agentpost install claude|codex`: put agentpost into an agent client's settings, merging.
+"""`agentpost install claude|codex`: put agentpost into an agent client's settings, merging;
+`agentpost uninstall claude` takes it out again.
 
 `claude` writes the MCP server entry into the project's `.mcp.json` and the hooks
 (SessionStart, UserPromptSubmit, PostToolUse → `agentpost hook claude`) into the project's
@@ -9,7 +10,11 @@ Merging, never clobbering: every other key, server and hook stays as it was; an 
 server entry that is already there is kept as written (it may carry the user's own `--url` or
 environment), and a hook already running `agentpost hook claude` is not added again. So running
 it twice changes nothing, and `--dry-run` prints the change as a diff and writes nothing. A file
-that is not valid JSON or TOML is refused, untouched.
+that is not valid JSON or TOML is refused, untouched. An entry or hook whose command is an
+absolute path to an `agentpost` that is gone (a moved virtualenv) is pointed at this one.
+
+Uninstalling removes the `agentpost` server and every hook running `agentpost hook claude`, and
+the groups, lists and files that held only them; the rest is written back as install writes it.
 
 The command: `agentpost` when that name on PATH is this installation, else this installation's
 absolute path (so a Claude Code started from another shell still finds it). `.mcp.json` is often
@@ -28,7 +33,7 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -48,8 +53,11 @@ class Change:
 
     path: Path
     before: str | None
-    after: str
+    after: str | None
+    """None: the file is removed."""
     done: list[str]
+    folder: Path | None = None
+    """Removed too when removing the file leaves it empty (a folder install made)."""
 
     @property
     def changed(self) -> bool:
@@ -59,9 +67,9 @@ class Change:
         return "".join(
             difflib.unified_diff(
                 (self.before or "").splitlines(keepends=True),
-                self.after.splitlines(keepends=True),
+                (self.after or "").splitlines(keepends=True),
                 fromfile=str(self.path) if self.before is not None else "/dev/null",
-                tofile=str(self.path),
+                tofile=str(self.path) if self.after is not None else "/dev/null",
             )
         )
 
@@ -163,12 +171,21 @@ def _table(parent: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
     return value
 
 
-def _json_change(path: Path, merge: Callable[[dict[str, Any]], list[str]]) -> Change:
+def _json_change(
+    path: Path, merge: Callable[[dict[str, Any]], list[str]], *, removing: bool = False
+) -> Change:
+    """The file with `merge` done to its settings; removed when that left it an empty object
+    (uninstalling what made it), unchanged when `merge` did nothing."""
     before = _read(path)
+    if before is None and removing:
+        return Change(path, None, None, [])
     data = _json_object(path, before)
     done = merge(data)
-    after = json.dumps(data, indent=2, ensure_ascii=False) + "\n" if done else before or ""
-    return Change(path, before, after, done)
+    if not done:
+        return Change(path, before, before or "", done)
+    if not data and not path.is_symlink():  # a link stays, its target holding `{}`
+        return Change(path, before, None, done)
+    return Change(path, before, json.dumps(data, indent=2, ensure_ascii=False) + "\n", done)
 
 
 def _is_our_hook(hook: Any) -> bool:
@@ -177,6 +194,16 @@ def _is_our_hook(hook: Any) -> bool:
         return isinstance(command, str) and shlex.split(command)[-2:] == ["hook", "claude"]
     except ValueError:  # unbalanced quotes: someone else's command
         return False
+
+
+def _gone(program: str) -> bool:
+    """An absolute path to an `agentpost` that is no longer there (a moved virtualenv)."""
+    path = Path(program)
+    return path.is_absolute() and path.name == SERVER and not os.access(path, os.X_OK)
+
+
+def _hook_program(hook: dict[str, Any]) -> str:
+    return shlex.split(hook["command"])[0]
 
 
 def _hooks_of(group: Any) -> list[Any]:
@@ -190,6 +217,10 @@ def claude_changes(project: Path, command: str) -> list[Change]:
 
     def add_server(data: dict[str, Any]) -> list[str]:
         servers = _table(data, "mcpServers", project / ".mcp.json")
+        entry = servers.get(SERVER)
+        if isinstance(entry, dict) and _gone(str(entry.get("command"))):
+            entry["command"] = command
+            return [f"repaired the MCP server {SERVER!r}: its agentpost is gone, now {command}"]
         if SERVER in servers:
             return []
         servers[SERVER] = {"command": command, "args": ["mcp"]}
@@ -207,7 +238,12 @@ def claude_changes(project: Path, command: str) -> list[Change]:
                 raise AgentpostError(
                     ErrorCode.INVALID_ARGUMENT, f"{path}: hooks.{event} is not a list"
                 )
-            if any(_is_our_hook(h) for g in groups for h in _hooks_of(g)):
+            ours = [h for g in groups for h in _hooks_of(g) if _is_our_hook(h)]
+            for hook in ours:
+                if _gone(_hook_program(hook)):
+                    hook["command"] = hook_command
+                    done.append(f"repaired the {event} hook: its agentpost is gone")
+            if ours:
                 continue
             group: dict[str, Any] = {"matcher": "*"} if event == "PostToolUse" else {}
             group["hooks"] = [
@@ -220,6 +256,52 @@ def claude_changes(project: Path, command: str) -> list[Change]:
     return [
         _json_change(project / ".mcp.json", add_server),
         _json_change(project / ".claude" / "settings.json", add_hooks),
+    ]
+
+
+def claude_removals(project: Path) -> list[Change]:
+    """The two files of a Claude Code project without agentpost's server and hooks."""
+
+    def remove_server(data: dict[str, Any]) -> list[str]:
+        servers = data.get("mcpServers")
+        if not isinstance(servers, dict) or SERVER not in servers:
+            return []
+        del servers[SERVER]
+        if not servers:
+            del data["mcpServers"]
+        return [f"removed the MCP server {SERVER!r}"]
+
+    def remove_hooks(data: dict[str, Any]) -> list[str]:
+        hooks = data.get("hooks")
+        if not isinstance(hooks, dict):
+            return []
+        done = []
+        for event, groups in list(hooks.items()):
+            if not isinstance(groups, list):
+                continue
+            kept_groups, removed = [], False
+            for group in groups:
+                listed = _hooks_of(group)
+                kept = [h for h in listed if not _is_our_hook(h)]
+                removed = removed or len(kept) < len(listed)
+                if len(kept) < len(listed):
+                    if not kept:
+                        continue  # a group that held only ours
+                    group["hooks"] = kept
+                kept_groups.append(group)
+            if removed:
+                done.append(f"removed the {event} hook")
+                groups[:] = kept_groups
+                if not groups:
+                    del hooks[event]
+        if done and not hooks:
+            del data["hooks"]
+        return done
+
+    settings = _json_change(project / ".claude" / "settings.json", remove_hooks, removing=True)
+    return [
+        _json_change(project / ".mcp.json", remove_server, removing=True),
+        replace(settings, folder=project / ".claude"),
     ]
 
 
@@ -283,6 +365,7 @@ def _stage(change: Change) -> tuple[Path, Path]:
     except RuntimeError:
         raise _symlink_loop(change.path) from None
     staged = target.with_name(f".{target.name}.agentpost-{os.getpid()}")
+    assert change.after is not None  # a file to remove is not staged
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staged.write_text(change.after)
@@ -311,21 +394,37 @@ def _write(changes: list[Change]) -> None:
     staged: list[tuple[Path, Path]] = []
     try:
         for change in changes:
-            staged.append(_stage(change))
+            if change.after is not None:
+                staged.append(_stage(change))
     except AgentpostError:
         for _, partial in staged:
             _discard(partial)
         raise
     for target, partial in staged:
         os.replace(partial, target)
+    for change in changes:
+        if change.after is None:
+            _remove(change)
 
 
-def apply(changes: list[Change], *, dry_run: bool) -> list[str]:
+def _remove(change: Change) -> None:
+    try:
+        change.path.unlink()
+    except OSError as exc:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT, f"cannot remove {change.path}: {exc.strerror or exc}"
+        ) from None
+    if change.folder is not None:
+        with contextlib.suppress(OSError):  # not empty: someone else's files are in it
+            change.folder.rmdir()
+
+
+def apply(changes: list[Change], *, dry_run: bool, unchanged: str = "already set up") -> list[str]:
     """Write (or, dry, only describe) the changes; the lines to print."""
     lines: list[str] = []
     for change in changes:
         if not change.changed:
-            lines.append(f"{change.path}: already set up, unchanged")
+            lines.append(f"{change.path}: {unchanged}, unchanged")
         elif dry_run:
             lines.append(f"{change.path}: would change ({'; '.join(change.done)})")
             lines.append(change.diff().rstrip("\n"))
@@ -341,13 +440,24 @@ install_app = typer.Typer(
     no_args_is_help=True,
 )
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print the change; write nothing.")]
+ProjectOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--project",
+        exists=True,
+        file_okay=False,
+        help="The project folder (default: this repository's top, else here).",
+    ),
+]
 
 
-def _report(changes: Callable[[], list[Change]], dry_run: bool) -> None:
+def _report(
+    changes: Callable[[], list[Change]], dry_run: bool, unchanged: str = "already set up"
+) -> None:
     from agentpost.cli.render import refusal
 
     try:
-        lines = apply(changes(), dry_run=dry_run)
+        lines = apply(changes(), dry_run=dry_run, unchanged=unchanged)
     except AgentpostError as err:
         raise refusal(err) from None
     for line in lines:
@@ -357,20 +467,23 @@ def _report(changes: Callable[[], list[Change]], dry_run: bool) -> None:
 
 
 @install_app.command()
-def claude(
-    project: Annotated[
-        Path | None,
-        typer.Option(
-            exists=True,
-            file_okay=False,
-            help="The project folder (default: this repository's top, else here).",
-        ),
-    ] = None,
-    dry_run: DryRun = False,
-) -> None:
+def claude(project: ProjectOption = None, dry_run: DryRun = False) -> None:
     """`.mcp.json` (the MCP server) and `.claude/settings.json` (the hooks) of a project."""
     root = project or project_root(Path.cwd())
     _report(lambda: claude_changes(root, executable()), dry_run)
+
+
+uninstall_app = typer.Typer(
+    help="Take agentpost out of an agent client's settings (what install added, nothing else).",
+    no_args_is_help=True,
+)
+
+
+@uninstall_app.command("claude")
+def uninstall_claude(project: ProjectOption = None, dry_run: DryRun = False) -> None:
+    """Remove the MCP server from `.mcp.json` and the hooks from `.claude/settings.json`."""
+    root = project or project_root(Path.cwd())
+    _report(lambda: claude_removals(root), dry_run, unchanged="nothing of agentpost's")
 
 
 @install_app.command()

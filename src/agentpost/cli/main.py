@@ -17,7 +17,7 @@ import typer
 
 from agentpost.cli.entry import EXIT_CODES, key_for, serve_mcp
 from agentpost.cli.guard import guard_app
-from agentpost.cli.install import install_app
+from agentpost.cli.install import install_app, uninstall_app
 from agentpost.cli.speaking import AsOption, JsonOption, KeyOption, Speaker, UrlOption, run
 from agentpost.config import load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
@@ -529,4 +529,5 @@ def hook(
 
 
 app.add_typer(install_app, name="install")
+app.add_typer(uninstall_app, name="uninstall")
 app.add_typer(guard_app, name="guard")
