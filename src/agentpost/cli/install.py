@@ -488,5 +488,6 @@ def uninstall_claude(project: ProjectOption = None, dry_run: DryRun = False) -> 
 
 @install_app.command()
 def codex(dry_run: DryRun = False) -> None:
-    """`[mcp_servers.agentpost]` in `~/.codex/config.toml` ($CODEX_HOME if set)."""
+    r"""`\[mcp_servers.agentpost]` in `~/.codex/config.toml` ($CODEX_HOME if set)."""
+    # The help reads its text as Rich markup: `\[` keeps the table's name from being a tag.
     _report(lambda: [codex_change(codex_config_path(os.environ), executable())], dry_run)
