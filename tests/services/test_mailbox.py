@@ -346,6 +346,21 @@ async def test_a_broadcast_skips_full_inboxes_and_says_whose(open_office: OpenOf
     assert await bodies(office, bob) == ["fills bob"]
 
 
+async def test_a_broadcast_that_skips_nobody_answers_without_skipped_full(
+    open_office: OpenOffice,
+) -> None:
+    """As the README's tool table says: `skipped_full` comes only when someone was skipped."""
+    office = await open_office()
+    alice, _bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, "#general", "news")
+    assert sent.to_dict() == {
+        "id": sent.id,
+        "thread_id": sent.id,
+        "to": ["bob"],
+        "channel": "#general",
+    }
+
+
 async def test_the_default_cap_is_a_thousand_unacknowledged_messages(office: PostOffice) -> None:
     assert office.settings.max_unacked == 1000
     assert office.mailbox.limits.max_unacked == 1000
