@@ -1,13 +1,17 @@
 """docs/SERVICE.md is checked against the service: its REST table must list exactly the
 operations of the OpenAPI, and its tool-group table exactly the groups `/mcp` offers. The
-README's error table, which SERVICE.md sends REST users to, must give each code its status."""
+README's error table, which SERVICE.md sends REST users to, must give each code its status, and
+the Clients section must name every command that takes `--url`."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+import typer
 
+from agentpost.cli.main import app
 from agentpost.config import Settings
 from agentpost.domain.errors import ErrorCode
 from agentpost.http.app import build_rest_app
@@ -49,3 +53,18 @@ def test_the_readme_error_table_gives_each_code_its_http_status() -> None:
     rows = table(section(README, "Errors"))
     documented = {code(row["code"]): int(row["HTTP"]) for row in rows}
     assert documented == {c.value: STATUS[c] for c in ErrorCode}
+
+
+def test_the_clients_section_names_every_command_that_takes_url() -> None:
+    line = re.search(
+        r"\*\*Command line\*\*:(.*?)take the same", section(SERVICE_DOC, "Clients"), re.S
+    )
+    assert line, "docs/SERVICE.md's Clients section has no Command line entry"
+    documented = set(re.findall(r"`([a-z]+)`", line.group(1)))
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    taking_url = {
+        name
+        for name, command in commands.items()
+        if any("--url" in param.opts for param in command.params)
+    }
+    assert documented == taking_url - {"mcp"}  # `agentpost mcp --url` has its own entry
