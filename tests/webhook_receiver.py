@@ -1,20 +1,38 @@
 """A real HTTP receiver for webhook tests: a few lines of HTTP/1.1 over a TCP listener on
-127.0.0.1 that checks every X-Agentpost-Signature itself, answers what a test scripts (500, a
-redirect, 200) and records what came."""
+127.0.0.1 that checks every X-Agentpost-Signature with docs/SERVICE.md's own `verify`, as a
+reader would copy it, answers what a test scripts (500, a redirect, 200) and records what came."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
-from collections.abc import AsyncIterator
+import math
+import re
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
+
+SERVICE_DOC = Path(__file__).resolve().parents[1] / "docs" / "SERVICE.md"
+
+
+def documented_verify() -> Callable[..., bool]:
+    """The receiver's check that docs/SERVICE.md's Webhooks section shows, run as written."""
+    found = re.search(
+        r"```python\n(import hashlib, hmac, time\n.*?)```", SERVICE_DOC.read_text(), re.DOTALL
+    )
+    assert found, "docs/SERVICE.md shows no webhook receiver's check"
+    namespace: dict[str, Any] = {}
+    exec(found.group(1), namespace)
+    verify: Callable[..., bool] = namespace["verify"]
+    return verify
+
+
+verify_as_documented = documented_verify()
 
 
 @dataclass
@@ -36,6 +54,9 @@ class Receiver:
     """What to answer, in order; 200 once they run out."""
     stalls: int = 0
     """How many requests, the first ones, are taken and never answered."""
+    tolerance_s: float = math.inf
+    """How old a signature's `t` may be: the services' tests sign by a clock they move, so only
+    those against a real `serve` ask for the documented 300 s."""
     secret: str = ""
     url: str = ""
     port: int = 0
@@ -49,10 +70,10 @@ class Receiver:
         return self.requests[:count]
 
     def verify(self, headers: dict[str, str], body: bytes) -> bool:
-        parts = dict(p.split("=", 1) for p in headers.get("x-agentpost-signature", "").split(","))
-        signed = parts.get("t", "").encode() + b"." + body
-        expected = hmac.new(self.secret.encode(), signed, hashlib.sha256).hexdigest()
-        return hmac.compare_digest(expected, parts.get("v1", ""))
+        header = headers.get("x-agentpost-signature")
+        return header is not None and verify_as_documented(
+            self.secret, header, body, tolerance_s=self.tolerance_s
+        )
 
     async def handle(self, stream: SocketStream) -> None:
         async with stream:

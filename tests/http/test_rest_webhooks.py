@@ -27,7 +27,7 @@ async def deliveries(client: httpx.AsyncClient, hook_id: str) -> list[dict[str, 
 async def test_new_mail_is_delivered_signed_and_retried_after_a_failure(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")
-    receiver = Receiver(answers=[(500, {})])  # fails once, then takes it
+    receiver = Receiver(answers=[(500, {})], tolerance_s=300)  # fails once, then takes it
     async with listening(receiver):
         created = await bob.post(
             "/v1/webhooks", json={"url": receiver.url, "events": ["message.created"]}
@@ -62,7 +62,7 @@ async def test_a_delivery_in_flight_when_serve_stops_is_sent_again_at_the_next_s
 ) -> None:
     """Not after its lease (the attempt's timeout and half a minute): a restart is not a
     crash, and the process that stops knows which deliveries it abandoned."""
-    receiver = Receiver(stalls=1)  # takes the first POST and never answers it
+    receiver = Receiver(stalls=1, tolerance_s=300)  # takes the first POST and never answers it
     env = {"AGENTPOST_WEBHOOK_TIMEOUT_S": "120"}
     async with running_service(tmp_path, env) as service, listening(receiver):
         alice = await service.agent("alice")
@@ -86,7 +86,7 @@ async def test_unread_mail_tells_the_senders_webhook_when_its_ttl_falls_due(
 ) -> None:
     alice = await service.agent("alice")
     await service.agent("bob")  # who never reads
-    receiver = Receiver()
+    receiver = Receiver(tolerance_s=300)
     async with listening(receiver):
         created = await alice.post(
             "/v1/webhooks", json={"url": receiver.url, "events": ["message.expired"]}
