@@ -310,8 +310,12 @@ async def test_self_registration_is_closed_unless_the_owner_opens_it(service: Se
 
 
 async def test_a_self_registered_agents_mail_is_untrusted_until_vouched(tmp_path: Path) -> None:
+    """While an agent the owner made speaks `verified` from the start, as the README says."""
     async with running_service(tmp_path, {"AGENTPOST_OPEN_REGISTRATION": "true"}) as service:
         bob = await service.agent("bob")
+        alice = await service.agent("alice")
+        await alice.post("/v1/messages", json={"to": "bob", "body": "from a made agent"})
+        assert [m["trust"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["verified"]
         registered = await service.client().post(
             "/v1/register", json={"name": "drifter", "description": "a stranger"}
         )
