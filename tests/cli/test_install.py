@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -473,3 +474,22 @@ def test_install_claude_repairs_a_command_whose_agentpost_is_gone(tmp_path: Path
     settings = json.loads((root / ".claude" / "settings.json").read_text())
     assert our_commands(settings, "SessionStart") == [f"{now} hook claude"]
     assert "repaired" in done.stdout
+
+
+def test_both_installs_write_what_the_readme_tells_a_user_to_write_by_hand(tmp_path: Path) -> None:
+    """The README's `.mcp.json` and `~/.codex/config.toml` snippets, with `agentpost` on PATH."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    by_hand_json = re.search(r"```json\n(.*?)```", readme, re.DOTALL)
+    by_hand_toml = re.search(r"```toml\n(\[mcp_servers\.agentpost\].*?)```", readme, re.DOTALL)
+    assert by_hand_json, "the README shows no hand-written .mcp.json"
+    assert by_hand_toml, "the README shows no hand-written [mcp_servers.agentpost]"
+    on_path = f"{VENV_BIN}{os.pathsep}{os.environ['PATH']}"
+    root = tmp_path / "project"
+    root.mkdir()
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    assert install("claude", cwd=root, path=on_path).returncode == 0
+    assert install("codex", cwd=root, path=on_path, codex_home=codex_home).returncode == 0
+    assert json.loads((root / ".mcp.json").read_text()) == json.loads(by_hand_json.group(1))
+    written = tomllib.loads((codex_home / "config.toml").read_text())
+    assert written == tomllib.loads(by_hand_toml.group(1))
