@@ -12,7 +12,7 @@ from fastapi import Query
 from agentpost.domain.limits import MAX_SEQ
 from agentpost.http.deps import Me, Office
 from agentpost.http.routing import api_router
-from agentpost.http.schemas import CreateAgentBody, IssueKeyBody, LimitsBody
+from agentpost.http.schemas import CreateAgentBody, IssueKeyBody, LimitsBody, may_be_left_out
 
 router = api_router(prefix="/v1/admin", tags=["admin"])
 
@@ -64,7 +64,9 @@ async def set_limits(name: str, body: LimitsBody, office: Office, me: Me) -> dic
 
 
 @router.post("/agents/{name}/keys", status_code=201, operation_id="admin_issue_key")
-async def issue_key(name: str, body: IssueKeyBody, office: Office, me: Me) -> dict[str, Any]:
+async def issue_key(
+    name: str, body: Annotated[IssueKeyBody, may_be_left_out(IssueKeyBody)], office: Office, me: Me
+) -> dict[str, Any]:
     """Issue another key for an agent; shown in this answer only."""
     issued = await office.keys.issue(me, name, label=body.label, admin_key=body.admin)
     return issued.to_dict()

@@ -12,7 +12,13 @@ from agentpost.domain.accounts import Myself
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.http.deps import Me, Office, client_ip
 from agentpost.http.routing import api_router
-from agentpost.http.schemas import HeartbeatBody, ProfileBody, RegisterBody, SessionBody
+from agentpost.http.schemas import (
+    HeartbeatBody,
+    ProfileBody,
+    RegisterBody,
+    SessionBody,
+    may_be_left_out,
+)
 
 router = api_router(prefix="/v1", tags=["agents"])
 _NO_MOVE = HeartbeatBody()
@@ -63,7 +69,10 @@ async def update_me(body: ProfileBody, office: Office, me: Me) -> dict[str, Any]
 
 @router.post("/sessions", status_code=201, operation_id="open_session")
 async def open_session(
-    body: SessionBody, office: Office, me: Me, request: Request
+    body: Annotated[SessionBody, may_be_left_out(SessionBody)],
+    office: Office,
+    me: Me,
+    request: Request,
 ) -> dict[str, Any]:
     """Mint a session handle; send it as `Agentpost-Session` to speak for that session. A
     session that may lead its project takes the seat when it is free (`auto_lead`)."""

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from agentpost.http.deps import Me, Office
 from agentpost.http.routing import api_router
-from agentpost.http.schemas import Body
+from agentpost.http.schemas import Body, may_be_left_out
 
 router = api_router(prefix="/v1/leadership", tags=["leadership"])
 
@@ -35,13 +35,17 @@ async def leaders(office: Office, me: Me) -> dict[str, Any]:
 
 
 @router.post("/claim", operation_id="claim_leadership")
-async def claim(body: ClaimBody, office: Office, me: Me) -> dict[str, Any]:
+async def claim(
+    body: Annotated[ClaimBody, may_be_left_out(ClaimBody)], office: Office, me: Me
+) -> dict[str, Any]:
     """Take your project's seat: a conflict while another live session holds it."""
     return (await office.leadership.claim(me, body.project, force=body.force)).to_dict()
 
 
 @router.post("/release", operation_id="release_leadership")
-async def release(body: ReleaseBody, office: Office, me: Me) -> dict[str, Any]:
+async def release(
+    body: Annotated[ReleaseBody, may_be_left_out(ReleaseBody)], office: Office, me: Me
+) -> dict[str, Any]:
     """Step down: the seat is free for the next eligible session. A caller that does not lead
     (its release sent again) is answered the seat as it stands, `released` false."""
     return (await office.leadership.release(me, body.project)).to_dict()

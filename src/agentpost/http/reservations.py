@@ -8,7 +8,12 @@ from fastapi import Query
 
 from agentpost.http.deps import Me, Office
 from agentpost.http.routing import api_router
-from agentpost.http.schemas import ReleaseReservationsBody, RenewReservationsBody, ReserveBody
+from agentpost.http.schemas import (
+    ReleaseReservationsBody,
+    RenewReservationsBody,
+    ReserveBody,
+    may_be_left_out,
+)
 
 router = api_router(prefix="/v1/reservations", tags=["reservations"])
 
@@ -36,7 +41,11 @@ async def reservations(
 
 
 @router.post("/renew", operation_id="renew_reservations")
-async def renew_reservations(body: RenewReservationsBody, office: Office, me: Me) -> dict[str, Any]:
+async def renew_reservations(
+    body: Annotated[RenewReservationsBody, may_be_left_out(RenewReservationsBody)],
+    office: Office,
+    me: Me,
+) -> dict[str, Any]:
     """Extend your live reservations (those of `ids`, else all in your project) to `ttl_s`."""
     changed = await office.reservations.renew_reservations(me, body.ids, ttl_s=body.ttl_s)
     return changed.to_dict()
@@ -44,7 +53,9 @@ async def renew_reservations(body: RenewReservationsBody, office: Office, me: Me
 
 @router.post("/release", operation_id="release_reservations")
 async def release_reservations(
-    body: ReleaseReservationsBody, office: Office, me: Me
+    body: Annotated[ReleaseReservationsBody, may_be_left_out(ReleaseReservationsBody)],
+    office: Office,
+    me: Me,
 ) -> dict[str, Any]:
     """Give up your reservations by path or id (neither: all yours in your project); another
     agent's come back in `not_found`."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import fastapi
 from pydantic import BaseModel, ConfigDict, Field
 
 JSONValue = Any
@@ -20,6 +21,12 @@ JSONValue = Any
 
 class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def may_be_left_out(model: type[Body]) -> Any:
+    """For a body whose fields all have defaults: a request with no body means `{}`, as a bare
+    `curl -X POST` sends, rather than a refusal that a body is required."""
+    return fastapi.Body(default_factory=model)
 
 
 class SendBody(Body):
