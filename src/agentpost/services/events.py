@@ -17,7 +17,7 @@ from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.events import Event
 from agentpost.domain.models import Caller
 from agentpost.retries import RetryLog
-from agentpost.services.presence import Heartbeat, check_standing
+from agentpost.services.heartbeats import Heartbeat, check_standing
 from agentpost.services.waiting import check_room_to_wait
 from agentpost.store import events as event_rows
 from agentpost.store import webhooks as webhook_rows

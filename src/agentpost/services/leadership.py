@@ -34,9 +34,10 @@ from agentpost.domain.models import Caller
 from agentpost.domain.names import check_channel, check_name
 from agentpost.retries import RetryLog
 from agentpost.services import accounts, addressing
+from agentpost.services.heartbeats import beat_asking
 from agentpost.services.local_identity import origin_head, pid_alive, process_exit, this_host
 from agentpost.services.mailbox import Mailbox
-from agentpost.services.presence import PresenceService, beat_asking
+from agentpost.services.presence import PresenceService
 from agentpost.store import agents as agent_rows
 from agentpost.store import leases
 from agentpost.store.database import Connection, Row, Store

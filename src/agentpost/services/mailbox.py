@@ -31,7 +31,8 @@ from agentpost.domain.names import POST_OFFICE, SYSTEM
 from agentpost.services import accounts, addressing, drafts, outbox, short_lived
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
-from agentpost.services.presence import Heartbeat, check_identity, check_standing
+from agentpost.services.heartbeats import Heartbeat, check_standing
+from agentpost.services.presence import check_identity
 from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
 from agentpost.store import (

@@ -22,8 +22,8 @@ from agentpost.domain.models import Caller, DeliveryState, Kind, SendResult
 from agentpost.domain.names import check_name
 from agentpost.domain.requests import RequestAnswer
 from agentpost.services import outbox
+from agentpost.services.heartbeats import Heartbeat, check_standing
 from agentpost.services.mailbox import Mailbox
-from agentpost.services.presence import Heartbeat, check_standing
 from agentpost.services.waiting import held_watch
 from agentpost.store import mail
 from agentpost.store import requests as request_rows

@@ -55,8 +55,9 @@ from agentpost.domain.reservations import (
     overlapping,
     tracked_matcher,
 )
+from agentpost.services.heartbeats import beat_asking
 from agentpost.services.local_identity import this_host
-from agentpost.services.presence import PresenceService, beat_asking
+from agentpost.services.presence import PresenceService
 from agentpost.services.worktree_files import local_worktree, tracked_files
 from agentpost.store import agents as agent_rows
 from agentpost.store import notes

@@ -21,8 +21,8 @@ from agentpost.domain.names import check_name
 from agentpost.domain.tasks import ROLES, Task, TaskStatus, check_move, check_status
 from agentpost.services import outbox
 from agentpost.services.drafts import check_priority
+from agentpost.services.heartbeats import beat_asking
 from agentpost.services.mailbox import Mailbox
-from agentpost.services.presence import beat_asking
 from agentpost.store import agents as agent_rows
 from agentpost.store import blocks, leases
 from agentpost.store import tasks as task_rows
