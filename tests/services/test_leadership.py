@@ -384,6 +384,22 @@ async def test_a_session_that_stepped_down_stands_no_more_until_it_claims_again(
         group.cancel_scope.cancel()
 
 
+async def test_a_release_by_a_session_that_does_not_lead_leaves_it_standing(
+    office: PostOffice,
+) -> None:
+    """"Nothing changed" means nothing: a standing session whose release found no seat of its
+    own still takes the seat once it is free."""
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.leadership.claim(alice)
+    async with anyio.create_task_group() as group:
+        group.start_soon(office.leadership.stand, lambda: bob)
+        assert (await office.leadership.release(bob)).released is False
+        await office.leadership.release(alice)
+        await led_by(office, bob, "bob")
+        group.cancel_scope.cancel()
+
+
 async def test_a_session_that_takes_another_name_keeps_its_seat_and_term(
     office: PostOffice,
 ) -> None:

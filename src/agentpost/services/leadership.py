@@ -203,11 +203,14 @@ class Leadership:
         stood_down = session_id in self._stepped_down
         self._stepped_down.add(session_id)
         try:
-            return await self.store.write(tx)
+            seat = await self.store.write(tx)
         except BaseException:
             if not stood_down:
                 self._stepped_down.discard(session_id)
             raise
+        if not seat.released and not stood_down:
+            self._stepped_down.discard(session_id)  # it held nothing: it stands as before
+        return seat
 
     # -- standing for the seat ---------------------------------------------------------------
 
