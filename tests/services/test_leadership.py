@@ -387,7 +387,7 @@ async def test_a_session_that_stepped_down_stands_no_more_until_it_claims_again(
 async def test_a_release_by_a_session_that_does_not_lead_leaves_it_standing(
     office: PostOffice,
 ) -> None:
-    """"Nothing changed" means nothing: a standing session whose release found no seat of its
+    """ "Nothing changed" means nothing: a standing session whose release found no seat of its
     own still takes the seat once it is free."""
     alice = await session_caller(office, "alice")
     bob = await session_caller(office, "bob")

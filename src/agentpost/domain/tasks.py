@@ -146,6 +146,12 @@ class Task:
     history: list[TaskChange] = field(default_factory=list)
     creator_trust: Trust = Trust.VERIFIED
     """The creator's: whether the title and detail are a colleague's words or a stranger's."""
+    assignee_trust: Trust = Trust.VERIFIED
+    """The assignee's, for its notes and result."""
+
+    def trust_of(self, actor: str) -> Trust:
+        """Whose words a change's note is: the creator's or the assignee's."""
+        return self.creator_trust if actor == self.creator else self.assignee_trust
 
     @property
     def finished(self) -> bool:
@@ -169,6 +175,7 @@ class Task:
             "updated_at": self.updated_at,
             "history": [c.to_dict() for c in self.history],
             "creator_trust": self.creator_trust.value,
+            "assignee_trust": self.assignee_trust.value,
         }
 
     @classmethod
@@ -180,4 +187,5 @@ class Task:
             status=TaskStatus(data["status"]),
             history=[TaskChange.from_dict(c) for c in data.get("history", [])],
             creator_trust=Trust(data.get("creator_trust", Trust.VERIFIED.value)),
+            assignee_trust=Trust(data.get("assignee_trust", Trust.VERIFIED.value)),
         )

@@ -25,12 +25,12 @@ def _line(task: Task) -> str:
     return f"- {task.id} [{task.status.value}] {creator} -> {task.assignee}: {title}"
 
 
-def _change(change: TaskChange) -> str:
+def _change(task: Task, change: TaskChange) -> str:
     moved = change.to_status.value
     if change.from_status is not None:
         moved = f"{change.from_status.value} -> {moved}"
     note = f": {presenting.quoted(change.note)}" if change.note else ""
-    return f"  {change.actor}: {moved}{note}"
+    return f"  {presenting.by(change.actor, task.trust_of(change.actor))}: {moved}{note}"
 
 
 def _where(found: RequestAnswer) -> str:
@@ -84,7 +84,9 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
         """One task you made or were given, with its history, result and thread."""
         found = await desk.task(task_id)
         lines = [_line(found)[2:], f"Thread {found.thread_id}; history:"]
-        return await reply(found.to_dict(), "\n".join(lines + [_change(c) for c in found.history]))
+        return await reply(
+            found.to_dict(), "\n".join(lines + [_change(found, c) for c in found.history])
+        )
 
     async def update_task(
         task_id: str, status: TaskStatusName, note: str | None = None, result: JSON = None

@@ -7,7 +7,7 @@ at once on the same task only the first applies; the other finds the task moved 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Row, and_, false, insert, or_, select, update
@@ -116,7 +116,8 @@ def histories(conn: Connection, task_ids: Sequence[str]) -> dict[str, list[TaskC
     return out
 
 
-def task_from_row(row: Row[Any], history: list[TaskChange], creator_trust: Trust) -> Task:
+def task_from_row(row: Row[Any], history: list[TaskChange], trust: Mapping[str, Trust]) -> Task:
+    """A task, each side's trust looked up in `trust` (an agent not found there: untrusted)."""
     return Task(
         id=row.id,
         project=row.project,
@@ -133,15 +134,13 @@ def task_from_row(row: Row[Any], history: list[TaskChange], creator_trust: Trust
         created_at=row.created_at,
         updated_at=row.updated_at,
         history=history,
-        creator_trust=creator_trust,
+        creator_trust=trust.get(row.creator, Trust.UNTRUSTED),
+        assignee_trust=trust.get(row.assignee, Trust.UNTRUSTED),
     )
 
 
 def load(conn: Connection, found: Sequence[Row[Any]]) -> list[Task]:
     """Tasks of `found` rows, each with its history."""
     changes = histories(conn, [row.id for row in found])
-    trust = agent_rows.trust_of(conn, sorted({row.creator for row in found}))
-    return [
-        task_from_row(row, changes[row.id], trust.get(row.creator, Trust.UNTRUSTED))
-        for row in found
-    ]
+    trust = agent_rows.trust_of(conn, sorted({n for r in found for n in (r.creator, r.assignee)}))
+    return [task_from_row(row, changes[row.id], trust) for row in found]
