@@ -638,3 +638,22 @@ async def test_a_malformed_idempotency_key_for_a_delegate_is_refused(office: Pos
         ErrorCode.INVALID_ARGUMENT,
         office.tasks.delegate(boss, "worker", "Fix the build", idempotency_key="with space"),
     )
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+async def test_a_blank_task_or_request_id_is_an_invalid_argument_wherever_one_is_named(
+    office: PostOffice, blank: str
+) -> None:
+    """As a blank message id is: no task or request is named, so none is missing (the Python
+    client refused a blank id before sending, local sessions answered `not_found`)."""
+    boss, worker = await agents(office, "boss", "worker")
+    await office.tasks.delegate(boss, "worker", "Fix the build")
+    calls = (
+        lambda: office.tasks.task(worker, blank),
+        lambda: office.tasks.update_task(worker, blank, "accepted"),
+        lambda: office.tasks.tasks(worker, before=blank),
+        lambda: office.requests.respond(worker, blank, "yes"),
+        lambda: office.requests.check_request(boss, blank),
+    )
+    for call in calls:
+        await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, call())

@@ -166,6 +166,7 @@ class Tasks:
         result: Any = None,
     ) -> Task:
         """Move a task (see the table in agentpost.domain.tasks) and tell the other side."""
+        rules.check_message_id(task_id, "task_id", "task")
         wanted = check_status(status)
         if wanted is TaskStatus.CANCELLED and result is not None:
             # The result is the assignee's report of the work; calling it off adds none.
@@ -212,8 +213,8 @@ class Tasks:
         assigned, created = _role(role)
         wanted = None if status is None else check_status(status)
         rules.check_limit(limit)
-        if before is not None and not isinstance(before, str):
-            raise invalid("before must be a task id")
+        if before is not None:
+            rules.check_message_id(before, "before", "task")
 
         def tx(conn: Connection) -> list[Task]:
             if before is not None:
@@ -235,6 +236,7 @@ class Tasks:
 
     async def task(self, caller: Caller, task_id: str) -> Task:
         """One task with its history; only its creator and assignee may read it."""
+        rules.check_message_id(task_id, "task_id", "task")
 
         def tx(conn: Connection) -> Task:
             row = self._row(conn, task_id, caller)
