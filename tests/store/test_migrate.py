@@ -463,3 +463,34 @@ async def test_0012_has_each_session_say_what_it_does_when_it_started(
     await inspected(fresh_database_url, _sessions_before_0012)
     await migrate_to(fresh_database_url, "0012")
     assert await inspected(fresh_database_url, _said) == [("s1", 10.0), ("s2", 20.0)]
+
+
+def _reservations_before_0013(conn: Connection) -> None:
+    for rid, pattern in [("r1", "cafe\u0301.py"), ("r2", "src/**")]:
+        conn.execute(
+            text(
+                "INSERT INTO reservations (id, project, agent, pattern, exclusive, reason,"
+                " created_at, expires_at) VALUES (:id, 'shop', 'dev', :p, true, '', 1.0, 9.0)"
+            ),
+            {"id": rid, "p": pattern},
+        )
+    conn.commit()
+
+
+def _patterns(conn: Connection) -> list[tuple[str, str]]:
+    rows = conn.execute(text("SELECT id, pattern FROM reservations ORDER BY id"))
+    return [(row.id, row.pattern) for row in rows]
+
+
+async def test_0013_spells_each_live_claim_as_claims_are_compared_now(
+    fresh_database_url: str,
+) -> None:
+    """Claims are compared in NFC since 0013: one made in NFD before (macOS spells `é` so)
+    would else neither conflict with nor be released by its NFC spelling until it lapsed."""
+    await migrate_to(fresh_database_url, "0012")
+    await inspected(fresh_database_url, _reservations_before_0013)
+    await migrate_to(fresh_database_url, "0013")
+    assert await inspected(fresh_database_url, _patterns) == [
+        ("r1", "caf\u00e9.py"),
+        ("r2", "src/**"),
+    ]
