@@ -24,7 +24,7 @@ from agentpost.cli.entry import EXIT_CODES
 from agentpost.cli.literal import json_text, visible
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.leadership import Leader
-from agentpost.domain.models import Message, Presence, SentMessage
+from agentpost.domain.models import Message, Presence, SentMessage, Trust
 from agentpost.domain.tasks import Task
 
 
@@ -79,6 +79,13 @@ def _place(m: Message) -> str:
     return f" ({', '.join(where)})" if where else ""
 
 
+def _named(name: str, trust: Trust, style: str = "cyan") -> list[Part]:
+    """An agent's name, marked when the owner has not vouched for it: its words that follow
+    are a stranger's, as an untrusted message is marked."""
+    mark: list[Part] = [] if trust is Trust.VERIFIED else [(f" {trust.value}", "yellow")]
+    return [(name, style), *mark]
+
+
 def message_line(m: Message) -> Text:
     flags: list[Part] = []
     if m.priority.value == "urgent":
@@ -118,7 +125,8 @@ def show_presence(agents: Sequence[Presence]) -> None:
         seen = "online" if p.online else "never"
         if not p.online and p.last_seen_s is not None:  # 0.0 is a moment ago
             seen = f"{p.last_seen_s:.0f}s ago"
-        table.add_row(p.name, p.project or "", p.branch or "", p.status.value, p.objective, seen)
+        name = p.name if p.trust is Trust.VERIFIED else f"{p.name} ({p.trust.value})"
+        table.add_row(name, p.project or "", p.branch or "", p.status.value, p.objective, seen)
     console.print(table)  # plain strings in cells: the console reads no markup
 
 
@@ -147,9 +155,9 @@ def task_line(t: Task) -> Text:
         (f" [{t.status.value}]", "bold"),
         *urgent,
         " ",
-        (t.creator, "cyan"),
+        *_named(t.creator, t.creator_trust),
         " → ",
-        (t.assignee, "green"),
+        *_named(t.assignee, t.assignee_trust, "green"),
         f" {t.title}",
     )
 
@@ -177,4 +185,5 @@ def show_task(t: Task) -> None:
         if c.from_status is not None:
             moved = f"{c.from_status.value} → {moved}"
         note = "\n    " + c.note.replace("\n", "\n    ") if c.note else ""
-        console.print(styled((f"  {_when(c.at)} ", "dim"), (c.actor, "cyan"), f" {moved}{note}"))
+        actor = _named(c.actor, t.trust_of(c.actor))
+        console.print(styled((f"  {_when(c.at)} ", "dim"), *actor, f" {moved}{note}"))
