@@ -104,6 +104,7 @@ async def test_sessions_are_named_from_git_and_who_shows_where_each_works(
         "online": True,
         "last_seen_s": 0,
         "sessions": 1,
+        "trust": "verified",  # a local session speaks for the machine's user
     }
     assert 0 <= seen["rocket-main"]["last_seen_s"] < 60
     mine = seen["rocket-feat-login"]
