@@ -1,5 +1,5 @@
 """`agentpost install claude|codex`: put agentpost into an agent client's settings, merging;
-`agentpost uninstall claude` takes it out again.
+`agentpost uninstall claude|codex` takes it out again.
 
 `claude` writes the MCP server entry into the project's `.mcp.json` and the hooks
 (SessionStart, UserPromptSubmit, PostToolUse → `agentpost hook claude`) into the project's
@@ -15,6 +15,8 @@ absolute path to an `agentpost` that is gone (a moved virtualenv) is pointed at 
 
 Uninstalling removes the `agentpost` server and every hook running `agentpost hook claude`, and
 the groups, lists and files that held only them; the rest is written back as install writes it.
+For Codex it removes `[mcp_servers.agentpost]` (and `mcp_servers` when that held only it)
+through tomlkit, so every other byte of the file stays; a file left empty is removed.
 
 The command: `agentpost` when that name on PATH is this installation, else this installation's
 absolute path (so a Claude Code started from another shell still finds it). `.mcp.json` is often
@@ -318,13 +320,8 @@ def codex_change(path: Path, command: str) -> Change:
     from tomlkit.exceptions import TOMLKitError
 
     before = _read(path)
-    try:
-        document = tomlkit.parse(before or "")
-    except TOMLKitError as exc:
-        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} is not TOML: {exc}") from None
-    servers = document.get("mcp_servers")
-    if servers is not None and not isinstance(servers, dict):
-        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path}: mcp_servers is not a table")
+    document = _parse_toml(path, before)
+    servers = _servers_of(path, document)
     if servers is not None and SERVER in servers:
         return Change(path, before, before or "", [])
     wanted = {"command": command, "args": ["mcp"]}
@@ -349,6 +346,60 @@ def codex_change(path: Path, command: str) -> Change:
         ErrorCode.INVALID_ARGUMENT,
         f"{path}: cannot add [mcp_servers.{SERVER}] without changing the rest; add it by hand",
     )
+
+
+def _parse_toml(path: Path, before: str | None) -> Any:
+    """The config as a tomlkit document (keeping comments); refused unless TOML."""
+    import tomlkit  # here, so the rest of the command line starts without it
+    from tomlkit.exceptions import TOMLKitError
+
+    try:
+        return tomlkit.parse(before or "")
+    except TOMLKitError as exc:
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} is not TOML: {exc}") from None
+
+
+def _servers_of(path: Path, document: Any) -> Any:
+    servers = document.get("mcp_servers")
+    if servers is not None and not isinstance(servers, dict):
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path}: mcp_servers is not a table")
+    return servers
+
+
+def codex_removal(path: Path) -> Change:
+    """`~/.codex/config.toml` without `[mcp_servers.agentpost]`; the rest byte for byte."""
+    import tomllib
+
+    import tomlkit
+
+    before = _read(path)
+    if before is None:
+        return Change(path, None, None, [])
+    document = _parse_toml(path, before)
+    servers = _servers_of(path, document)
+    if servers is None or SERVER not in servers:
+        return Change(path, before, before, [])
+    expected = document.unwrap()
+    del expected["mcp_servers"][SERVER]
+    if not expected["mcp_servers"]:
+        del expected["mcp_servers"]
+    del servers[SERVER]
+    if not servers:  # a table install made, or one that held only ours
+        del document["mcp_servers"]
+    # Install leaves a blank line before its table; taken out, it would trail the file.
+    after: str | None = tomlkit.dumps(document).rstrip("\n")
+    after = after + "\n" if after and after.strip() else None
+    done = [f"removed [mcp_servers.{SERVER}]"]
+    if after is None and not path.is_symlink():
+        return Change(path, before, None, done)  # a file install made is gone again
+    after = after or ""
+    if tomllib.loads(after) != expected:  # written otherwise than tomlkit takes apart cleanly
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{path}: cannot remove [mcp_servers.{SERVER}] without changing the rest; "
+            "remove it by hand",
+        )
+    return Change(path, before, after, done)
 
 
 def _stage(change: Change) -> tuple[Path, Path]:
@@ -491,3 +542,10 @@ def codex(dry_run: DryRun = False) -> None:
     r"""`\[mcp_servers.agentpost]` in `~/.codex/config.toml` ($CODEX_HOME if set)."""
     # The help reads its text as Rich markup: `\[` keeps the table's name from being a tag.
     _report(lambda: [codex_change(codex_config_path(os.environ), executable())], dry_run)
+
+
+@uninstall_app.command("codex")
+def uninstall_codex(dry_run: DryRun = False) -> None:
+    r"""Remove `\[mcp_servers.agentpost]` from `~/.codex/config.toml` ($CODEX_HOME if set)."""
+    path = codex_config_path(os.environ)
+    _report(lambda: [codex_removal(path)], dry_run, unchanged="nothing of agentpost's")
