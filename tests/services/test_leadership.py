@@ -353,6 +353,22 @@ async def test_a_standing_session_silent_past_its_lease_keeps_its_seat_and_term(
     ]
 
 
+async def test_a_local_session_of_an_unvouched_agent_stands_for_the_seat_once_vouched(
+    open_office: OpenOffice,
+) -> None:
+    """Standing waits for a change rather than retry a refusal every second; the vouch is one."""
+    office = await open_office(open_registration=True, auto_lead=False)
+    await office.keys.self_register("drifter", project="shop", ip=ADDRESS)
+    local = await session_caller(office, "drifter", project="shop", branch="main")
+    async with anyio.create_task_group() as group:
+        group.start_soon(office.leadership.stand, lambda: local)
+        await anyio.sleep(0.3)
+        assert (await office.leadership.leader(local)).leader is None
+        await office.admin.vouch(await owner(office), "drifter")
+        await led_by(office, local, "drifter")
+        group.cancel_scope.cancel()
+
+
 async def test_a_session_that_may_not_lead_does_not_stand(office: PostOffice) -> None:
     feature = await session_caller(office, "feat", branch="feature-x")
     with anyio.fail_after(5):

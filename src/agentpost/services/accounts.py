@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from agentpost.config import Settings
@@ -33,6 +34,18 @@ INTERNAL = (SYSTEM, POST_OFFICE)
 def require_admin(caller: Caller) -> None:
     if not caller.admin:
         raise forbidden("this needs an admin key")
+
+
+def as_stored(conn: Connection, caller: Caller) -> Caller:
+    """The caller with its agent's trust as the store holds it now. Trust is the agent's:
+    a local session speaks for the machine's user, yet under the name of an agent that
+    registered itself it is no more trusted than that agent (nor less, once the owner
+    vouches), and a vouch given or withdrawn holds from the next act of a session already
+    open. A caller's own trust is the most it gets: what came in untrusted stays so."""
+    if caller.trust is not Trust.VERIFIED:
+        return caller
+    stored = agent_rows.agent_trust(conn, caller.agent) or Trust.UNTRUSTED
+    return caller if stored is Trust.VERIFIED else replace(caller, trust=stored)
 
 
 def digest(secret: str) -> str:

@@ -236,6 +236,9 @@ class Leadership:
             except AgentpostError as err:
                 if err.code in (ErrorCode.UNAUTHENTICATED, ErrorCode.NOT_FOUND):
                     return  # the session has ended (its agent disabled, say): it stands no more
+                if err.code is ErrorCode.FORBIDDEN:  # its agent is not vouched for: till it is
+                    await self.store.wait_changed(version, None)
+                    continue
                 _retries.failed(f"standing for leader of {project}", err)
                 await anyio.sleep(err.retry_after_s or 1)  # a send rate's window: its end
                 continue
@@ -299,7 +302,7 @@ class Leadership:
     # -- inside a transaction ----------------------------------------------------------------
 
     def _take(self, conn: Connection, caller: Caller, project: str, *, force: bool) -> Leader:
-        check_vouched(caller)
+        check_vouched(accounts.as_stored(conn, caller))  # vouched for now, not at its start
         # An ended session holds no lease: seated, it would lapse at once, and a standing one
         # would take it back, announced under a new term, again and again.
         self._check_not_ended(conn, caller)

@@ -230,6 +230,7 @@ class Mailbox:
         names, channel = message.names, message.channel
         known = agent_rows.existing_names(conn, [caller.agent, *names])
         addressing.admit_sender(conn, caller, known, create=create_sender, now=now)
+        caller = accounts.as_stored(conn, caller)  # the message is stamped with its trust
         limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
         if not notice:
             addressing.count_send(

@@ -55,6 +55,7 @@ from agentpost.domain.reservations import (
     overlapping,
     tracked_matcher,
 )
+from agentpost.services import accounts
 from agentpost.services.heartbeats import beat_asking
 from agentpost.services.local_identity import this_host
 from agentpost.services.presence import PresenceService
@@ -204,6 +205,7 @@ class Reservations:
             tracked = no_tracked_files if known is None else known
             mine = {r.path: r for r in held if r.agent == caller.agent}
             on_loop = Budget(OFF_LOOP_FROM)  # for reservations made since `looked`
+            trust = accounts.as_stored(conn, caller).trust  # as listings show it: the agent's
             granted: list[Reservation] = []
             added: list[Reservation] = []
             conflicts: list[Conflict] = []
@@ -233,7 +235,7 @@ class Reservations:
                     agent=caller.agent,
                     path=path,
                     created_at=now,
-                    trust=caller.trust,
+                    trust=trust,
                     **values,
                 )
                 added.append(new)

@@ -19,7 +19,7 @@ from agentpost.domain.leadership import check_vouched, lease_name
 from agentpost.domain.models import Caller, Kind
 from agentpost.domain.names import check_name
 from agentpost.domain.tasks import ROLES, Task, TaskStatus, check_move, check_status
-from agentpost.services import outbox
+from agentpost.services import accounts, outbox
 from agentpost.services.drafts import check_priority
 from agentpost.services.heartbeats import beat_asking
 from agentpost.services.mailbox import Mailbox
@@ -278,7 +278,9 @@ class Tasks:
     ) -> None:
         if project is None:
             raise forbidden("only a project's leader may delegate, and you have no project")
-        check_vouched(caller)  # a seat taken before unvouched agents were kept off it
+        # A seat taken before unvouched agents were kept off it, or by a local session under
+        # the name of one, or before the owner withdrew the vouch.
+        check_vouched(accounts.as_stored(conn, caller))
         beat_asking(conn, caller.session_id, now)  # a leader waking from sleep still leads
         holder = leases.holder_of(
             conn, lease_name(project), now=now, ttl_s=self.settings.offline_after_s

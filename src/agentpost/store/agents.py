@@ -27,6 +27,7 @@ from agentpost.store.prepared import Prepared, in_parts, numbered, numbered_valu
 from agentpost.store.schema import agents, by_code_point, sessions
 
 _GET_AGENT = select(agents).where(agents.c.name == bindparam("name"))
+_AGENT_TRUST = select(agents.c.trust).where(agents.c.name == bindparam("name"))
 
 
 @cache
@@ -38,6 +39,12 @@ def _agents_enabled(count: int) -> Prepared:
 
 def get_agent(conn: Connection, name: str) -> Row[Any] | None:
     return conn.execute(_GET_AGENT, {"name": name}).first()
+
+
+def agent_trust(conn: Connection, name: str) -> Trust | None:
+    """The agent's trust as the owner last set it; None for no such agent."""
+    trust = conn.execute(_AGENT_TRUST, {"name": name}).scalar()
+    return None if trust is None else Trust(trust)
 
 
 def trust_of(conn: Connection, names: Sequence[str]) -> dict[str, Trust]:
