@@ -269,6 +269,25 @@ async def test_the_owner_creates_an_agent_and_revokes_its_key(office: Office) ->
     assert {"agent.created", "key.revoked"} <= actions
 
 
+async def test_the_owner_withdraws_a_vouch_and_the_agents_next_mail_is_untrusted(
+    office: Office,
+) -> None:
+    admin = office.admin
+    dave = await office.agent("dave")
+    erin = await office.agent("erin")
+    await dave.send("erin", "vouched for")
+    withdrawn = await admin.admin_unvouch_agent("dave")
+    assert (withdrawn.name, withdrawn.trust) == ("dave", "untrusted")
+    await dave.send("erin", "no longer")
+    assert [(m.body, m.trust.value) for m in (await erin.inbox()).messages] == [
+        ("vouched for", "verified"),
+        ("no longer", "untrusted"),
+    ]
+    assert (await admin.admin_vouch_agent("dave")).trust == "verified"
+    actions = [e.action for e in await admin.admin_audit_log(limit=2)]
+    assert actions == ["agent.vouched", "agent.unvouched"]
+
+
 async def test_the_health_check_needs_no_key(office: Office) -> None:
     health = await office.client(None).health()
     assert health["status"] == "ok"

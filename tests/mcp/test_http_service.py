@@ -137,7 +137,7 @@ async def test_admin_tools_are_listed_only_on_an_admin_keys_connection(
         assert "alice" in [a["name"] for a in listed["agents"]]
 
 
-async def test_the_owner_lists_keys_revokes_one_vouches_and_pages_the_audit_over_mcp(
+async def test_the_owner_lists_keys_revokes_one_vouches_unvouches_and_pages_the_audit_over_mcp(
     service: Service, revision: str
 ) -> None:
     """What the owner does over REST, it does over MCP: no key id only the issue showed."""
@@ -148,6 +148,8 @@ async def test_the_owner_lists_keys_revokes_one_vouches_and_pages_the_audit_over
         assert (await service.client(key).get("/v1/me")).status_code == 401
         vouched = await owner.call("admin_vouch_agent", name="alice")
         assert vouched["trust"] == "verified"
+        withdrawn = await owner.call("admin_unvouch_agent", name="alice")
+        assert withdrawn["trust"] == "untrusted"
         newest = (await owner.call("admin_audit_log", limit=2))["entries"]
         older = (await owner.call("admin_audit_log", limit=2, before=newest[-1]["seq"]))["entries"]
         assert older

@@ -70,6 +70,11 @@ CHANGES: dict[str, tuple[Act, str, Callable[[World, Any], str]]] = {
         "agent.vouched",
         lambda w, result: "drifter",
     ),
+    "unvouch": (
+        lambda w, c: w.office.admin.unvouch(c, "bob"),
+        "agent.unvouched",
+        lambda w, result: "bob",
+    ),
     "set_limits": (
         lambda w, c: w.office.admin.set_limits(c, "bob", send_rate_per_minute=5, max_unacked=None),
         "limits.set",
@@ -136,6 +141,7 @@ async def test_an_act_that_would_change_nothing_writes_nothing(world: World) -> 
     await office.admin.enable_agent(admin, "alice")
     await office.admin.disable_agent(admin, "dormant")
     await office.admin.vouch(admin, "bob")
+    await office.admin.unvouch(admin, "drifter")
     await office.admin.set_limits(admin, "bob", send_rate_per_minute=None, max_unacked=None)
     await office.admin.set_block(admin, "alice", "bob", False)
     assert await snapshot(office.store) == before

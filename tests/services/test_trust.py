@@ -68,3 +68,75 @@ async def test_agents_made_locally_stay_verified(office: PostOffice) -> None:
         ("from a new name", Trust.VERIFIED),
     ]
     assert (await office.leadership.claim(alice)).leader == "alice"
+
+
+# -- withdrawing a vouch ---------------------------------------------------------------------------
+
+
+async def test_withdrawing_a_vouch_makes_what_the_agent_sends_next_untrusted(
+    open_office: OpenOffice,
+) -> None:
+    """Any agent: one the owner created is vouched for by that act."""
+    office = await open_office()
+    admin = await owner(office)
+    bob, _ = await keyed(office, "bob")
+    drifter, key = await keyed(office, "drifter")
+    await office.mailbox.send(drifter, "bob", "while vouched for")
+    local = await session_caller(office, "drifter")  # a session already open keeps no trust
+
+    withdrawn = await office.admin.unvouch(admin, "drifter")
+    assert withdrawn.trust == "untrusted"
+    await office.mailbox.send(drifter, "bob", "the same request's caller")
+    drifter = await office.keys.authenticate(key, ip=ADDRESS)  # the next request
+    await office.mailbox.send(drifter, "bob", "the next request")
+    await office.mailbox.send(local, "bob", "its local session")
+    # What was said before stays as it was received.
+    assert await trusts(office, bob) == [
+        ("while vouched for", Trust.VERIFIED),
+        ("the same request's caller", Trust.UNTRUSTED),
+        ("the next request", Trust.UNTRUSTED),
+        ("its local session", Trust.UNTRUSTED),
+    ]
+    (entry,) = await office.admin.audit_log(admin, action="agent.unvouched")
+    assert (entry.target, entry.detail) == ("drifter", {"trust": "untrusted"})
+
+
+async def test_withdrawing_a_vouch_frees_the_seat_the_agent_holds_and_says_so(
+    open_office: OpenOffice,
+) -> None:
+    """An agent the owner no longer vouches for may not lead: left in the seat, it would keep
+    the project leaderless (its delegations refused) for as long as its session beats."""
+    office = await open_office(auto_lead=False)
+    admin = await owner(office)
+    lead = await session_caller(office, "lead", project="shop", branch="main")
+    dev = await session_caller(office, "dev", project="shop", branch="main")
+    await office.channels.join(dev, "shop")
+    await office.leadership.claim(lead)
+
+    await office.admin.unvouch(admin, "lead")
+    seat = await office.leadership.leader(dev)
+    assert (seat.leader, seat.term) == (None, 1)
+    notices = [m for m in (await office.mailbox.inbox(dev)).messages if m.subject == "leader"]
+    assert notices[-1].data == {
+        "event": "leader.changed",
+        "project": "shop",
+        "leader": None,
+        "term": 1,
+        "previous": "lead",
+    }
+    assert "withdrew its vouch" in notices[-1].body
+    (entry,) = await office.admin.audit_log(admin, action="agent.unvouched")
+    assert entry.detail == {"trust": "untrusted", "seats_freed": ["shop"]}
+    await refused_without_change(office, ErrorCode.FORBIDDEN, office.leadership.claim(lead))
+    assert (await office.leadership.claim(dev)).leader == "dev"
+
+
+@pytest.mark.parametrize("name", ["owner", "system", "agentpost"])
+async def test_the_owner_and_the_post_office_stay_verified(office: PostOffice, name: str) -> None:
+    admin = await owner(office)
+    await refused_without_change(office, ErrorCode.FORBIDDEN, office.admin.unvouch(admin, name))
+
+
+async def test_withdrawing_the_vouch_of_a_missing_agent_is_not_found(office: PostOffice) -> None:
+    admin = await owner(office)
+    await refused_without_change(office, ErrorCode.NOT_FOUND, office.admin.unvouch(admin, "nobody"))

@@ -56,6 +56,11 @@ def admin_vouch_agent(name: str) -> Request[AgentInfo]:
     return Request(AgentInfo.from_dict, path_args=_agent(name))
 
 
+def admin_unvouch_agent(name: str) -> Request[AgentInfo]:
+    """Withdraw the vouch: its mail is `untrusted` from now on, and a seat it holds is freed."""
+    return Request(AgentInfo.from_dict, path_args=_agent(name))
+
+
 def admin_set_limits(
     name: str, *, send_rate_per_minute: int | None = None, max_unacked: int | None = None
 ) -> Request[AgentLimits]:
@@ -140,6 +145,7 @@ class AdminOperations:
     admin_disable_agent = Operation("POST", "/v1/admin/agents/{name}/disable", admin_disable_agent)
     admin_enable_agent = Operation("POST", "/v1/admin/agents/{name}/enable", admin_enable_agent)
     admin_vouch_agent = Operation("POST", "/v1/admin/agents/{name}/vouch", admin_vouch_agent)
+    admin_unvouch_agent = Operation("POST", "/v1/admin/agents/{name}/unvouch", admin_unvouch_agent)
     admin_set_limits = Operation("PUT", "/v1/admin/agents/{name}/limits", admin_set_limits)
     admin_issue_key = Operation("POST", "/v1/admin/agents/{name}/keys", admin_issue_key)
     admin_list_keys = Operation("GET", "/v1/admin/keys", admin_list_keys)

@@ -54,6 +54,12 @@ async def vouch(name: str, office: Office, me: Me) -> dict[str, Any]:
     return (await office.admin.vouch(me, name)).to_dict()
 
 
+@router.post("/agents/{name}/unvouch", operation_id="admin_unvouch_agent")
+async def unvouch(name: str, office: Office, me: Me) -> dict[str, Any]:
+    """Withdraw the vouch: its mail is `untrusted` from now on, and a seat it holds is freed."""
+    return (await office.admin.unvouch(me, name)).to_dict()
+
+
 @router.put("/agents/{name}/limits", operation_id="admin_set_limits")
 async def set_limits(name: str, body: LimitsBody, office: Office, me: Me) -> dict[str, Any]:
     """Per-agent send rate and inbox cap; a null goes back to the configured default."""

@@ -123,6 +123,12 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
         info = await admin.vouch(desk.caller, name)
         return await reply(info.to_dict(), f"Vouched for {name}.")
 
+    async def admin_unvouch_agent(name: str) -> ToolOutput:
+        """Withdraw the vouch: what it sends from now on is `untrusted`, it may not lead, and
+        a seat it holds is freed."""
+        info = await admin.unvouch(desk.caller, name)
+        return await reply(info.to_dict(), f"No longer vouching for {name}.")
+
     async def admin_list_agents() -> ToolOutput:
         """Every agent, disabled ones too."""
         found = await admin.list_agents(desk.caller)
@@ -167,6 +173,7 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
         admin_disable_agent,
         admin_enable_agent,
         admin_vouch_agent,
+        admin_unvouch_agent,
         admin_list_agents,
         admin_audit_log,
         admin_set_limits,

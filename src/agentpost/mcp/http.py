@@ -77,6 +77,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "admin_disable_agent",
         "admin_enable_agent",
         "admin_vouch_agent",
+        "admin_unvouch_agent",
         "admin_list_agents",
         "admin_audit_log",
         "admin_set_limits",

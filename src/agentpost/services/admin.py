@@ -26,6 +26,8 @@ from agentpost.domain.limits import check_limit, check_seq
 from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import OWNER, RESERVED, check_name
 from agentpost.services import accounts
+from agentpost.services.leadership import unseat
+from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
@@ -34,9 +36,10 @@ from agentpost.store.database import Connection, Row, Store
 
 
 class Admin:
-    def __init__(self, store: Store, settings: Settings) -> None:
+    def __init__(self, store: Store, settings: Settings, mailbox: Mailbox) -> None:
         self.store = store
         self.settings = settings
+        self._mailbox = mailbox
         self._presence = PresenceService(store, settings)
 
     def _record(
@@ -125,6 +128,32 @@ class Admin:
         return await self._change_agent(
             admin, name, "agent.vouched", {"trust": Trust.VERIFIED.value}
         )
+
+    async def unvouch(self, admin: Caller, name: str) -> AgentInfo:
+        """Withdraw the owner's vouch (for an agent the owner created, too): what it sends from
+        now on is `untrusted`, and it may not lead. A seat one of its sessions holds is freed
+        at once, announced on the project's channel, so another session may take it rather
+        than the project wait out a leader that may no longer act as one. What it sent before
+        keeps the trust it was received with. The owner's own word is always verified."""
+        accounts.require_admin(admin)
+        check_name(name)
+        if name in RESERVED:
+            raise forbidden(f"{name!r} speaks for the owner or the post office: always verified")
+
+        def tx(conn: Connection) -> AgentInfo:
+            row = accounts.existing(conn, name)
+            if row.trust != Trust.UNTRUSTED.value:
+                agent_rows.update_agent(conn, name, trust=Trust.UNTRUSTED.value)
+                now = self.store.clock()
+                ttl_s = self.settings.offline_after_s
+                freed = unseat(conn, self._mailbox, name, now=now, ttl_s=ttl_s)
+                detail: dict[str, Any] = {"trust": Trust.UNTRUSTED.value}
+                if freed:
+                    detail["seats_freed"] = freed
+                self._record(conn, admin, "agent.unvouched", name, **detail)
+            return self._info(conn, name)
+
+        return await self.store.write(tx)
 
     async def list_agents(self, admin: Caller) -> list[AgentInfo]:
         """Every agent, disabled ones too."""

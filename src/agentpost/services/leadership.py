@@ -75,6 +75,36 @@ def _ended(session_id: str | None) -> AgentpostError:
     return not_found("this session has ended", session=session_id)
 
 
+def unseat(
+    conn: Connection, mailbox: Mailbox, agent: str, *, now: float, ttl_s: float
+) -> list[str]:
+    """Free every seat a session of `agent` holds, in `conn`, each announced on its project's
+    channel by `system`: the owner withdrew its vouch, and only an agent the owner vouches for
+    may lead. The projects whose seat was freed, for the audit."""
+    freed = []
+    for held in leases.holdings(conn, LEASE_PREFIX, now=now, ttl_s=ttl_s):
+        if not held.live or held.holder != agent:
+            continue
+        project = held.name.removeprefix(LEASE_PREFIX)
+        leases.release(conn, held.name, session_ids=[held.session_id or ""])
+        data = {
+            "event": "leader.changed",
+            "project": project,
+            "leader": None,
+            "term": held.term,
+            "previous": agent,
+        }
+        text = (
+            f"{agent} no longer leads {project} (term {held.term}): the owner withdrew its "
+            "vouch. The seat is free."
+        )
+        mailbox.system_post_in(
+            conn, f"#{check_channel(project)}", text, subject="leader", data=data
+        )
+        freed.append(project)
+    return freed
+
+
 class Leadership:
     def __init__(
         self, store: Store, settings: Settings, mailbox: Mailbox, presence: PresenceService

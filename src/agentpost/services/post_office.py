@@ -57,7 +57,7 @@ class PostOffice:
         self.sweeper = Sweeper(self.mailbox)
         self.channels = Channels(store)
         self.keys = Keys(store, settings)
-        self.admin = Admin(store, settings)
+        self.admin = Admin(store, settings, self.mailbox)
         self.directory = Directory(store, settings)
         self.events = Events(store, settings.max_open_waits)
         self.webhooks = Webhooks(store, settings)
