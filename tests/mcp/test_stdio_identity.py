@@ -21,6 +21,8 @@ import anyio.to_thread
 import pytest
 from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT
 
+from account_helpers import owner
+from agentpost.store import agents as agent_rows
 from raw_stdio import legacy_initialize
 from service_process import eventually
 from stdio_agents import (
@@ -104,7 +106,7 @@ async def test_sessions_are_named_from_git_and_who_shows_where_each_works(
         "online": True,
         "last_seen_s": 0,
         "sessions": 1,
-        "trust": "verified",  # a local session speaks for the machine's user
+        "trust": "verified",  # an agent a local session made: the machine's user's
     }
     assert 0 <= seen["rocket-main"]["last_seen_s"] < 60
     mine = seen["rocket-feat-login"]
@@ -276,3 +278,26 @@ async def test_a_checkout_in_the_worktree_moves_the_sessions_branch_within_a_hea
     assert mover.name == "rocket-main"  # the agent keeps its name: only where it works moved
     git(repo, "checkout", "--detach")
     await eventually(detached, WAKE_TIMEOUT_S)
+
+
+@pytest.mark.anyio
+async def test_a_session_under_a_self_registered_agents_name_is_untrusted_until_vouched(
+    agents: Agents, ledger: Ledger
+) -> None:
+    """Trust is the agent's: the machine's user starting a session under a name a stranger
+    registered (on a service sharing this file) does not make the stranger's name verified."""
+    store = ledger.office.store
+    await store.write(  # what a self-registration leaves in the store
+        lambda conn: agent_rows.create_agent(conn, "drifter", now=store.clock(), trust="untrusted")
+    )
+    drifter, bob = await gather(
+        agents.start("drifter", env=NO_LEADER), agents.start("bob", env=NO_LEADER)
+    )
+    await drifter.call("send", to="bob", body="before")
+    await ledger.office.admin.vouch(await owner(ledger.office), "drifter")
+    await drifter.call("send", to="bob", body="after")  # the same session, its next act
+    inbox = await bob.call("inbox")
+    assert [(m["body"], m["trust"]) for m in inbox["messages"]] == [
+        ("before", "untrusted"),
+        ("after", "verified"),
+    ]
