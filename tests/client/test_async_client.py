@@ -284,8 +284,9 @@ async def test_the_owner_withdraws_a_vouch_and_the_agents_next_mail_is_untrusted
         ("no longer", "untrusted"),
     ]
     assert (await admin.admin_vouch_agent("dave")).trust == "verified"
-    actions = [e.action for e in await admin.admin_audit_log(limit=2)]
-    assert actions == ["agent.vouched", "agent.unvouched"]
+    log = await admin.admin_audit_log(limit=10)
+    actions = [e.action for e in log if e.action.startswith("agent.")]
+    assert actions[:2] == ["agent.vouched", "agent.unvouched"]
 
 
 async def test_the_health_check_needs_no_key(office: Office) -> None:

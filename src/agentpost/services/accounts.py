@@ -41,8 +41,9 @@ def as_stored(conn: Connection, caller: Caller) -> Caller:
     a local session speaks for the machine's user, yet under the name of an agent that
     registered itself it is no more trusted than that agent (nor less, once the owner
     vouches), and a vouch given or withdrawn holds from the next act of a session already
-    open. A caller's own trust is the most it gets: what came in untrusted stays so."""
-    if caller.trust is not Trust.VERIFIED:
+    open. A caller's own trust is the most it gets: what came in untrusted stays so. A key's
+    caller was read with its agent's trust this request, so it is taken as it came."""
+    if caller.trust is not Trust.VERIFIED or caller.key_id is not None:
         return caller
     stored = agent_rows.agent_trust(conn, caller.agent) or Trust.UNTRUSTED
     return caller if stored is Trust.VERIFIED else replace(caller, trust=stored)
