@@ -68,9 +68,24 @@ async def test_a_key_another_process_turned_off_is_refused_on_the_next_request(
     assert error_of(answer) == "unauthenticated"
 
 
-async def test_a_long_poll_open_when_its_key_is_revoked_hands_over_nothing(
-    service: Service,
+async def turn_off(service: Service, created: dict[str, Any], how: str) -> None:
+    """Revoke alice's key (`created` came with it), or disable alice."""
+    if how == "key_revoked":
+        answer = await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+    else:
+        answer = await service.admin.post("/v1/admin/agents/alice/disable")
+    assert answer.status_code == 200, answer.text
+
+
+TURNED_OFF = pytest.mark.parametrize("how", ["key_revoked", "agent_disabled"])
+
+
+@TURNED_OFF
+async def test_a_long_poll_open_when_its_key_is_turned_off_hands_over_nothing_and_says_why(
+    service: Service, how: str
 ) -> None:
+    """Refused as the key's next request would be: `details.reason` tells the client to stop
+    retrying, not to wait again."""
     created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
     alice = service.client(created["key"]["key"])
     bob = await service.agent("bob")
@@ -82,21 +97,29 @@ async def test_a_long_poll_open_when_its_key_is_revoked_hands_over_nothing(
 
         tg.start_soon(wait)
         await anyio.sleep(0.3)  # the long-poll is open
-        await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+        await turn_off(service, created, how)
         await bob.post("/v1/messages", json={"to": "alice", "body": "for alice's eyes"})
     (answer,) = answers
     assert answer.status_code == 401
     assert error_of(answer) == "unauthenticated"
+    assert answer.json()["error"]["details"] == {"reason": how}
+    assert answer.json() == (await alice.get("/v1/inbox")).json()
     assert "for alice's eyes" not in answer.text
     db = sqlite3.connect(service.home / "agentpost.db")
-    assert db.execute("SELECT state FROM deliveries WHERE recipient = 'alice'").fetchall() == [
-        ("queued",)
-    ]
+    read = "SELECT state FROM deliveries WHERE recipient = 'alice' AND state != 'queued'"
+    assert db.execute(read).fetchall() == []  # (a disabled agent is sent nothing at all)
 
 
-async def test_an_event_stream_open_when_its_key_is_revoked_ends_saying_why(
-    service: Service,
+@TURNED_OFF
+async def test_an_event_stream_open_when_its_key_is_turned_off_ends_saying_why(
+    tmp_path: Path, how: str
 ) -> None:
+    """Within a heartbeat, or at once when news wakes it (none comes for a disabled agent)."""
+    async with running_service(tmp_path, {"AGENTPOST_HEARTBEAT_S": "0.3"}) as service:
+        await _an_event_stream_ends_saying_why(service, how)
+
+
+async def _an_event_stream_ends_saying_why(service: Service, how: str) -> None:
     created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
     key = created["key"]["key"]
     bob = await service.agent("bob")
@@ -104,14 +127,15 @@ async def test_an_event_stream_open_when_its_key_is_revoked_ends_saying_why(
     async with service.client(key).stream("GET", "/v1/events") as stream:
         reading = stream.aiter_lines()
         assert await anext(reading) == ": agentpost events"  # open: it starts at now
-        await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+        await turn_off(service, created, how)
         await bob.post("/v1/messages", json={"to": "alice", "body": "for alice's eyes"})
         with anyio.fail_after(10):
             lines = [line async for line in reading]  # to the end: the service closes it
     assert "event: error" in lines
     assert "message.created" not in "".join(lines)
     data = next(line for line in lines if line.startswith("data: "))
-    assert json.loads(data.removeprefix("data: "))["error"]["code"] == "unauthenticated"
+    error = json.loads(data.removeprefix("data: "))["error"]
+    assert (error["code"], error["details"]) == ("unauthenticated", {"reason": how})
 
     from agentpost import AsyncClient
     from agentpost.domain.errors import AgentpostError
@@ -121,6 +145,7 @@ async def test_an_event_stream_open_when_its_key_is_revoked_ends_saying_why(
             async for _ in client.events():
                 pass
     assert refused.value.code.value == "unauthenticated"
+    assert refused.value.details == {"reason": how}
 
 
 async def test_an_agent_may_hold_several_keys(service: Service) -> None:

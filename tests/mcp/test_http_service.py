@@ -842,3 +842,33 @@ async def test_an_open_subscription_ends_once_its_key_is_revoked(tmp_path: Path)
         why = lost.value.__cause__ or lost.value.__context__
         assert isinstance(why, MCPError)
         assert str(why).startswith("unauthenticated: ")
+
+
+@pytest.mark.parametrize("how", ["key_revoked", "agent_disabled"])
+async def test_a_wait_open_when_its_key_is_turned_off_is_refused_saying_why(
+    tmp_path: Path, how: str
+) -> None:
+    """As the key's next request would be: `details.reason` tells the client to stop, not to
+    wait again."""
+    async with running_service(tmp_path, {"AGENTPOST_HEARTBEAT_S": "0.3"}) as service:
+        bob = await service.agent("bob")
+        created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
+        async with connect(service, created["key"]["key"], MODERN) as alice:
+            results: list[types.CallToolResult] = []
+            async with anyio.create_task_group() as tg:
+
+                async def wait() -> None:
+                    results.append(await alice.client.call_tool("wait", {"timeout_s": 30}))
+
+                tg.start_soon(wait)
+                await anyio.sleep(0.5)  # the wait is open
+                if how == "key_revoked":
+                    await service.admin.delete(f"/v1/admin/keys/{created['key']['id']}")
+                else:
+                    await service.admin.post("/v1/admin/agents/alice/disable")
+                await bob.post("/v1/messages", json={"to": "alice", "body": "for alice's eyes"})
+        (result,) = results
+        assert result.is_error
+        assert result.structured_content is not None
+        error = result.structured_content["error"]
+        assert (error["code"], error["details"]) == ("unauthenticated", {"reason": how})

@@ -66,3 +66,14 @@ def not_found(message: str, **details: Any) -> AgentpostError:
 
 def forbidden(message: str, **details: Any) -> AgentpostError:
     return AgentpostError(ErrorCode.FORBIDDEN, message, details=details or None)
+
+
+def key_turned_off(agent: str, *, revoked: bool) -> AgentpostError:
+    """A key that was one, no longer good: its `details.reason` (`key_revoked`,
+    `agent_disabled`) tells a client to stop retrying, whether the request was refused at the
+    door or a wait it held open was ended."""
+    if revoked:
+        message, reason = "this key was revoked; ask the owner for a new one", "key_revoked"
+    else:
+        message, reason = f"agent {agent!r} is disabled", "agent_disabled"
+    return AgentpostError(ErrorCode.UNAUTHENTICATED, message, details={"reason": reason})

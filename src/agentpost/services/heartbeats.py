@@ -10,7 +10,7 @@ from weakref import WeakKeyDictionary
 
 import anyio
 
-from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.errors import key_turned_off
 from agentpost.domain.models import Caller
 from agentpost.store import agents as rows
 from agentpost.store import keys as key_rows
@@ -95,8 +95,6 @@ async def check_standing(store: Store, caller: Caller) -> None:
     key_id = caller.key_id
     if key_id is None:
         return  # a local session: the OS user is the boundary
-    if not await store.glance(lambda conn: key_rows.stands(conn, key_id)):
-        raise AgentpostError(
-            ErrorCode.UNAUTHENTICATED,
-            "the key this was opened with was revoked, or its agent disabled",
-        )
+    off = await store.glance(lambda conn: key_rows.turned_off(conn, key_id))
+    if off is not None:  # refused as the key's next request would be, with the same reason
+        raise key_turned_off(caller.agent, revoked=off == "revoked")

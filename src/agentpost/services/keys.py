@@ -38,7 +38,14 @@ from agentpost.domain.accounts import (
     check_label,
     is_well_formed_secret,
 )
-from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
+from agentpost.domain.errors import (
+    AgentpostError,
+    ErrorCode,
+    forbidden,
+    invalid,
+    key_turned_off,
+    not_found,
+)
 from agentpost.domain.ids import key_id as new_key_id
 from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import OWNER, POST_OFFICE, check_name
@@ -74,11 +81,6 @@ def _locked_out(seconds_left: float) -> AgentpostError:
         "too many failed authentications from this address; try again later",
         retry_after_s=float(math.ceil(seconds_left)),
     )
-
-
-def _refused(message: str, reason: str) -> AgentpostError:
-    """A key that was one, no longer good: `details.reason` tells a client to stop retrying."""
-    return AgentpostError(ErrorCode.UNAUTHENTICATED, message, details={"reason": reason})
 
 
 def _audit_failure(
@@ -223,10 +225,10 @@ class Keys:
             raise AgentpostError(ErrorCode.UNAUTHENTICATED, "unknown key")
         if key.revoked_at is not None:
             await self._turned_off(address, "revoked key", key.id)
-            raise _refused("this key was revoked; ask the owner for a new one", "key_revoked")
+            raise key_turned_off(key.agent, revoked=True)
         if key.disabled_at is not None:
             await self._turned_off(address, "agent disabled", key.id)
-            raise _refused(f"agent {key.agent!r} is disabled", "agent_disabled")
+            raise key_turned_off(key.agent, revoked=False)
         if seen.bound and seen.session is not None:
             session = seen.session.id
         elif (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Connection,
@@ -112,20 +112,20 @@ def get_key(conn: Connection, key_id: str) -> Row[Any] | None:
     return conn.execute(_GET, {"key_id": key_id}).first()
 
 
-_STANDS = Prepared(
-    select(keys.c.id)
+_TURNED_OFF = Prepared(
+    select(keys.c.revoked_at, agents.c.disabled_at)
     .join(agents, agents.c.name == keys.c.agent)
-    .where(
-        keys.c.id == bindparam("key_id"),
-        keys.c.revoked_at.is_(None),
-        agents.c.disabled_at.is_(None),
-    )
+    .where(keys.c.id == bindparam("key_id"))
 )
 
 
-def stands(conn: Connection, key_id: str) -> bool:
-    """Whether a key still speaks for its agent: not revoked, its agent not disabled."""
-    return _STANDS.first(conn, {"key_id": key_id}) is not None
+def turned_off(conn: Connection, key_id: str) -> Literal["revoked", "disabled"] | None:
+    """Why a key no longer speaks for its agent (revoked, or its agent disabled; a key that is
+    not there at all counts as revoked), or None while it does."""
+    row = _TURNED_OFF.first(conn, {"key_id": key_id})
+    if row is None or row.revoked_at is not None:
+        return "revoked"
+    return "disabled" if row.disabled_at is not None else None
 
 
 def list_keys(conn: Connection, agent: str | None = None) -> list[Row[Any]]:
