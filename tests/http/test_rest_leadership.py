@@ -50,6 +50,26 @@ async def test_a_new_session_on_main_takes_the_free_seat_and_others_see_it(
     assert [(s["project"], s["leader"]) for s in everyone] == [("rocket", "alice")]
 
 
+async def test_a_session_a_heartbeat_moves_onto_the_default_branch_takes_the_free_seat(
+    service: Service,
+) -> None:
+    """As a local session stands afresh at each checkout: a remote-backed stdio session's
+    heartbeat says where its worktree moved, and on a branch that may lead it takes the seat
+    if free, as it would have when it opened. One that stepped down takes it no more."""
+    alice = await session_on(service, "alice", "feature-x")
+    session = alice.headers["Agentpost-Session"]
+    assert (await alice.get("/v1/leadership")).json()["leader"] is None
+    beat = await alice.post(f"/v1/sessions/{session}/heartbeat", json={"branch": "main"})
+    assert beat.status_code == 200, beat.text
+    seat = (await alice.get("/v1/leadership")).json()
+    assert (seat["leader"], seat["branch"], seat["term"]) == ("alice", "main", 1)
+
+    assert (await alice.post("/v1/leadership/release", json={})).json()["released"] is True
+    for branch in ("feature-x", "main"):
+        await alice.post(f"/v1/sessions/{session}/heartbeat", json={"branch": branch})
+    assert (await alice.get("/v1/leadership")).json()["leader"] is None
+
+
 async def test_a_feature_branch_is_refused_and_release_frees_the_seat(service: Service) -> None:
     alice = await session_on(service, "alice", "main")
     feature = await session_on(service, "feat", "feature-x")

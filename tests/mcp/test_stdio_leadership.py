@@ -41,6 +41,20 @@ async def seat_once_settled(agent: Agent) -> dict[str, Any]:
     return await seat_when(agent, lambda seat: seat["leader"] is not None)
 
 
+async def start_remote(
+    agents: Agents, service: Service, key: str, repo: Path, env: dict[str, str] | None = None
+) -> Agent:
+    """`agentpost mcp --url --key` in `repo`'s worktree."""
+    params = agents.params(None, env, repo, None)
+    params = params.model_copy(update={"args": [*params.args, "--url", service.url, "--key", key]})
+    remote = Agent(None, agents.revision, agents.tmp_path / "remote.stderr")
+    agents.tried.append(remote)
+    with anyio.fail_after(60):
+        await agents.group.start(remote.run, params)
+    agents.running.append(remote)
+    return remote
+
+
 async def announcements(agent: Agent) -> list[str]:
     found = await agent.call("read_channel", channel="#rocket", limit=50)
     return [m["body"] for m in found["messages"] if m["from"] == "system"]
@@ -125,14 +139,22 @@ async def test_a_remote_backed_session_on_main_claims_the_free_seat_on_start(
     agents: Agents, service: Service, repo: Path
 ) -> None:
     key = await service.create_agent("alice")
-    params = agents.params(None, None, repo, None)
-    params = params.model_copy(update={"args": [*params.args, "--url", service.url, "--key", key]})
-    remote = Agent(None, agents.revision, agents.tmp_path / "remote.stderr")
-    agents.tried.append(remote)
-    with anyio.fail_after(60):
-        await agents.group.start(remote.run, params)
-    agents.running.append(remote)
+    remote = await start_remote(agents, service, key, repo)
     seat = await remote.call("leader")
     assert (seat["project"], seat["leader"], seat["term"]) == ("rocket", "alice", 1)
     released = await remote.call("release_leadership")
     assert released["leader"] is None
+
+
+async def test_a_remote_backed_session_that_checks_out_the_default_branch_takes_the_free_seat(
+    agents: Agents, service: Service, repo: Path
+) -> None:
+    """As a local session does: begun on a feature branch it may not lead; its heartbeat
+    carries the checkout of the default branch, and the free seat is its."""
+    git(repo, "checkout", "-q", "-b", "feature")
+    key = await service.create_agent("alice")
+    remote = await start_remote(agents, service, key, repo, {"AGENTPOST_HEARTBEAT_S": "0.3"})
+    assert (await remote.call("leader"))["leader"] is None
+    git(repo, "checkout", "-q", "main")
+    seat = await seat_once_settled(remote)
+    assert (seat["leader"], seat["branch"], seat["term"]) == ("alice", "main", 1)

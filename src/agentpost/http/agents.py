@@ -92,8 +92,11 @@ async def open_session(
 async def heartbeat(
     session_id: str, office: Office, me: Me, body: HeartbeatBody = _NO_MOVE
 ) -> dict[str, Any]:
-    """Say a session is alive (any request on it does too), and on which branch it works now."""
-    await office.presence.heartbeat_of(me, session_id, branch=body.branch)
+    """Say a session is alive (any request on it does too), and on which branch it works now.
+    A session moved onto a branch that may lead its project takes the seat when it is free
+    (`auto_lead`), as when it opened."""
+    if await office.presence.heartbeat_of(me, session_id, branch=body.branch):
+        await office.leadership.claim_if_eligible(replace(me, session_id=session_id))
     return {"session_id": session_id, "online": True}
 
 

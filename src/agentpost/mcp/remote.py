@@ -3,7 +3,8 @@
 For MCP clients that only speak stdio, or a machine that should not hold the post office: the
 same tools as a local session, through the Python client. The process mints a session of the
 key's agent with this worktree's project and branch, heartbeats it (with the branch a `git
-checkout` moved it to, as a local session's heartbeat does), pushes `agentpost://inbox`
+checkout` moved it to, as a local session's heartbeat does: on a branch that may lead, the
+service gives it the free leader seat), pushes `agentpost://inbox`
 updates and Claude Code channel notifications from the service's event stream (new mail only:
 receipts do not change the inbox), and ends the session when the client closes stdin or the
 process is told to stop; a session the service ends or forgets meanwhile is minted again, with

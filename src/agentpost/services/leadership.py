@@ -187,9 +187,12 @@ class Leadership:
         return seat
 
     async def claim_if_eligible(self, caller: Caller) -> Leader | None:
-        """What a new session does with `auto_lead`: take its project's seat when it is free
-        and the session may lead; None (and nothing changed) otherwise, whatever went wrong."""
-        if not self.settings.auto_lead:
+        """What a session minted over HTTP does with `auto_lead` when it opens, and when its
+        heartbeat moves it to another branch (a local session stands afresh then): take its
+        project's seat when it is free and the session may lead; None (and nothing changed)
+        otherwise, whatever went wrong. A session that stepped down takes it no more, as a
+        standing one does not, until it claims again."""
+        if not self.settings.auto_lead or caller.session_id in self._stepped_down:
             return None
         try:
             return await self.claim(caller)

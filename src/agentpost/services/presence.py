@@ -399,17 +399,20 @@ class PresenceService:
 
     async def heartbeat_of(
         self, caller: Caller, session_id: str, *, branch: str | None = None
-    ) -> None:
+    ) -> bool:
         """Keep one of the caller's live sessions online (over HTTP, by handle); `branch`, as
-        for `heartbeat`: a remote-backed stdio session's worktree may check out another."""
+        for `heartbeat`: a remote-backed stdio session's worktree may check out another.
+        Whether that moved the session to another branch."""
         values = {} if branch is None else {"branch": _check_text(branch, "branch", MAX_HOST)}
 
-        def tx(conn: Connection) -> None:
-            if self._own_session(conn, caller, session_id).ended_at is not None:
+        def tx(conn: Connection) -> bool:
+            session = self._own_session(conn, caller, session_id)
+            if session.ended_at is not None:
                 raise not_found(f"session {session_id!r} has ended", session=session_id)
             rows.update_session(conn, session_id, heartbeat_at=self.store.clock(), **values)
+            return branch is not None and branch != session.branch
 
-        await self.store.write(tx)
+        return await self.store.write(tx)
 
     async def end_session_of(self, caller: Caller, session_id: str) -> None:
         """End one of the caller's sessions (again is fine): it shows offline at once."""
