@@ -35,6 +35,7 @@ from agentpost.http.app import build_rest_app
 from agentpost.http.errors import error_response
 from agentpost.http.events import defer_stream_drain, drain_streams
 from agentpost.http.guard import Guard, caller_of
+from agentpost.mcp.adapter.rebinding import allowed_places
 from agentpost.mcp.http import build_http_server, parse_groups, push_news
 from agentpost.services import PostOffice
 
@@ -224,13 +225,7 @@ class Service:
     async def _running(self) -> AsyncIterator[None]:
         office = await PostOffice.open(self.settings)
         try:
-            key, created = load_or_create_admin_key(self.settings)
-            installed = await office.keys.install_admin_key(key)
-            if installed.revoked_at is not None:  # revoked stays revoked, even when configured
-                log.warning("the configured admin key %s was revoked; set another", installed.id)
-            self._on_admin_key(key, created)
-            self.office = office
-            self._rest = build_rest_app(office)
+            rest = build_rest_app(office)
             server = build_http_server(office, lambda request: caller_of(dict(request.state)))
             mcp_app = server.streamable_http_app(
                 allowed_hosts=self.settings.allowed_hosts,
@@ -243,7 +238,13 @@ class Service:
                 # its key stands, of the session the connection speaks for now.
                 while_streaming=self._stream_held,
             )
-            self._mcp = mcp_app
+            # Made once the rest stands: a start refused above leaves no key (nor its banner).
+            key, created = load_or_create_admin_key(self.settings)
+            installed = await office.keys.install_admin_key(key)
+            if installed.revoked_at is not None:  # revoked stays revoked, even when configured
+                log.warning("the configured admin key %s was revoked; set another", installed.id)
+            self._on_admin_key(key, created)
+            self.office, self._rest, self._mcp = office, rest, mcp_app
             async with mcp_app.router.lifespan_context(mcp_app), anyio.create_task_group() as tg:
                 tg.start_soon(push_news, office, server)
                 tg.start_soon(office.webhooks.run_dispatcher)
@@ -359,8 +360,11 @@ class _Server(uvicorn.Server):
 
 
 def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = False) -> None:
-    """Run the service until interrupted."""
+    """Run the service until interrupted. Settings only the server reads are looked at
+    first, so a bad one is refused before anything is made (a first start's admin key, and
+    its banner) or logged."""
     check_bind(host, allow_remote)
+    allowed_places(settings.allowed_hosts, settings.allowed_origins)
     defer_stream_drain()  # until the long-polls have answered (`_Server.shutdown`)
     server: _Server
 

@@ -8,6 +8,8 @@ import sqlite3
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from service_process import serve_command
 
 
@@ -110,3 +112,30 @@ def test_an_allowed_origin_of_no_usable_form_is_refused_at_start_naming_it() -> 
     )
     assert done.returncode == 2
     assert "error: invalid_argument: allowed_origins holds 'https://agents.example/'" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("AGENTPOST_ALLOWED_HOSTS", '["https://agents.example/mcp"]'),
+        ("AGENTPOST_ALLOWED_ORIGINS", '["https://agents.example/"]'),
+        ("AGENTPOST_TRUSTED_PROXIES", '["the proxy"]'),
+        ("AGENTPOST_TOOL_GROUPS", '["everything"]'),
+    ],
+)
+def test_a_first_start_with_a_bad_setting_says_only_why_and_makes_no_admin_key(
+    tmp_path: Path, setting: str, value: str
+) -> None:
+    """A first start refused for a bad setting printed the new admin key's banner after its
+    refusal (`curl … with this key`) and left the key behind, as if it served."""
+    env = {**os.environ, "AGENTPOST_HOME": str(tmp_path), setting: value}
+    env.pop("AGENTPOST_ADMIN_KEY", None)
+    done = subprocess.run(
+        serve_command("--port", "0"), capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 2
+    name = setting.removeprefix("AGENTPOST_").lower()
+    [said] = done.stderr.strip().splitlines()
+    assert said.startswith("error: invalid_argument: ")
+    assert name in said
+    assert not (tmp_path / "admin.key").exists()
