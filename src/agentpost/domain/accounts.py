@@ -14,7 +14,7 @@ from typing import Any, Self, TypeGuard
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.limits import check_text, is_one_line
-from agentpost.domain.models import Trust, from_fields
+from agentpost.domain.models import Trust, from_fields, trust_read
 
 KEY_PREFIX = "ap_"
 KEY_BYTES = 32
@@ -110,7 +110,7 @@ class AgentInfo:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
         return from_fields(
-            cls, data, capabilities=list(data["capabilities"]), trust=Trust(data["trust"])
+            cls, data, capabilities=list(data["capabilities"]), trust=trust_read(data)
         )
 
 

@@ -49,6 +49,17 @@ class Trust(StrEnum):
     UNTRUSTED = "untrusted"
 
 
+def trust_read(data: Mapping[str, Any], key: str = "trust") -> Trust:
+    """The trust an answer gives, as a client may take it. One it does not give (an older
+    service's) or this client does not know (a newer one's) vouches for nobody: it reads as
+    `untrusted`, so the words it goes with are framed as a stranger's, not a colleague's;
+    and the answer is read all the same, not refused for it."""
+    try:
+        return Trust(data[key])
+    except (KeyError, ValueError):
+        return Trust.UNTRUSTED
+
+
 class DeliveryState(StrEnum):
     QUEUED = "queued"
     READ = "read"
@@ -138,7 +149,7 @@ class Message:
             must_read=bool(data["must_read"]),
             created_at=data["created_at"],
             expires_at=data.get("expires_at"),
-            trust=Trust(data["trust"]),
+            trust=trust_read(data),
             state=None if state is None else DeliveryState(state),
         )
 
@@ -249,8 +260,7 @@ class Presence:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Presence:
-        trust = Trust(data.get("trust", Trust.VERIFIED.value))
-        return from_fields(cls, data, status=Status(data["status"]), trust=trust)
+        return from_fields(cls, data, status=Status(data["status"]), trust=trust_read(data))
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.limits import check_text, is_one_line, too_large
-from agentpost.domain.models import Trust
+from agentpost.domain.models import Trust, trust_read
 from agentpost.domain.wildmatch import Glob
 
 MAX_PATH_CHARS = 1024
@@ -301,7 +301,7 @@ class Reservation:
             created_at=data["created_at"],
             expires_at=data["expires_at"],
             worktree=data.get("worktree"),
-            trust=Trust(data.get("trust", Trust.VERIFIED.value)),
+            trust=trust_read(data),
             ttl_s=data.get("ttl_s"),
         )
 

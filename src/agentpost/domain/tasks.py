@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any, Literal, get_args
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid
-from agentpost.domain.models import Priority, Trust, from_fields
+from agentpost.domain.models import Priority, Trust, from_fields, trust_read
 
 
 class TaskStatus(StrEnum):
@@ -186,6 +186,6 @@ class Task:
             priority=Priority(data["priority"]),
             status=TaskStatus(data["status"]),
             history=[TaskChange.from_dict(c) for c in data.get("history", [])],
-            creator_trust=Trust(data.get("creator_trust", Trust.VERIFIED.value)),
-            assignee_trust=Trust(data.get("assignee_trust", Trust.VERIFIED.value)),
+            creator_trust=trust_read(data, "creator_trust"),
+            assignee_trust=trust_read(data, "assignee_trust"),
         )
