@@ -24,6 +24,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from agentpost.client.desk import AGENT_UNKNOWN
 from git_repo import git, make_repo
 from remote_office import Office
 from service_process import Service, eventually, serve_command
@@ -282,6 +283,11 @@ async def test_a_session_started_before_the_service_serves_and_connects_once_it_
             async with Client(
                 stdio_client(params, errlog=errlog), read_timeout_seconds=15
             ) as alice:  # within a client's start-up timeout, whatever the service
+                # True whoever the agent is, not a placeholder where its name would go.
+                assert alice.instructions is not None
+                assert AGENT_UNKNOWN not in alice.instructions
+                assert "none yet" not in alice.instructions
+                assert "`who` lists them" in alice.instructions
                 assert "whoami" in {t.name for t in (await alice.list_tools()).tools}
                 down = await alice.call_tool("inbox", {})
                 assert down.is_error
@@ -300,6 +306,37 @@ async def test_a_session_started_before_the_service_serves_and_connects_once_it_
                 await carol.send("alice", "you are up")
                 [got] = (await call(alice, "inbox"))["messages"]
                 assert got["from"] == "carol"
+    finally:
+        await office.aclose()
+
+
+async def test_a_session_started_as_the_service_starts_names_its_agent_and_colleagues(
+    agents: Agents, service: Service
+) -> None:
+    """A service started alongside (at login, say) answers within seconds: the server waits
+    that long for it before it answers `initialize`, so the instructions are the agent's."""
+    office = Office(service)
+    try:
+        alice_key = await office.new_key("alice")
+        await office.agent("carol")
+        await service.stop()
+        params = agents.params(None, None, None, "apollo")
+        params = params.model_copy(
+            update={"args": [*params.args, "--url", service.url, "--key", alice_key]}
+        )
+
+        async def start_soon() -> None:
+            await anyio.sleep(1.5)  # the server has found the service down by now
+            await service.start()
+
+        with (agents.tmp_path / "early.stderr").open("a") as errlog:
+            async with anyio.create_task_group() as group:
+                group.start_soon(start_soon)
+                async with Client(stdio_client(params, errlog=errlog)) as alice:
+                    instructions = alice.instructions
+        assert instructions is not None
+        assert "You are agent `alice`" in instructions
+        assert "carol" in instructions
     finally:
         await office.aclose()
 

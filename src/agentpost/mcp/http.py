@@ -30,7 +30,7 @@ from agentpost.mcp.account_tools import register_admin_tools, register_profile_t
 from agentpost.mcp.adapter import HttpRequest, MailboxServer, current_http_request
 from agentpost.mcp.desk import LocalDesk
 from agentpost.mcp.leader_tools import register_leader_tools
-from agentpost.mcp.presenting import INBOX_URI, inbox_resource, render_instructions
+from agentpost.mcp.presenting import INBOX_URI, inbox_resource, instructions_for_a_key
 from agentpost.mcp.reservation_tools import register_reservation_tools
 from agentpost.mcp.task_tools import register_task_tools
 from agentpost.mcp.tools import register_tools
@@ -218,9 +218,7 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
 
     # The same for every agent this server speaks to, and for as long as it runs: who works
     # beside them changes, and `who` tells.
-    instructions = render_instructions(
-        office.settings.instructions, "(the agent of your key)", ["`who` lists them"]
-    )
+    instructions = instructions_for_a_key(office.settings.instructions)
     server = MailboxServer(
         "agentpost",
         __version__,

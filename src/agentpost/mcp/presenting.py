@@ -52,6 +52,13 @@ def render_instructions(template: str, agent: str, others: list[str]) -> str:
     return template.replace("{agent}", agent).replace("{agents}", ", ".join(others) or "none yet")
 
 
+def instructions_for_a_key(template: str) -> str:
+    """The instructions where the agent is not known when they are given: one server for every
+    key over HTTP, or a remote-backed session whose service had not answered. True whoever
+    the agent is, and whoever works beside it: `whoami` and `who` tell."""
+    return render_instructions(template, "(the agent of your key)", ["`who` lists them"])
+
+
 async def inbox_resource(desk: Desk) -> str:
     """The `agentpost://inbox` resource: the newest unread mail, raw and framed, never marked."""
     found = await desk.inbox(peek=True, limit=50)

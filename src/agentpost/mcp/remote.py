@@ -13,9 +13,10 @@ session, mail that comes before Claude Code's `initialize` is pushed once it has
 newest `HELD` of it, if ever that many). Once the service refuses the key (revoked, or its agent
 disabled), the process exits with `unauthenticated`, as it does when the key is refused at the
 start. A service that cannot be reached at the start does not stop it: an agent session may
-start before the service does, so the tools are served at once (each answering `unavailable`
-meanwhile) and the session is minted by whatever reaches the service first: a call, the
-heartbeat, or the event stream, which tries every 5 s.
+start before the service does (at login, say, alongside it), so the process waits a few
+seconds for it, then serves the tools all the same (each answering `unavailable` meanwhile,
+the instructions naming no agent: `whoami` does), and the session is minted by whatever
+reaches the service first: a call, the heartbeat, or the event stream, which tries every 5 s.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.events import EventType
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
-from agentpost.mcp.presenting import INBOX_URI
+from agentpost.mcp.presenting import INBOX_URI, instructions_for_a_key, render_instructions
 from agentpost.mcp.session import build_server, every, run_session, survive
 from agentpost.services.local_identity import BranchWatch, detect
 
@@ -42,6 +43,13 @@ log = logging.getLogger(__name__)
 
 DIRECTORY_NAMES = 200
 """How many colleagues the instructions may name."""
+START_WAIT_S = 5
+"""How long a start waits for a service it cannot reach before serving (and answering
+`initialize`) without it: a service started alongside (at login, or restarting) answers
+within it, and the instructions then name the agent and its colleagues."""
+START_RETRY_S = 0.5
+"""The pause between tries meanwhile (a try against a service that is down takes over a
+second of its own: the client sends it again twice)."""
 LISTEN_S = 10
 """How long serving waits for the event stream to open; after that it serves without push
 until the stream opens (the tools, `wait` and the piggyback still work)."""
@@ -136,18 +144,33 @@ async def _push_to_channel(desk: RemoteDesk, server: MailboxServer, message_id: 
 
 
 async def _colleagues(desk: RemoteDesk) -> list[str] | None:
-    """The session minted and the colleagues' names for the instructions; None while the
-    service cannot be reached (the session is then minted by the first call that reaches it).
-    Any other refusal (the key) is raised: the process exits with its code."""
-    try:
-        await desk.connect()
-        agents = await desk.client.directory(limit=DIRECTORY_NAMES)
-    except AgentpostError as err:
-        if err.code is not ErrorCode.UNAVAILABLE:
-            raise
-        log.warning("serving without the post office for now: %s", err.message)
-        return None
-    return [a.name for a in agents if a.name != desk.agent]
+    """The session minted and the colleagues' names for the instructions, the service
+    waited for up to START_WAIT_S; None if it has not answered by then (the session is then
+    minted by the first call that reaches it). Any other refusal (the key) is raised: the
+    process exits with its code."""
+    unreached = f"no answer within {START_WAIT_S} s"
+    with anyio.move_on_after(START_WAIT_S):
+        while True:
+            try:
+                await desk.connect()
+                agents = await desk.client.directory(limit=DIRECTORY_NAMES)
+            except AgentpostError as err:
+                if err.code is not ErrorCode.UNAVAILABLE:
+                    raise
+                unreached = err.message
+                await anyio.sleep(START_RETRY_S)
+                continue
+            return [a.name for a in agents if a.name != desk.agent]
+    log.warning("serving without the post office for now: %s", unreached)
+    return None
+
+
+def _instructions(settings: Settings, desk: RemoteDesk, others: list[str] | None) -> str:
+    """Named for the agent and its colleagues once the service has answered; else true
+    whoever they are (`whoami` and `who` tell), rather than holding placeholders."""
+    if others is None:
+        return instructions_for_a_key(settings.instructions)
+    return render_instructions(settings.instructions, desk.agent, others)
 
 
 async def serve_remote_stdio(settings: Settings) -> None:
@@ -167,7 +190,7 @@ async def serve_remote_stdio(settings: Settings) -> None:
 
         try:
             others = await _colleagues(desk)
-            server = build_server(desk, settings.instructions, others or [])
+            server = build_server(desk, _instructions(settings, desk, others))
             listening = anyio.Event()
             push = _ChannelPush(desk, server)
 

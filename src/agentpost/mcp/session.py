@@ -22,7 +22,7 @@ from agentpost.domain.errors import AgentpostError
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.leader_tools import register_leader_tools
-from agentpost.mcp.presenting import INBOX_URI, inbox_resource, render_instructions
+from agentpost.mcp.presenting import INBOX_URI, inbox_resource
 from agentpost.mcp.reservation_tools import register_reservation_tools
 from agentpost.mcp.task_tools import register_task_tools
 from agentpost.mcp.tools import register_tools
@@ -34,15 +34,16 @@ _retries = RetryLog(log)
 Background = Callable[[], Coroutine[Any, Any, None]]
 
 
-def build_server(desk: Desk, instructions: str, others: list[str]) -> MailboxServer:
+def build_server(desk: Desk, instructions: str) -> MailboxServer:
+    """The session's server, giving `instructions` (rendered) at `initialize`."""
+
     async def read_resource(uri: str) -> str:
         return await inbox_resource(desk)
 
-    text = render_instructions(instructions, desk.agent, others)
     server = MailboxServer(
         "agentpost",
         __version__,
-        text,
+        instructions,
         read_resource,
         (INBOX_URI,),
         experimental_capabilities={channel.CAPABILITY: {}},

@@ -21,7 +21,7 @@ from agentpost.domain.models import Caller
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.desk import LocalDesk, SessionCaller
-from agentpost.mcp.presenting import INBOX_URI
+from agentpost.mcp.presenting import INBOX_URI, render_instructions
 from agentpost.mcp.session import build_server, every, run_session, survive
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import BranchWatch, detect
@@ -118,7 +118,8 @@ async def serve_stdio(settings: Settings) -> None:
         session_id = session.id
         callers = SessionCaller(Caller(session.agent, session.id))
         others = [n for n in await office.presence.agent_names() if n != session.agent]
-        server = build_server(LocalDesk(office, callers), settings.instructions, others)
+        instructions = render_instructions(settings.instructions, session.agent, others)
+        server = build_server(LocalDesk(office, callers), instructions)
         heartbeat_id = session.id
         branch = BranchWatch(context)
         branches = _BranchMoves(context.branch)
