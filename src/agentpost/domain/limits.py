@@ -48,8 +48,8 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
-def check_message_id(value: object, what: str, kind: str = "message") -> str:
-    """The id of a message (or of a task, a request) an argument names: blank names none, so
+def check_id(value: object, what: str, kind: str = "message") -> str:
+    """The id of a message, a task or a request that an argument names: blank names none, so
     it is a bad argument rather than one that is not there (as a blank thread id is)."""
     if not isinstance(value, str) or not value.strip():
         raise invalid(f"{what} must be a {kind} id")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentpost.domain.errors import forbidden, not_found
-from agentpost.domain.limits import check_limit, check_message_id
+from agentpost.domain.limits import check_id, check_limit
 from agentpost.domain.models import Caller, ChannelInfo, Message
 from agentpost.domain.names import GENERAL, check_channel
 from agentpost.store import agents as agent_rows
@@ -104,7 +104,7 @@ class Channels:
         name = check_channel(channel)
         check_limit(limit)
         if before is not None:
-            check_message_id(before, "before")
+            check_id(before, "before")
 
         def tx(conn: Connection) -> list[Message]:
             require_member(conn, name, caller.agent, "to read its history")

@@ -113,7 +113,7 @@ def draft(
     names, channel = targets(to)
     thread = check_thread_id(thread_id)
     if reply_to is not None:
-        rules.check_message_id(reply_to, "reply_to")
+        rules.check_id(reply_to, "reply_to")
     request = {
         "to": names,
         "channel": channel,

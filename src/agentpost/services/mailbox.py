@@ -395,7 +395,7 @@ class Mailbox:
         return found
 
     async def get(self, caller: Caller, message_id: str) -> Message:
-        rules.check_message_id(message_id, "message_id")
+        rules.check_id(message_id, "message_id")
 
         def tx(conn: Connection) -> Message | None:
             channels = member_channels(conn, caller.agent)

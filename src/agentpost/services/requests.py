@@ -103,7 +103,7 @@ class Requests:
     ) -> SendResult:
         """Answer a request addressed to you, once: the response is a message to the asker
         in the request's thread (`reply_to` = the request)."""
-        rules.check_message_id(request_id, "request_id", "request")
+        rules.check_id(request_id, "request_id", "request")
         _words(answer, "answer", self.settings)
 
         def tx(conn: Connection) -> SendResult:
@@ -128,7 +128,7 @@ class Requests:
 
     async def check_request(self, caller: Caller, request_id: str) -> RequestAnswer:
         """Where your request stands: its answer, if one came."""
-        rules.check_message_id(request_id, "request_id", "request")
+        rules.check_id(request_id, "request_id", "request")
 
         def tx(conn: Connection) -> RequestAnswer:
             row = _request_row(conn, request_id)

@@ -166,7 +166,7 @@ class Tasks:
         result: Any = None,
     ) -> Task:
         """Move a task (see the table in agentpost.domain.tasks) and tell the other side."""
-        rules.check_message_id(task_id, "task_id", "task")
+        rules.check_id(task_id, "task_id", "task")
         wanted = check_status(status)
         if wanted is TaskStatus.CANCELLED and result is not None:
             # The result is the assignee's report of the work; calling it off adds none.
@@ -214,7 +214,7 @@ class Tasks:
         wanted = None if status is None else check_status(status)
         rules.check_limit(limit)
         if before is not None:
-            rules.check_message_id(before, "before", "task")
+            rules.check_id(before, "before", "task")
 
         def tx(conn: Connection) -> list[Task]:
             if before is not None:
@@ -236,7 +236,7 @@ class Tasks:
 
     async def task(self, caller: Caller, task_id: str) -> Task:
         """One task with its history; only its creator and assignee may read it."""
-        rules.check_message_id(task_id, "task_id", "task")
+        rules.check_id(task_id, "task_id", "task")
 
         def tx(conn: Connection) -> Task:
             row = self._row(conn, task_id, caller)
