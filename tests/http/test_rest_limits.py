@@ -217,8 +217,8 @@ async def test_the_owner_cannot_block_its_own_mail_to_an_agent(service: Service)
     sense: an agent cannot block the owner either."""
     bob = await service.agent("bob")
     refused = await service.admin.put("/v1/admin/blocks/bob/owner")
-    assert refused.status_code == 400
-    assert refused.json()["error"]["code"] == "invalid_argument"
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "forbidden"
     await service.admin.post("/v1/messages", json={"to": "bob", "body": "stop that"})
     assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["stop that"]
     assert (await service.admin.delete("/v1/admin/blocks/bob/owner")).status_code == 200

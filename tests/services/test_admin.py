@@ -375,8 +375,9 @@ async def test_the_owner_blocks_a_sender_for_a_recipient(world: World) -> None:
         ("nobody", "bob", ErrorCode.NOT_FOUND),
         ("bob", "bob", ErrorCode.INVALID_ARGUMENT),
         ("bob", "Bad Name", ErrorCode.INVALID_ARGUMENT),
-        ("bob", "owner", ErrorCode.INVALID_ARGUMENT),
-        ("bob", "agentpost", ErrorCode.INVALID_ARGUMENT),
+        # Reserved, as for an agent blocking them itself: not allowed, not malformed.
+        ("bob", "owner", ErrorCode.FORBIDDEN),
+        ("bob", "agentpost", ErrorCode.FORBIDDEN),
         ("agentpost", "bob", ErrorCode.NOT_FOUND),
     ],
 )

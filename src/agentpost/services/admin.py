@@ -231,7 +231,8 @@ class Admin:
         if not isinstance(blocked, bool):
             raise invalid("blocked must be true or false")
         if blocked and sender in RESERVED:  # the owner's own word, or the post office's
-            raise invalid(f"mail from {sender!r} cannot be blocked", sender=sender)
+            # Refused as an agent blocking them is: a reserved name, not a malformed one.
+            raise forbidden(f"mail from {sender!r} cannot be blocked", sender=sender)
 
         def tx(conn: Connection) -> dict[str, Any]:
             if accounts.set_block(
