@@ -169,7 +169,9 @@ async def test_a_disabled_agents_keys_stop_working_and_it_is_never_deleted(
     assert (await alice.get("/v1/inbox")).status_code == 200
 
 
-async def test_an_agent_key_cannot_administer(service: Service) -> None:
+async def test_an_agent_key_cannot_administer_and_each_attempt_is_audited(
+    service: Service,
+) -> None:
     alice = await service.agent("alice")
     for method, path in [
         ("POST", "/v1/admin/agents"),
@@ -183,6 +185,17 @@ async def test_an_agent_key_cannot_administer(service: Service) -> None:
         answer = await alice.request(method, path, json=body)
         assert answer.status_code == 403, (method, path, answer.text)
         assert error_of(answer) == "forbidden"
+    refused = await service.admin.get("/v1/admin/audit", params={"action": "admin.refused"})
+    entries = refused.json()["entries"]
+    assert [(e["actor"], e["target"], e["detail"]["act"]) for e in entries] == [
+        ("alice", "alice", "disable_agent"),
+        ("alice", None, "usage"),
+        ("alice", None, "list_keys"),
+        ("alice", None, "audit_log"),
+        ("alice", None, "list_agents"),
+        ("alice", "eve", "create_agent"),
+    ]
+    assert {e["ip"] for e in entries} == {"127.0.0.1"}
 
 
 async def test_ten_failed_authentications_lock_the_address_out_across_a_restart(

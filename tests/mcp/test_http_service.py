@@ -137,6 +137,22 @@ async def test_admin_tools_are_listed_only_on_an_admin_keys_connection(
         assert "alice" in [a["name"] for a in listed["agents"]]
 
 
+async def test_an_agent_key_calling_an_admin_tool_is_kept_in_the_audit_log(
+    service: Service, revision: str
+) -> None:
+    """Unknown to its connection, as a tool not offered is; still an attempt at the owner's
+    acts, kept as a REST call to an admin route is."""
+    alice_key = await service.create_agent("alice")
+    async with connect(service, alice_key, revision) as alice:
+        with pytest.raises(MCPError, match="Unknown tool: admin_disable_agent"):
+            await alice.client.call_tool("admin_disable_agent", {"name": "bob"})
+    async with connect(service, service.admin_key, revision) as owner:
+        found = (await owner.call("admin_audit_log", action="admin.refused"))["entries"]
+    assert [(e["actor"], e["target"], e["detail"]) for e in found] == [
+        ("alice", None, {"act": "disable_agent"})
+    ]
+
+
 async def test_the_owner_lists_keys_revokes_one_vouches_unvouches_and_pages_the_audit_over_mcp(
     service: Service, revision: str
 ) -> None:

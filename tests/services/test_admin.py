@@ -11,7 +11,7 @@ import pytest
 
 from account_helpers import ADDRESS, ADMIN_SECRET, keyed, owner
 from agentpost.domain.accounts import AgentLimits, Usage
-from agentpost.domain.errors import ErrorCode
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Trust
 from agentpost.services import PostOffice
 from agentpost.store import agents as agent_rows
@@ -65,7 +65,7 @@ CHANGES: dict[str, tuple[Act, str, Callable[[World, Any], str]]] = {
         "agent.enabled",
         lambda w, result: "dormant",
     ),
-    "vouch": (
+    "vouch_agent": (
         lambda w, c: w.office.admin.vouch(c, "drifter"),
         "agent.vouched",
         lambda w, result: "drifter",
@@ -110,11 +110,38 @@ EVERY_ACT: dict[str, Act] = {name: act for name, (act, _, _) in CHANGES.items()}
 
 @pytest.mark.parametrize("act", sorted(EVERY_ACT))
 @pytest.mark.parametrize("who", ["an agent's key", "the owner without an admin key"])
-async def test_non_admin_callers_are_forbidden_every_admin_act(
+async def test_non_admin_callers_are_forbidden_every_admin_act_and_the_attempt_is_audited(
     world: World, act: str, who: str
 ) -> None:
-    caller = world.alice if who == "an agent's key" else Caller("owner")
-    await refused_without_change(world.office, ErrorCode.FORBIDDEN, EVERY_ACT[act](world, caller))
+    """Refused before anything is looked at, changing nothing but the audit log, which keeps
+    who tried which act from where (metadata only), as it keeps every admin act."""
+    caller = world.alice if who == "an agent's key" else Caller("owner", ip="2001:db8::9")
+    before = await snapshot(world.office.store)
+    with pytest.raises(AgentpostError) as caught:
+        await EVERY_ACT[act](world, caller)
+    assert caught.value.code is ErrorCode.FORBIDDEN
+    after = await snapshot(world.office.store)
+    assert len(after.pop("audit")) == len(before.pop("audit")) + 1
+    assert after == before
+    (newest,) = await world.office.admin.audit_log(world.admin, limit=1)
+    assert (newest.actor, newest.action, newest.detail) == (
+        caller.agent,
+        "admin.refused",
+        {"act": act},
+    )
+    assert newest.ip == (ADDRESS if caller is world.alice else "2001:db8::9")
+
+
+async def test_a_refused_admin_act_names_the_agent_it_was_aimed_at(world: World) -> None:
+    with pytest.raises(AgentpostError):
+        await world.office.admin.disable_agent(world.alice, "bob")
+    with pytest.raises(AgentpostError):  # not a name: nothing of it is kept
+        await world.office.admin.disable_agent(world.alice, "Bob\x00; drop")
+    refused = await world.office.admin.audit_log(world.admin, action="admin.refused")
+    assert [(e.target, e.detail) for e in refused] == [
+        (None, {"act": "disable_agent"}),
+        ("bob", {"act": "disable_agent"}),
+    ]
 
 
 @pytest.mark.parametrize("act", sorted(CHANGES))

@@ -250,6 +250,21 @@ async def test_a_local_session_may_force_the_seat_and_the_term_grows(
     seat = await office.leadership.claim(bob, force=True)
     assert (seat.leader, seat.term) == ("bob", 2)
     assert (await office.leadership.leader(alice)).leader == "bob"
+    assert await forced_seats(office) == [("bob", "shop", {"previous": "alice", "term": 2})]
+
+
+async def forced_seats(office: PostOffice) -> list[tuple[str, str | None, dict[str, object]]]:
+    found = await office.admin.audit_log(Caller("owner", admin=True), action="leader.forced")
+    return [(e.actor, e.target, e.detail) for e in found]
+
+
+async def test_force_on_a_free_seat_or_ones_own_is_no_takeover_and_is_not_audited(
+    office: PostOffice,
+) -> None:
+    alice = await session_caller(office, "alice")
+    await office.leadership.claim(alice, force=True)
+    await office.leadership.claim(alice, force=True)
+    assert await forced_seats(office) == []
 
 
 async def test_force_over_http_is_for_the_owner_only(office: PostOffice) -> None:
@@ -259,12 +274,19 @@ async def test_force_over_http_is_for_the_owner_only(office: PostOffice) -> None
     session = await office.presence.open_http_session(
         remote, host="elsewhere", project="shop", branch="main"
     )
-    caller = Caller("remote", session.id)
-    await refused_without_change(
-        office, ErrorCode.FORBIDDEN, office.leadership.claim(caller, force=True)
-    )
-    owner = Caller("remote", session.id, admin=True)
+    caller = Caller("remote", session.id, ip=ADDRESS)
+    with pytest.raises(AgentpostError) as caught:
+        await office.leadership.claim(caller, force=True)
+    assert caught.value.code is ErrorCode.FORBIDDEN
+    assert (await office.leadership.leader(alice)).leader == "alice"
+    owner = Caller("remote", session.id, admin=True, ip=ADDRESS)
     assert (await office.leadership.claim(owner, force=True)).leader == "remote"
+    # Both kept as the owner's acts are: the attempt without an admin key, and the takeover.
+    audited = await office.admin.audit_log(Caller("owner", admin=True), actor="remote")
+    assert [(e.actor, e.action, e.target, e.ip, e.detail) for e in audited] == [
+        ("remote", "leader.forced", "shop", ADDRESS, {"previous": "alice", "term": 2}),
+        ("remote", "admin.refused", "shop", ADDRESS, {"act": "force_leadership"}),
+    ]
 
 
 async def test_of_many_simultaneous_claims_exactly_one_wins(office: PostOffice) -> None:

@@ -16,6 +16,7 @@ tells exactly the agents with news that their inbox changed.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Collection
 from contextlib import AbstractAsyncContextManager, nullcontext
 from contextvars import ContextVar
@@ -36,6 +37,8 @@ from agentpost.mcp.task_tools import register_task_tools
 from agentpost.mcp.tools import register_tools
 from agentpost.services import PostOffice
 from agentpost.services.keys import default_session_id
+
+log = logging.getLogger(__name__)
 
 GROUPS: dict[str, tuple[str, ...]] = {
     "core": (
@@ -206,6 +209,17 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
             return None
         return tools_for(caller_of(request).admin, request.query.get("tools"))
 
+    async def withheld_call(name: str) -> None:
+        """An agent key calling an admin tool (never offered to it) tried an admin act."""
+        request = current_http_request()
+        if request is None or name not in GROUPS["admin"]:
+            return
+        try:
+            await office.admin.check_admin(caller_of(request), name.removeprefix("admin_"))
+        except AgentpostError as err:
+            if err.code is not ErrorCode.FORBIDDEN:  # unkept, the call is still unknown to it
+                log.warning("a refused admin tool call could not be audited: %s", err)
+
     async def read_resource(uri: str) -> str:
         return await inbox_resource(desk)
 
@@ -228,6 +242,7 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
         audience=audience,
         offered_tools=offered_tools,
         while_listening=while_listening,
+        withheld_call=withheld_call,
     )
     register_tools(server, desk)
     register_leader_tools(server, desk)

@@ -1,8 +1,9 @@
 """Administration: the owner's acts on agents, limits and blocks, and what the owner reads.
 
-Every act needs an admin key (`forbidden` otherwise, before anything is looked at) and writes
-an audit row in the same transaction as the change. An act that would change nothing (enabling
-an enabled agent) writes nothing. Agents are disabled, never deleted: a name is never reused.
+Every act needs an admin key (`forbidden` otherwise, before anything is looked at, the attempt
+kept in the audit log) and writes an audit row in the same transaction as the change. An act
+that would change nothing (enabling an enabled agent) writes nothing. Agents are disabled,
+never deleted: a name is never reused.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ class Admin:
             detail=detail or None,
         )
 
+    async def check_admin(self, caller: Caller, act: str) -> None:
+        """Refuse a caller without an admin key, the attempt audited as every act's is: for
+        a face that turns such a caller away before any act is reached (MCP offers an agent
+        key no admin tool, and a call to one never gets this far)."""
+        await accounts.require_admin(self.store, caller, act)
+
     def _info(self, conn: Connection, name: str) -> AgentInfo:
         return accounts.account(conn, self.settings, self.store.clock(), name)
 
@@ -70,7 +77,7 @@ class Admin:
         capabilities: list[str] | None = None,
     ) -> tuple[AgentInfo, IssuedKey]:
         """A new, verified agent and its first key (the secret is shown only here)."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "create_agent", name)
         accounts.check_new_name(name, self.settings)
         check_description(description)
         accounts.check_project(project)
@@ -96,8 +103,8 @@ class Admin:
     async def _change_agent(
         self, admin: Caller, name: str, action: str, changed: dict[str, Any]
     ) -> AgentInfo:
-        """Set `changed` on the agent unless it already holds; audit the act when it did not."""
-        accounts.require_admin(admin)
+        """Set `changed` on the agent unless it already holds; audit the act when it did not.
+        The caller is an admin: each act asked before it came here."""
         check_name(name)
 
         def tx(conn: Connection) -> AgentInfo:
@@ -113,7 +120,7 @@ class Admin:
 
     async def disable_agent(self, admin: Caller, name: str) -> AgentInfo:
         """Its sessions end and its keys stop working on their next request; its mail stays."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "disable_agent", name)
         if name == OWNER:
             raise forbidden("the owner cannot be disabled")
         return await self._change_agent(
@@ -121,10 +128,12 @@ class Admin:
         )
 
     async def enable_agent(self, admin: Caller, name: str) -> AgentInfo:
+        await accounts.require_admin(self.store, admin, "enable_agent", name)
         return await self._change_agent(admin, name, "agent.enabled", {"disabled_at": None})
 
     async def vouch(self, admin: Caller, name: str) -> AgentInfo:
         """Trust a self-registered agent: what it sends from now on is `verified`."""
+        await accounts.require_admin(self.store, admin, "vouch_agent", name)
         return await self._change_agent(
             admin, name, "agent.vouched", {"trust": Trust.VERIFIED.value}
         )
@@ -157,7 +166,7 @@ class Admin:
 
     async def list_agents(self, admin: Caller) -> list[AgentInfo]:
         """Every agent, disabled ones too."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "list_agents")
         await self._presence.end_dead_local_sessions()  # so `online` is true at once
         return await self.store.read(
             lambda conn: accounts.accounts(
@@ -177,7 +186,7 @@ class Admin:
         action: str | None = None,
     ) -> list[AuditEntry]:
         """Newest first; page with `before` = the last entry's `seq`."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "audit_log")
         check_limit(limit)
         if before is not None:
             check_seq(before, "before")
@@ -200,7 +209,7 @@ class Admin:
         max_unacked: int | None,
     ) -> AgentLimits:
         """The agent's own limits; None puts one back to the setting. Returns what holds."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "set_limits", name)
         check_name(name)
         rate = check_limit_value(send_rate_per_minute, "send_rate_per_minute")
         cap = check_limit_value(max_unacked, "max_unacked")
@@ -225,7 +234,7 @@ class Admin:
         self, admin: Caller, recipient: str, sender: str, blocked: bool
     ) -> dict[str, Any]:
         """Block (or unblock) `sender` for `recipient`: its mail to them is dropped silently."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "set_block", recipient)
         check_name(recipient, "recipient")
         check_name(sender, "sender")
         if not isinstance(blocked, bool):
@@ -245,7 +254,7 @@ class Admin:
         return await self.store.write(tx)
 
     async def usage(self, admin: Caller, agent: str | None = None) -> list[Usage]:
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "usage", agent)
 
         def tx(conn: Connection) -> list[Usage]:
             now = self.store.clock()

@@ -441,7 +441,7 @@ class Keys:
         self, admin: Caller, agent: str, *, label: str = "", admin_key: bool = False
     ) -> IssuedKey:
         """A new key for an existing agent; admin keys are the owner's alone."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "issue_key", agent)
         check_name(agent)
         check_label(label)
         if admin_key and agent != OWNER:
@@ -468,7 +468,7 @@ class Keys:
     async def revoke(self, admin: Caller, key_id: str) -> KeyInfo:
         """Revoke a key for good, and the webhooks made with it (a leaked key's would go on
         sending the agent's mail); the owner's last working admin key cannot go."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "revoke_key", key_id)
 
         def tx(conn: Connection) -> KeyInfo:
             now = self.store.clock()
@@ -500,7 +500,7 @@ class Keys:
         return await self.store.write(tx)
 
     async def list_keys(self, admin: Caller, agent: str | None = None) -> list[KeyInfo]:
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "list_keys", agent)
 
         def look(conn: Connection) -> list[Row[Any]]:
             if agent is not None:

@@ -39,7 +39,7 @@ from agentpost.services.local_identity import origin_head, pid_alive, process_ex
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
 from agentpost.store import agents as agent_rows
-from agentpost.store import leases
+from agentpost.store import audit, leases
 from agentpost.store.database import Connection, Row, Store
 
 log = logging.getLogger(__name__)
@@ -162,6 +162,10 @@ class Leadership:
         if session is None or session.ended_at is not None:
             raise _ended(caller.session_id)
         eligible = await self._eligible(session)
+        if force and session.transport != "stdio":
+            # Force over HTTP is the owner's: an attempt without an admin key is audited.
+            target = project or session.project
+            await accounts.require_admin(self.store, caller, "force_leadership", target)
 
         def tx(conn: Connection) -> Leader:
             # Asked again here: the session may have ended while its branch was looked at.
@@ -178,8 +182,6 @@ class Leadership:
                     + self._eligibility_rule(),
                     branch=session.branch,
                 )
-            if force and not (caller.admin or session.transport == "stdio"):
-                raise forbidden("force is for the owner (an admin key) or a local session")
             return self._take(conn, caller, name, force=force)
 
         seat = await self.store.write(tx)
@@ -362,6 +364,17 @@ class Leadership:
                 f"{holder} leads {project} (term {before.term if before else 0}); "
                 "the seat frees when its session stops",
                 details={"leader": holder, "term": before.term if before else 0},
+            )
+        if before is not None and before.live and before.session_id != caller.session_id:
+            # A live holder put out of the seat: kept in the audit log as the owner's acts are.
+            audit.record(
+                conn,
+                at=now,
+                actor=caller.agent,
+                action="leader.forced",
+                target=project,
+                ip=caller.ip,
+                detail={"previous": before.holder, "term": term},
             )
         if before is None or not before.live or before.session_id != caller.session_id:
             previous = before.holder if before is not None else None

@@ -231,6 +231,10 @@ async def _push_all(
             tg.start_soon(push, connection)
 
 
+async def _nothing(name: str) -> None:
+    """No one to tell of a call to a tool that is not offered."""
+
+
 class MailboxServer:
     """An MCP server offering async tools and JSON resources, and pushing resource changes.
 
@@ -250,12 +254,15 @@ class MailboxServer:
         audience: Callable[[], str | None] = lambda: None,
         offered_tools: Callable[[], Collection[str] | None] = lambda: None,
         while_listening: Callable[[], AbstractAsyncContextManager[None]] = nullcontext,
+        withheld_call: Callable[[str], Awaitable[None]] = _nothing,
     ) -> None:
         """`audience` says, inside a request, whose news the requesting connection may hear;
         `offered_tools`, which tools it may list and call (None: all of them);
         `while_listening` is entered for as long as a `subscriptions/listen` stream stays
-        open (an open subscription counts as the agent's heartbeat). All are asked in the
-        request's context, where `current_http_request()` answers."""
+        open (an open subscription counts as the agent's heartbeat); `withheld_call` is told
+        of a call to a tool that exists but is not offered (an agent key calling an admin
+        tool: the owner's audit log keeps such attempts). All are asked in the request's
+        context, where `current_http_request()` answers."""
         self._read = read_resource
         self._resource_uris = tuple(resource_uris)
         self._tools: dict[str, _FunctionTool] = {}
@@ -263,6 +270,7 @@ class MailboxServer:
         self._peers = _LegacyPeers()
         self._audience = audience
         self._offered = offered_tools
+        self._withheld_call = withheld_call
         self._listen = _AudienceListen(audience, while_listening)
         self._server = _LowLevelServer(
             name,
@@ -461,7 +469,10 @@ class MailboxServer:
 
     async def _call_tool(self, ctx: _Ctx, params: types.CallToolRequestParams) -> _ToolResult:
         tool = self._tools.get(params.name)
-        if tool is None or not self._is_offered(params.name):
+        if tool is not None and not self._is_offered(params.name):
+            await self._withheld_call(params.name)
+            tool = None
+        if tool is None:
             # A tool this connection is not offered is as unknown to it as one that is not.
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         # The 2026-07-28 transport parses requests with `json.loads`, which lets both the
