@@ -175,6 +175,13 @@ async def test_the_rest_routes_answer_with_their_status_codes(service: Service) 
     moved = await bob.patch(f"/v1/tasks/{task_id}", json={"status": "accepted", "note": "ok"})
     assert moved.status_code == 200
     assert moved.json()["history"][-1]["note"] == "ok"
+    done = {"status": "done", "note": "shipped", "result": {"pr": 7}}
+    finished = await bob.patch(f"/v1/tasks/{task_id}", json=done)
+    assert finished.status_code == 200
+    resent = await bob.patch(f"/v1/tasks/{task_id}", json=done)  # its answer lost, say
+    assert (resent.status_code, resent.json()) == (200, finished.json())
+    other = await bob.patch(f"/v1/tasks/{task_id}", json={**done, "result": {"pr": 8}})
+    assert (other.status_code, other.json()["error"]["code"]) == (409, "conflict")
 
 
 async def test_the_task_and_request_tools_work_over_mcp_http(service: Service) -> None:
@@ -207,7 +214,15 @@ async def test_the_task_and_request_tools_work_over_mcp_http(service: Service) -
         assert assigned["id"] == task["id"]
         [delivered] = (await call(bob, "inbox"))["messages"]
         assert (delivered["kind"], delivered["data"]["task_id"]) == ("task", task["id"])
-        await call(bob, "update_task", task_id=task["id"], status="done", note="fixed")
+        done = await call(bob, "update_task", task_id=task["id"], status="done", note="fixed")
+        # Sent again (its answer lost): the task as it is, the creator told once, below.
+        again = await call(bob, "update_task", task_id=task["id"], status="done", note="fixed")
+        assert again == done
+        other = await bob.call_tool(
+            "update_task", {"task_id": task["id"], "status": "done", "note": "fixed twice"}
+        )
+        assert other.is_error
+        assert (other.structured_content or {})["error"]["code"] == "conflict"
         [told] = (await call(alice, "inbox"))["messages"]
         assert (told["kind"], told["data"]["status"]) == ("task", "done")
         one = await call(alice, "task", task_id=task["id"])

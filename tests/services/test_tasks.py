@@ -416,6 +416,67 @@ async def test_without_the_setting_anyone_delegates_and_the_task_keeps_the_calle
     assert task.project == "shop"
 
 
+async def test_an_update_sent_again_answers_the_task_as_it_is_and_changes_nothing(
+    office: PostOffice,
+) -> None:
+    """A resend after a lost answer (the same party, status, note and result) is the update
+    that already took effect: answered with the task, nobody told twice, no history added."""
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    for who, status, note, result in (
+        (worker, "in_progress", "on it", None),
+        (worker, "done", "merged", {"pr": 7}),
+    ):
+        moved = await office.tasks.update_task(who, task.id, status, note=note, result=result)
+        before = await snapshot(office.store)
+        again = await office.tasks.update_task(who, task.id, status, note=note, result=result)
+        assert again == moved
+        assert await snapshot(office.store) == before
+    other = await office.tasks.delegate(boss, "worker", "Write the docs")
+    cancelled = await office.tasks.update_task(boss, other.id, "cancelled", note="not needed")
+    assert await office.tasks.update_task(boss, other.id, "cancelled", note="not needed") == (
+        cancelled
+    )
+
+
+async def test_a_different_update_to_a_finished_task_is_still_a_conflict(
+    office: PostOffice,
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build")
+    await office.tasks.update_task(worker, task.id, "done", note="merged", result={"pr": 7})
+    for who, status, note, result in (
+        (worker, "done", "merged", {"pr": 8}),  # another result
+        (worker, "done", "merged again", {"pr": 7}),  # another note
+        (worker, "done", None, {"pr": 7}),
+        (worker, "failed", "merged", {"pr": 7}),  # another status
+        (boss, "cancelled", None, None),
+    ):
+        await refused_without_change(
+            office,
+            ErrorCode.CONFLICT,
+            office.tasks.update_task(who, task.id, status, note=note, result=result),
+        )
+    # The creation is no update to repeat: `open` is never a move.
+    await refused_without_change(
+        office, ErrorCode.CONFLICT, office.tasks.update_task(boss, task.id, "open")
+    )
+
+
+async def test_the_same_update_twice_at_once_applies_once_and_answers_both(
+    open_office: OpenOffice,
+) -> None:
+    first, second = await open_office(), await open_office()
+    boss, worker = await agents(first, "boss", "worker")
+    task = await first.tasks.delegate(boss, "worker", "Fix the build")
+    outcomes = await asyncio.gather(
+        first.tasks.update_task(worker, task.id, "done", result={"pr": 7}),
+        second.tasks.update_task(worker, task.id, "done", result={"pr": 7}),
+    )
+    assert outcomes[0] == outcomes[1]
+    assert [c.to_status for c in outcomes[0].history] == [TaskStatus.OPEN, TaskStatus.DONE]
+
+
 async def test_two_moves_at_once_one_applies_and_the_other_is_a_conflict(
     open_office: OpenOffice,
 ) -> None:

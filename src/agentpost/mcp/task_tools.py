@@ -94,7 +94,8 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
         """Move a task. The assignee: open -> accepted | in_progress | done | failed, accepted ->
         in_progress | done | failed, in_progress -> done | failed. The creator: open, accepted
         or in_progress -> cancelled (no result: it is the assignee's). The other side is told,
-        with your note and result."""
+        with your note and result. Sending your last update again (its answer lost) answers
+        the task as it is and changes nothing."""
         task = await desk.update_task(task_id, status, note=note, result=result)
         return await reply(task.to_dict(), f"Task {task.id} is {task.status.value} now.")
 

@@ -55,6 +55,27 @@ def _due(due: float | None) -> float | None:
     return float(due)
 
 
+def _repeats(
+    conn: Connection,
+    row: Row[Any],
+    caller: Caller,
+    wanted: TaskStatus,
+    note: str,
+    result_json: str | None,
+) -> bool:
+    """Whether the update asked for is the one that took effect last: the same party moved
+    the task to `wanted` with the same note, and the result asked for is the one it holds
+    (or none, which leaves a result as it is). Applied again it would change nothing."""
+    if row.status != wanted.value or (result_json is not None and result_json != row.result):
+        return False
+    last = task_rows.last_change(conn, row.id)
+    return (
+        last is not None
+        and last.from_status is not None  # the creation is no update
+        and (last.actor, last.to_status, last.note) == (caller.agent, wanted.value, note)
+    )
+
+
 def _role(role: str) -> tuple[bool, bool]:
     """(assigned, created) for a listing's `role`."""
     if role not in ROLES:
@@ -165,7 +186,11 @@ class Tasks:
         note: str | None = None,
         result: Any = None,
     ) -> Task:
-        """Move a task (see the table in agentpost.domain.tasks) and tell the other side."""
+        """Move a task (see the table in agentpost.domain.tasks) and tell the other side.
+
+        The update that took effect last, sent again by its party (its answer lost, say),
+        answers the task as it is and changes nothing; any other update it has no move for
+        is a `conflict`."""
         rules.check_id(task_id, "task_id", "task")
         wanted = check_status(status)
         if wanted is TaskStatus.CANCELLED and result is not None:
@@ -177,12 +202,17 @@ class Tasks:
         def tx(conn: Connection) -> Task:
             now = self.store.clock()
             row = self._row(conn, task_id, caller)
+            if _repeats(conn, row, caller, wanted, note, result_json):
+                return self._one(conn, row.id)
             current = TaskStatus(row.status)
             check_move(caller.agent, row.creator, row.assignee, current, wanted)
             moved = task_rows.move(
                 conn, row.id, current=current, wanted=wanted, result=result_json, now=now
             )
             if not moved:  # another change came first: decided against what no longer holds
+                row = self._row(conn, task_id, caller)
+                if _repeats(conn, row, caller, wanted, note, result_json):
+                    return self._one(conn, row.id)  # it was this very update, sent twice
                 raise AgentpostError(
                     ErrorCode.CONFLICT, f"task {task_id!r} changed meanwhile; read it again"
                 )

@@ -45,6 +45,12 @@ def record_change(
     )
 
 
+def last_change(conn: Connection, task_id: str) -> Row[Any] | None:
+    """The task's newest history entry."""
+    query = select(task_history).where(task_history.c.task_id == task_id)
+    return conn.execute(query.order_by(task_history.c.seq.desc()).limit(1)).first()
+
+
 def get_task(conn: Connection, task_id: str) -> Row[Any] | None:
     if never_stored(task_id):
         return None
