@@ -645,7 +645,9 @@ async def _delegate_two() -> list[str]:
         await office.tasks.update_task(
             Caller("worker"), first.id, "done", note="green\nagain", result={"pr": 7}
         )
-        second = await office.tasks.delegate(Caller("boss"), "worker", "Write the docs")
+        second = await office.tasks.delegate(
+            Caller("boss"), "worker", "Write the docs", due=1_700_000_000.0
+        )
         return [first.id, second.id]
     finally:
         await office.aclose()
@@ -661,6 +663,9 @@ def test_tasks_lists_pages_and_shows_one_task_with_its_history() -> None:
     assert text.returncode == 0, text.stderr
     assert f"{first} [done] boss → worker Fix the build" in text.stdout
     assert second not in text.stdout
+    assert [t["overdue"] for t in listed["tasks"]] == [True, False]  # the done one is late no more
+    late = agentpost("tasks", "--as", "boss", "--status", "open", COLUMNS="200")
+    assert f"{second} [open] overdue boss → worker Write the docs" in late.stdout
 
     one = agentpost_json("task", first, "--as", "boss")
     assert (one["status"], one["result"]) == ("done", {"pr": 7})

@@ -317,6 +317,27 @@ async def test_one_task_marks_the_notes_of_an_assignee_the_owner_has_not_vouched
     assert result.structured_content["creator_trust"] == "verified"
 
 
+async def test_tasks_and_task_say_which_open_task_is_past_its_due(
+    service: Service, revision: str
+) -> None:
+    alice_key = await service.create_agent("alice")
+    await service.create_agent("bob")
+    alice = service.client(alice_key)
+    due = 1_700_000_000.0  # 2023-11-14T22:13:20Z: long past
+    late = (await alice.post("/v1/tasks", json={"to": "bob", "title": "Late", "due": due})).json()
+    undated = (await alice.post("/v1/tasks", json={"to": "bob", "title": "Undated"})).json()
+    async with connect(service, alice_key, revision) as agent:
+        listed = await agent.client.call_tool("tasks", {})
+        one = await agent.client.call_tool("task", {"task_id": late["id"]})
+    lines = "\n".join(getattr(p, "text", "") for p in listed.content).splitlines()
+    assert f'- {late["id"]} [open, overdue] alice -> bob: "Late"' in lines
+    assert f'- {undated["id"]} [open] alice -> bob: "Undated"' in lines
+    flags = {t["id"]: t["overdue"] for t in (listed.structured_content or {})["tasks"]}
+    assert flags == {late["id"]: True, undated["id"]: False}
+    shown = "\n".join(getattr(p, "text", "") for p in one.content).splitlines()
+    assert f"Thread {late['thread_id']}; due 2023-11-14T22:13:20Z (overdue); history:" in shown
+
+
 async def test_who_quotes_a_branch_another_agent_named_for_its_session(
     service: Service, revision: str
 ) -> None:

@@ -416,6 +416,24 @@ async def test_without_the_setting_anyone_delegates_and_the_task_keeps_the_calle
     assert task.project == "shop"
 
 
+async def test_an_open_task_past_its_due_is_overdue_until_it_is_finished(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    task = await office.tasks.delegate(boss, "worker", "Fix the build", due=clock.now + 60)
+    undated = await office.tasks.delegate(boss, "worker", "Someday")
+    assert (task.overdue, undated.overdue) == (False, False)
+    clock.advance(61)
+    await office.tasks.update_task(worker, task.id, "in_progress")
+    assert (await office.tasks.task(boss, task.id)).overdue
+    listed = {t.id: t.overdue for t in await office.tasks.tasks(worker)}
+    assert listed == {task.id: True, undated.id: False}
+    assert (await office.tasks.task(boss, task.id)).to_dict()["overdue"] is True
+    done = await office.tasks.update_task(worker, task.id, "done")
+    assert not done.overdue  # finished: nothing is late any more
+    assert not (await office.tasks.task(boss, task.id)).overdue
+
+
 async def test_an_update_sent_again_answers_the_task_as_it_is_and_changes_nothing(
     office: PostOffice,
 ) -> None:

@@ -149,11 +149,13 @@ def show_leaders(seats: Sequence[Leader]) -> None:
 
 
 def task_line(t: Task) -> Text:
-    urgent: list[Part] = [(" urgent", "red")] if t.priority.value == "urgent" else []
+    flags: list[Part] = [(" overdue", "red")] if t.overdue else []
+    if t.priority.value == "urgent":
+        flags.append((" urgent", "red"))
     return styled(
         (f"{_when(t.updated_at)} {t.id}", "dim"),
         (f" [{t.status.value}]", "bold"),
-        *urgent,
+        *flags,
         " ",
         *_named(t.creator, t.creator_trust),
         " → ",

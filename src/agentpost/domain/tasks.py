@@ -124,6 +124,11 @@ class TaskChange:
         )
 
 
+def is_overdue(status: TaskStatus, due: float | None, now: float) -> bool:
+    """Whether work still to be done is past its due: a finished task is late no more."""
+    return due is not None and status not in FINISHED and now > due
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """A delegated unit of work. `thread_id` is the thread of the message that delivered it,
@@ -148,6 +153,8 @@ class Task:
     """The creator's: whether the title and detail are a colleague's words or a stranger's."""
     assignee_trust: Trust = Trust.VERIFIED
     """The assignee's, for its notes and result."""
+    overdue: bool = False
+    """Past its `due` and not finished, by the post office's clock when it was read."""
 
     def trust_of(self, actor: str) -> Trust:
         """Whose words a change's note is: the creator's or the assignee's."""
@@ -176,6 +183,7 @@ class Task:
             "history": [c.to_dict() for c in self.history],
             "creator_trust": self.creator_trust.value,
             "assignee_trust": self.assignee_trust.value,
+            "overdue": self.overdue,
         }
 
     @classmethod

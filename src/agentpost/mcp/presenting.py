@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -45,6 +46,11 @@ def token(text: str) -> str:
     bare when it is one printable word (`feature/parser`), else `quoted`."""
     plain = _PLAIN.fullmatch(text) is not None and text.isprintable()
     return text if plain else quoted(text)
+
+
+def moment(ts: float) -> str:
+    """A time as a line shows it: UTC, to the second, one token."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
 def render_instructions(template: str, agent: str, others: list[str]) -> str:

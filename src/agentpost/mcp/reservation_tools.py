@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from agentpost.domain.desk import Desk
 from agentpost.domain.reservations import Reservation, ReservationsChanged
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer, by, notices_of, quoted, token
+from agentpost.mcp.presenting import answer, by, moment, notices_of, quoted, token
 
 
 def until(expires_at: float) -> str:
-    return "until " + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(expires_at))
+    return "until " + moment(expires_at)
 
 
 def _line(r: Reservation) -> str:

@@ -22,7 +22,16 @@ from agentpost.mcp.tools import JSON
 def _line(task: Task) -> str:
     title = presenting.quoted(task.title)
     creator = presenting.by(task.creator, task.creator_trust)
-    return f"- {task.id} [{task.status.value}] {creator} -> {task.assignee}: {title}"
+    status = f"{task.status.value}, overdue" if task.overdue else task.status.value
+    return f"- {task.id} [{status}] {creator} -> {task.assignee}: {title}"
+
+
+def _thread_and_due(task: Task) -> str:
+    """The thread of one task's news and, when it has one, its due."""
+    if task.due is None:
+        return f"Thread {task.thread_id}"
+    late = " (overdue)" if task.overdue else ""
+    return f"Thread {task.thread_id}; due {presenting.moment(task.due)}{late}"
 
 
 def _change(task: Task, change: TaskChange) -> str:
@@ -83,7 +92,7 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
     async def task(task_id: str) -> ToolOutput:
         """One task you made or were given, with its history, result and thread."""
         found = await desk.task(task_id)
-        lines = [_line(found)[2:], f"Thread {found.thread_id}; history:"]
+        lines = [_line(found)[2:], f"{_thread_and_due(found)}; history:"]
         return await reply(
             found.to_dict(), "\n".join(lines + [_change(found, c) for c in found.history])
         )

@@ -260,7 +260,7 @@ class Tasks:
                 limit=limit,
                 before=before,
             )
-            return task_rows.load(conn, found)
+            return task_rows.load(conn, found, self.store.clock())
 
         return await self.store.read(tx)
 
@@ -292,7 +292,7 @@ class Tasks:
         return row
 
     def _one(self, conn: Connection, task_id: str) -> Task:
-        return task_rows.load(conn, [self._row(conn, task_id)])[0]
+        return task_rows.load(conn, [self._row(conn, task_id)], self.store.clock())[0]
 
     def _project(self, conn: Connection, caller: Caller) -> str | None:
         """The project the caller works in: its session's, else its agent's."""

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Row, and_, false, insert, or_, select, update
 
 from agentpost.domain.limits import never_stored
 from agentpost.domain.models import Priority, Trust
-from agentpost.domain.tasks import Task, TaskChange, TaskStatus
+from agentpost.domain.tasks import Task, TaskChange, TaskStatus, is_overdue
 from agentpost.store import agents as agent_rows
 from agentpost.store.schema import task_history, tasks
 
@@ -122,8 +122,12 @@ def histories(conn: Connection, task_ids: Sequence[str]) -> dict[str, list[TaskC
     return out
 
 
-def task_from_row(row: Row[Any], history: list[TaskChange], trust: Mapping[str, Trust]) -> Task:
-    """A task, each side's trust looked up in `trust` (an agent not found there: untrusted)."""
+def task_from_row(
+    row: Row[Any], history: list[TaskChange], trust: Mapping[str, Trust], now: float
+) -> Task:
+    """A task as it stands at `now`, each side's trust looked up in `trust` (an agent not
+    found there: untrusted)."""
+    status = TaskStatus(row.status)
     return Task(
         id=row.id,
         project=row.project,
@@ -132,7 +136,7 @@ def task_from_row(row: Row[Any], history: list[TaskChange], trust: Mapping[str, 
         title=row.title,
         detail=row.detail,
         priority=Priority(row.priority),
-        status=TaskStatus(row.status),
+        status=status,
         data=None if row.data is None else json.loads(row.data),
         due=row.due,
         result=None if row.result is None else json.loads(row.result),
@@ -142,11 +146,12 @@ def task_from_row(row: Row[Any], history: list[TaskChange], trust: Mapping[str, 
         history=history,
         creator_trust=trust.get(row.creator, Trust.UNTRUSTED),
         assignee_trust=trust.get(row.assignee, Trust.UNTRUSTED),
+        overdue=is_overdue(status, row.due, now),
     )
 
 
-def load(conn: Connection, found: Sequence[Row[Any]]) -> list[Task]:
-    """Tasks of `found` rows, each with its history."""
+def load(conn: Connection, found: Sequence[Row[Any]], now: float) -> list[Task]:
+    """Tasks of `found` rows as they stand at `now`, each with its history."""
     changes = histories(conn, [row.id for row in found])
     trust = agent_rows.trust_of(conn, sorted({n for r in found for n in (r.creator, r.assignee)}))
-    return [task_from_row(row, changes[row.id], trust) for row in found]
+    return [task_from_row(row, changes[row.id], trust, now) for row in found]
