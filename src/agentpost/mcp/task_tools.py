@@ -1,17 +1,20 @@
 """Delegated tasks and blocking questions (group `coord`): delegate, tasks, task, update_task,
 request, respond, check_request.
 
-Titles, notes and answers are other agents' words: a summary quotes a title as a JSON string and
-shows an answer inside its message frame, so neither reads as the user's instruction.
+Titles, notes, details, results and answers are other agents' words: a summary quotes a title
+as a JSON string, and shows an answer, a task's detail and its result inside message frames
+that name their author and trust, so none reads as the user's instruction.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from agentpost.domain.desk import Desk
-from agentpost.domain.models import Message
+from agentpost.domain.framing import frame, words_head
+from agentpost.domain.models import Message, Trust
 from agentpost.domain.requests import RequestAnswer
 from agentpost.domain.tasks import Task, TaskChange, TaskRole, TaskStatusName
 from agentpost.mcp import presenting
@@ -32,6 +35,27 @@ def _thread_and_due(task: Task) -> str:
         return f"Thread {task.thread_id}"
     late = " (overdue)" if task.overdue else ""
     return f"Thread {task.thread_id}; due {presenting.moment(task.due)}{late}"
+
+
+def _words(task: Task, *, shortened: bool = False) -> list[tuple[str, str, Trust]]:
+    """The task's words as frames hold them: the creator's detail (in full only), and the
+    assignee's result, its JSON cut to a preview in a listing."""
+    out = []
+    if task.detail and not shortened:
+        head = words_head(task.creator, task.creator_trust, task=task.id, field="detail")
+        out.append((head, task.detail, task.creator_trust))
+    if task.result is not None:
+        result = json.dumps(task.result, ensure_ascii=False, sort_keys=True)
+        if shortened and len(result) > presenting.PREVIEW_CHARS:
+            result = result[: presenting.PREVIEW_CHARS] + "… (`task` shows all of it)"
+        head = words_head(task.assignee, task.assignee_trust, task=task.id, field="result")
+        out.append((head, result, task.assignee_trust))
+    return out
+
+
+def _framed(title: str, words: Sequence[tuple[str, str, Trust]]) -> str:
+    untrusted = any(trust is not Trust.VERIFIED for _, _, trust in words)
+    return frame([(head, text) for head, text, _ in words], title=title, untrusted=untrusted)
 
 
 def _change(task: Task, change: TaskChange) -> str:
@@ -80,22 +104,24 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
         limit: int = 50,
         before: str | None = None,
     ) -> ToolOutput:
-        """Your tasks, newest first, each with its history: `assigned` to you, `created` by
-        you, or `all`; optionally only those with `status`. `before` (the last task id of a
-        page) gives the page after it."""
+        """Your tasks, newest first, each with its history and a preview of its result:
+        `assigned` to you, `created` by you, or `all`; optionally only those with `status`.
+        `before` (the last task id of a page) gives the page after it."""
         found = await desk.tasks(role, status, limit, before)
         lines = [f"{len(found)} task{'' if len(found) == 1 else 's'}"] + [_line(t) for t in found]
         if len(found) == limit:
             lines.append(f"More may be older: `tasks` with before={found[-1].id}.")
-        return await reply({"tasks": [t.to_dict() for t in found]}, "\n".join(lines))
+        words = [w for t in found for w in _words(t, shortened=True)]
+        return await reply(
+            {"tasks": [t.to_dict() for t in found]}, _framed("\n".join(lines), words)
+        )
 
     async def task(task_id: str) -> ToolOutput:
-        """One task you made or were given, with its history, result and thread."""
+        """One task you made or were given, with its detail, history, result and thread."""
         found = await desk.task(task_id)
         lines = [_line(found)[2:], f"{_thread_and_due(found)}; history:"]
-        return await reply(
-            found.to_dict(), "\n".join(lines + [_change(found, c) for c in found.history])
-        )
+        lines += [_change(found, c) for c in found.history]
+        return await reply(found.to_dict(), _framed("\n".join(lines), _words(found)))
 
     async def update_task(
         task_id: str, status: TaskStatusName, note: str | None = None, result: JSON = None
