@@ -148,6 +148,15 @@ def test_inbox_peek_leaves_mail_unread_and_a_read_marks_it() -> None:
     assert [m["body"] for m in everything["messages"]] == ["hello"]
 
 
+def test_inbox_thread_reads_one_thread_named_by_any_of_its_messages() -> None:
+    arrange("alice", "bob")
+    first = agentpost_json("send", "bob", "q", "--as", "alice")
+    again = agentpost_json("send", "bob", "q2", "--reply-to", first["id"], "--as", "alice")
+    agentpost_json("send", "bob", "other", "--as", "alice")
+    found = agentpost_json("inbox", "--thread", again["id"], "--as", "bob")
+    assert ([m["body"] for m in found["messages"]], found["unread"]) == (["q", "q2"], 1)
+
+
 def test_ack_shows_on_the_senders_receipt() -> None:
     arrange("alice", "bob")
     sent = agentpost_json("send", "bob", "please review", "--as", "alice")

@@ -46,6 +46,22 @@ async def test_a_reply_joins_its_parents_thread(service: Service) -> None:
     assert [m["body"] for m in thread["messages"]] == ["q", "a"]
 
 
+async def test_the_inbox_and_wait_take_a_thread_by_the_id_of_a_reply_in_it(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    first = (await alice.post("/v1/messages", json={"to": "bob", "body": "q"})).json()
+    more = {"to": "bob", "body": "q2", "reply_to": first["id"]}
+    follow_up = (await alice.post("/v1/messages", json=more)).json()
+    await alice.post("/v1/messages", json={"to": "bob", "body": "other"})
+    by_reply = {"thread_id": follow_up["id"]}
+    peeked = (await bob.get("/v1/inbox", params={**by_reply, "peek": True})).json()
+    assert [m["body"] for m in peeked["messages"]] == ["q", "q2"]
+    waited = (await bob.get("/v1/inbox/wait", params={**by_reply, "timeout_s": 0})).json()
+    assert ([m["body"] for m in waited["messages"]], waited["unread"]) == (["q", "q2"], 1)
+
+
 async def test_a_from_field_is_refused_and_nothing_is_stored(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")

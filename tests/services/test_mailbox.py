@@ -637,6 +637,42 @@ async def test_urgent_only_and_thread_filters_narrow_the_inbox(office: PostOffic
     assert await bodies(office, bob) == ["fire!"]
 
 
+async def test_the_inbox_and_wait_take_a_thread_by_the_id_of_any_of_its_messages(
+    office: PostOffice,
+) -> None:
+    """As `thread` does: a reply's id is what a reader holds, and it names the thread the
+    reply is in, not an empty thread of its own."""
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    question = await office.mailbox.send(alice, "bob", "question", thread_id="topic")
+    follow_up = await office.mailbox.send(alice, "bob", "follow-up", reply_to=question.id)
+    await office.mailbox.send(alice, "bob", "elsewhere")
+    assert await bodies(office, bob, thread_id=follow_up.id, peek=True) == [
+        "question",
+        "follow-up",
+    ]
+    waited = await office.mailbox.wait(bob, timeout_s=0, thread_id=follow_up.id)
+    assert [m.body for m in waited.messages] == ["question", "follow-up"]
+    assert await bodies(office, bob, thread_id=follow_up.id) == []  # read now
+    assert await bodies(office, bob) == ["elsewhere"]
+    # A message the reader may not see names no thread for them: nothing is told of it.
+    await office.mailbox.send(alice, "carol", "for carol", thread_id="secret")
+    hidden = await office.mailbox.send(alice, "bob", "private", thread_id="secret")
+    assert await bodies(office, carol, thread_id=hidden.id, peek=True) == []
+
+
+async def test_a_thread_named_like_a_message_is_that_thread_in_the_inbox_too(
+    office: PostOffice,
+) -> None:
+    """A thread id is free text: one that happens to equal a reply's id still names itself,
+    first, as it does for `thread`."""
+    alice, bob = await agents(office, "alice", "bob")
+    question = await office.mailbox.send(alice, "bob", "question")
+    reply = await office.mailbox.send(bob, "alice", "reply", reply_to=question.id)
+    await office.mailbox.send(bob, "alice", "own thread", thread_id=reply.id)
+    assert [m.body for m in await office.mailbox.thread(alice, reply.id)] == ["own thread"]
+    assert await bodies(office, alice, thread_id=reply.id) == ["own thread"]
+
+
 @pytest.mark.parametrize("limit", [0, 501, -1])
 async def test_an_inbox_page_size_outside_1_to_500_is_refused(
     office: PostOffice, limit: int

@@ -191,6 +191,9 @@ def inbox(
     all_: Annotated[bool, typer.Option("--all", help="Read and acked mail too.")] = False,
     peek: Annotated[bool, typer.Option(help="Do not mark as read.")] = False,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 20,
+    thread: Annotated[
+        str | None, typer.Option(help="Only this thread: its id, or any of its messages'.")
+    ] = None,
     as_: AsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
@@ -200,12 +203,14 @@ def inbox(
     from agentpost.cli.render import emit_json, show_messages
 
     async def local(office: PostOffice, caller: Caller) -> Inbox:
-        return await office.mailbox.inbox(caller, unread_only=not all_, limit=limit, peek=peek)
+        return await office.mailbox.inbox(
+            caller, unread_only=not all_, limit=limit, thread_id=thread, peek=peek
+        )
 
     found = run(
         Speaker(as_, as_json, url, key),
         local,
-        lambda client: client.inbox(unread_only=not all_, limit=limit, peek=peek),
+        lambda client: client.inbox(unread_only=not all_, limit=limit, thread_id=thread, peek=peek),
     )
     if as_json:
         emit_json({"messages": [m.to_dict() for m in found.messages], "unread": found.unread})

@@ -77,7 +77,7 @@ def inbox(
     peek: bool = False,
 ) -> Request[Inbox]:
     """Your mail, oldest first (with `unread_only=false`, the newest `limit`); marked read
-    unless `peek`."""
+    unless `peek`. `thread_id` narrows it to a thread, named by its id or any of its messages'."""
     params = {
         "unread_only": unread_only,
         "limit": limit,
@@ -90,7 +90,8 @@ def inbox(
 
 def wait(timeout_s: float = 60, *, thread_id: str | None = None) -> Request[Inbox]:
     """Long-poll: answers as soon as unread mail is there (marked read), or after `timeout_s`
-    with `timed_out` set (the service caps the wait at its `max_wait_s`)."""
+    with `timed_out` set (the service caps the wait at its `max_wait_s`). `thread_id`, the
+    thread's id or any of its messages', waits for that thread's mail only."""
     params = {"timeout_s": timeout_s, "thread_id": thread_id}
     return Request(
         Inbox.from_dict, params=params, wait_s=max(0.0, float(timeout_s)), hands_over=True

@@ -56,7 +56,7 @@ async def inbox(
     peek: bool = False,
 ) -> dict[str, Any]:
     """Your mail, oldest first (with `unread_only=false`, the newest `limit`); marked read
-    unless `peek`."""
+    unless `peek`. `thread_id` narrows it to a thread, named by its id or any of its messages'."""
     found = await office.mailbox.inbox(
         me,
         unread_only=unread_only,
@@ -76,7 +76,8 @@ async def wait(
     timeout_s: Annotated[float, Query(ge=0)] = 60,
     thread_id: str | None = None,
 ) -> dict[str, Any]:
-    """Long-poll: answers as soon as unread mail is there (marked read), or at the timeout."""
+    """Long-poll: answers as soon as unread mail is there (marked read), or at the timeout;
+    `thread_id` (its id or any of its messages') waits for that thread's mail only."""
     found = await unless_hung_up(
         request, lambda: office.mailbox.wait(me, timeout_s=timeout_s, thread_id=thread_id)
     )

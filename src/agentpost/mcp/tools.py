@@ -129,7 +129,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         peek: bool = False,
     ) -> ToolOutput:
         """Read your mail, oldest first (with `unread_only=false`, the newest `limit` of it, read
-        and acked too); it is marked read unless `peek`. `ack` what you handled."""
+        and acked too); it is marked read unless `peek`. `ack` what you handled. `thread_id`
+        narrows it to one thread, named by its id or by the id of any of its messages."""
         found = await desk.inbox(
             unread_only=unread_only,
             limit=limit,
@@ -149,7 +150,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
 
     @tool
     async def wait(timeout_s: float = 60, thread_id: str | None = None) -> ToolOutput:
-        """Block until unread mail arrives (then return it, marked read) or `timeout_s` passes."""
+        """Block until unread mail arrives (then return it, marked read) or `timeout_s` passes;
+        `thread_id` (its id or any of its messages') waits for that thread's mail only."""
         found = await desk.wait(timeout_s=timeout_s, thread_id=thread_id)
         summary = (
             "No mail before the timeout."

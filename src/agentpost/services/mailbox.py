@@ -304,7 +304,7 @@ class Mailbox:
                 now=now,
                 unread_only=unread_only,
                 limit=limit,
-                thread_id=thread,
+                thread_id=self._narrowed(conn, caller, thread),
                 urgent_only=urgent_only,
             )
             states = {r.seq: r.delivery_state for r in found}
@@ -319,12 +319,21 @@ class Mailbox:
             return await self.store.read(fetch)
         return await self.store.write(fetch)
 
+    def _narrowed(self, conn: Connection, caller: Caller, thread: str | None) -> str | None:
+        """The thread an inbox or a wait is narrowed to: named by its id or, as for `thread`,
+        by the id of any of its messages the caller may see."""
+        if thread is None:
+            return None
+        channels = member_channels(conn, caller.agent)
+        return reading.thread_named(conn, caller.agent, channels, thread, self.store.clock())
+
     async def wait(
         self, caller: Caller, *, timeout_s: float = 60, thread_id: str | None = None
     ) -> Inbox:
         """Block until unread mail is there (then read it, as `inbox` does) or the time is up."""
         timeout = rules.check_timeout(timeout_s, self.limits)
-        thread = drafts.check_thread_id(thread_id)
+        checked = drafts.check_thread_id(thread_id)
+        thread = await self.store.read(lambda c: self._narrowed(c, caller, checked))
         # A monotonic deadline: the store's clock decides expiry and may be stepped or injected.
         deadline = anyio.current_time() + timeout
         heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
@@ -380,13 +389,8 @@ class Mailbox:
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
-            found = reading.thread_rows(conn, caller.agent, channels, thread, limit, now)
-            if not found:
-                member = reading.visible_message(conn, caller.agent, channels, thread, now)
-                if member is not None:
-                    found = reading.thread_rows(
-                        conn, caller.agent, channels, member.thread_id, limit, now
-                    )
+            named = reading.thread_named(conn, caller.agent, channels, thread, now)
+            found = reading.thread_rows(conn, caller.agent, channels, named, limit, now)
             return [mail.message_from_row(r, r.delivery_state) for r in found]
 
         found = await self.store.read(tx)

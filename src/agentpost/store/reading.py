@@ -106,6 +106,24 @@ def visible_message(
     ).first()
 
 
+def thread_named(
+    conn: Connection, reader: str, channels: Iterable[str], named: str, now: float
+) -> str:
+    """The thread `named` means to `reader`: the thread of that id if they see one, else the
+    thread of the message of that id they may see (a reply's id is what a reader holds), else
+    `named` itself (a thread nobody has written in yet, or one they may not see)."""
+    member = visible_message(conn, reader, channels, named, now)
+    if member is None or member.thread_id == named:
+        return named
+    own = select(messages.c.seq).where(
+        messages.c.thread_id == named, visible_to(reader, channels, now)
+    )
+    if conn.execute(own.limit(1)).first() is not None:
+        return named
+    thread: str = member.thread_id
+    return thread
+
+
 def thread_rows(
     conn: Connection, reader: str, channels: Iterable[str], thread_id: str, limit: int, now: float
 ) -> list[Row[Any]]:
