@@ -14,7 +14,17 @@ import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from stdio_agents import INBOX_URI, WAKE_TIMEOUT_S, Agent, Agents, ids, receipt, text_of
+from backends import agents as office_agents
+from stdio_agents import (
+    INBOX_URI,
+    WAKE_TIMEOUT_S,
+    Agent,
+    Agents,
+    Ledger,
+    ids,
+    receipt,
+    text_of,
+)
 
 
 async def read_inbox(agent: Agent) -> dict[str, Any]:
@@ -117,6 +127,7 @@ async def test_a_session_learns_of_new_mail_from_every_answer_from_wait_and_by_p
     assert await read_inbox(bob) == {
         "agent": "bob",
         "unread": 0,
+        "more": 0,
         "messages": [],
         "framed": "0 unread",
     }
@@ -140,6 +151,26 @@ async def test_a_session_learns_of_new_mail_from_every_answer_from_wait_and_by_p
     assert inbox["framed"].count(f"</message-{nonce}>") == 2
     assert "are you there?" in inbox["framed"]
     assert ids((await bob.call("inbox"))["messages"]) == [hello["id"], standup["id"]]
+
+
+@pytest.mark.anyio
+async def test_the_inbox_resource_says_how_many_more_unread_wait_past_the_oldest_50(
+    agents: Agents, ledger: Ledger
+) -> None:
+    """A model shown 50 messages would take them for all its mail, unless told of the rest."""
+    bob = await agents.start("bob")
+    (alice,) = await office_agents(ledger.office, "alice")
+    for n in range(52):
+        await ledger.office.mailbox.send(alice, "bob", f"note {n}")
+    inbox = await read_inbox(bob)
+    assert [m["body"] for m in inbox["messages"]] == [f"note {n}" for n in range(50)]
+    assert (inbox["unread"], inbox["more"]) == (52, 2)
+    title = inbox["framed"].splitlines()[0]
+    assert title.startswith("52 unread: the oldest 50 here, 2 more after them; `inbox` reads")
+    await bob.call("inbox", limit=51)
+    inbox = await read_inbox(bob)
+    assert (inbox["unread"], inbox["more"], len(inbox["messages"])) == (1, 0, 1)
+    assert inbox["framed"].splitlines()[0] == "1 unread"
 
 
 @pytest.mark.anyio

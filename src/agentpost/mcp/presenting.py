@@ -17,6 +17,7 @@ from typing import Any
 from agentpost.domain.desk import Desk
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.framing import LINE_BREAKS, frame_messages
+from agentpost.domain.limits import MAX_LIMIT
 from agentpost.domain.models import Message, Notices, Trust
 from agentpost.mcp.adapter import ToolOutput
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 200
 INBOX_URI = "agentpost://inbox"
+RESOURCE_PAGE = 50
 
 _PLAIN = re.compile(r"[^\s\"'<>`]+")
 
@@ -66,15 +68,25 @@ def instructions_for_a_key(template: str) -> str:
 
 
 async def inbox_resource(desk: Desk) -> str:
-    """The `agentpost://inbox` resource: the newest unread mail, raw and framed, never marked."""
-    found = await desk.inbox(peek=True, limit=50)
+    """The `agentpost://inbox` resource: the oldest unread mail (a page of it), raw and framed,
+    never marked; `more` counts the unread mail past the page, and the text says how to read
+    it, so a model shown a page does not take it for all its mail."""
+    found = await desk.inbox(peek=True, limit=RESOURCE_PAGE)
+    more = max(0, found.unread - len(found.messages))
+    title = f"{found.unread} unread"
+    if more:
+        title += (
+            f": the oldest {len(found.messages)} here, {more} more after them; `inbox` reads"
+            f" them (up to limit={MAX_LIMIT} a call, marked read unless peek)"
+        )
     return json.dumps(
         {
             "agent": desk.agent,
             "unread": found.unread,
+            "more": more,
             "messages": messages_json(found.messages),
             # What a model should be shown: the same messages inside their frames.
-            "framed": frame_messages(found.messages, title=f"{found.unread} unread"),
+            "framed": frame_messages(found.messages, title=title),
         }
     )
 
