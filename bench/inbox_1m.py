@@ -260,7 +260,10 @@ def build(path: Path) -> None:
                 conn.execute(sql)
         log(NAME, "  full-text index")
         conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
-        conn.execute("UPDATE messages_fts_cursor SET seq = (SELECT max(seq) FROM messages)")
+        # A rebuilt index holds no word of wiped mail: nothing for the store to purge.
+        conn.execute(
+            "UPDATE messages_fts_cursor SET seq = (SELECT max(seq) FROM messages), purge = 0"
+        )
         for kind, _, sql in deferred:
             if kind == "trigger":
                 conn.execute(sql)

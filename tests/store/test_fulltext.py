@@ -13,7 +13,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, create_engine, text
 
-from agentpost.store import fulltext, mail, migrate, sqlite
+from agentpost.store import clearing, fulltext, mail, migrate, sqlite
 from agentpost.store.database import Store
 from store.test_mail import insert, put, search
 
@@ -182,3 +182,60 @@ def _store_directly(path: Path, body: str) -> int:
         return seq
     finally:
         engine.dispose()
+
+
+def database_bytes(path: Path) -> bytes:
+    """Every byte of the database: its file, and its WAL and shared memory if any are left."""
+    return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+
+
+async def test_words_of_wiped_and_purged_mail_leave_the_database_file(tmp_path: Path) -> None:
+    """Searches stopped finding them at once, but FTS5 kept them in its older segments (and in
+    its deletion markers), and SQLite in the free space of the pages: a privacy leak for an
+    owner who asked for them to be wiped (`clear_on_ack`) or purged (retention)."""
+    path = tmp_path / "agentpost.db"
+    store = await Store.open(f"sqlite:///{path}")
+    try:
+        wiped, _ = await put(store, "alice", ["bob"], "zanzibarwiped words " * 1000)
+        purged, _ = await put(store, "alice", ["bob"], "quetzalpurged words " * 1000)
+        for n in range(50):
+            await put(store, "alice", ["bob"], f"other words {n}")
+        await store.index_for_search()
+        now = time.time()
+        await store.write(lambda c: mail.ack(c, "bob", [purged], now))
+        assert await store.write(lambda c: mail.purge_handled(c, now + 1, 10, now)) == 1
+        await store.write(lambda c: mail.ack(c, "bob", [wiped], now))
+        assert await store.write(lambda c: clearing.clear_handled(c, [wiped], now)) == 1
+        assert await search(store, "bob", ["zanzibarwiped"]) == []
+        await store.purge_wiped()
+        assert not await store.read(fulltext.wiped)
+        await store.write(integrity_check)
+        assert len(await search(store, "bob", ["other"], limit=100)) == 50
+    finally:
+        await store.aclose()
+    held = database_bytes(path)
+    assert b"words" in held  # what is kept stays
+    assert (held.count(b"zanzibarwiped"), held.count(b"quetzalpurged")) == (0, 0)
+
+
+async def test_wiped_words_leave_the_index_soon_after_the_wipe_without_a_search(
+    lite: Store,
+) -> None:
+    """The ack that wiped them is news for the sender: the background indexing purges too."""
+    mid, _ = await put(lite, "alice", ["bob"], "words to wipe")
+    await lite.index_for_search()
+    await lite.purge_wiped()  # what a new file was marked with
+
+    def ack_and_wipe(conn: Connection) -> None:
+        mail.ack(conn, "bob", [mid], lite.clock())
+        clearing.clear_handled(conn, [mid], lite.clock())
+
+    await lite.write(ack_and_wipe)
+    assert await lite.read(fulltext.wiped)
+    with anyio.fail_after(10):  # the purge commits, which wakes whoever waits for any commit
+        while True:
+            version = lite.version
+            if not await lite.read(fulltext.wiped):
+                break
+            await lite.wait_changed(version, timeout=None)
+    await lite.write(integrity_check)

@@ -484,6 +484,7 @@ class Mailbox:
                     lambda c: short_lived.forget_old_records(c, self.settings, self.store.clock()),
                     lengthy=True,
                 )
+                await self.store.purge_wiped()  # the purged mail's words leave the file too
                 return total
 
     async def expire_due(self) -> float | None:

@@ -246,6 +246,14 @@ class Store:
             while await self._sqlite.write(fulltext.index_new, lengthy=True):
                 pass
 
+    async def purge_wiped(self) -> None:
+        """Merge the full-text index until no word of wiped or purged mail is left in the
+        file (SQLite, see `store.fulltext`). PostgreSQL keeps the old row and its index
+        entries until VACUUM, and the space freed then is not zeroed: see docs/CONFIG.md."""
+        if self._sqlite is not None and await self._sqlite.glance(fulltext.wiped):
+            while await self._sqlite.write(fulltext.purge_step, lengthy=True):
+                pass
+
     def _index_soon(self) -> None:
         if self._index_timer is None and self._loop is not None and self._sqlite is not None:
             self._index_timer = self._loop.call_later(INDEX_AFTER_S, self._index_now)
@@ -260,6 +268,7 @@ class Store:
         search tries again (and reports it, if it lasts)."""
         try:
             await self.index_for_search()
+            await self.purge_wiped()
         except AgentpostError:  # closing, or the file busy past the timeout
             log.debug("full-text indexing put off", exc_info=True)
         except Exception:

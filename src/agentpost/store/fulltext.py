@@ -13,6 +13,15 @@ indexed messages reach the index through triggers; those of messages not yet ind
 `index_new` takes them as they are by then. A deletion also moves the cursor back to the
 newest message left, if it was beyond (migration 0004 did so for SQLite's max(seq) + 1;
 since 0005 a `seq` is never handed out again, and the cursor is simply never ahead).
+
+A deletion (or an edit: a body cleared on ack) is a marker in a new segment, and the words
+stay in the older segments, and in the marker, until a merge reaches them: searches no longer
+find them, but the file still holds them. So the triggers also note it (`purge`, migration
+0014), and `purge_step` merges the index, a bounded number of pages a transaction, until it
+is one segment with no word of such mail. The pages it frees are overwritten with zeros
+(`PRAGMA secure_delete`, set on every connection by `store.sqlite`). SQLite 3.42's FTS5
+option `secure-delete` would remove the words at once, but the SQLite Python links may be
+older.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from sqlalchemy.sql.schema import Table
 
 BATCH = 5_000
 """Messages indexed per transaction, so a long backlog never holds the write lock for long."""
+PURGE_PAGES = 500
+"""Index pages (4 KB) a purge step merges at most, for the same reason."""
 
 _CURSOR = text("SELECT seq FROM messages_fts_cursor")
 _BEHIND = text(
@@ -35,6 +46,10 @@ _NEXT_BATCH = text(
     "(SELECT seq FROM messages WHERE seq > :indexed ORDER BY seq LIMIT :n)"
 )
 _ADVANCE = text("UPDATE messages_fts_cursor SET seq = :upto")
+_WIPED = text("SELECT purge FROM messages_fts_cursor")
+_MERGE = text("INSERT INTO messages_fts(messages_fts, rank) VALUES ('merge', :pages)")
+_CHANGES = text("SELECT total_changes()")
+_PURGED = text("UPDATE messages_fts_cursor SET purge = 0")
 _INDEX = text(
     "INSERT INTO messages_fts(rowid, subject, body) "
     "SELECT seq, subject, body FROM messages WHERE seq > :indexed AND seq <= :upto"
@@ -61,6 +76,25 @@ def index_new(conn: Connection) -> bool:
     conn.execute(_INDEX, {"indexed": indexed, "upto": upto})
     conn.execute(_ADVANCE, {"upto": upto})
     return int(count) >= BATCH
+
+
+def wiped(conn: Connection) -> bool:
+    """Whether words of wiped or purged mail may still be in the index: one row read."""
+    return bool(conn.execute(_WIPED).scalar_one())
+
+
+def purge_step(conn: Connection) -> bool:
+    """Merge the next pages of the index (in a write transaction); True when more are left.
+    A negative 'merge' takes every segment into one, as 'optimize' does, but a few pages at a
+    time; it changes under 2 rows when there was nothing to merge (FTS5's documented test)."""
+    if not wiped(conn):
+        return False
+    before = conn.execute(_CHANGES).scalar_one()
+    conn.execute(_MERGE, {"pages": -PURGE_PAGES})
+    if conn.execute(_CHANGES).scalar_one() - before >= 2:
+        return True
+    conn.execute(_PURGED)
+    return False
 
 
 def fts_query(words: list[str]) -> str:

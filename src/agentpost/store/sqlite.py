@@ -179,6 +179,9 @@ def make_engine(path: Path, *, pooled: bool = True) -> Engine:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
+        # What is deleted or overwritten is zeroed, not left in free space: a body cleared on
+        # ack, or mail past retention, leaves no words in the file (see `store.fulltext`).
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     return engine
