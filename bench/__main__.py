@@ -29,6 +29,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "mcp_http": ("bench.mcp_http", "service: MCP over HTTP, send vs the SDK echo; 16 clients"),
     "service_wake": ("bench.service_wake", "service: REST long-poll and SSE told of a send"),
     "replica_wake": ("bench.replica_wake", "scale-out: a long-poll told of another replica's send"),
+    "hidden_reads": ("bench.hidden_reads", "reads past 5,000 expired or blocked messages each"),
     "pg_search": ("bench.pg_search", "scale-out: a search among 50,000 messages on PostgreSQL"),
     "waiters": ("bench.waiters", "service: 1,000 waiting connections: memory, broadcast wake"),
     "channel": ("bench.channel", "issue 4: a Claude Code channel notification after a send"),
