@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -239,3 +240,29 @@ async def test_wiped_words_leave_the_index_soon_after_the_wipe_without_a_search(
                 break
             await lite.wait_changed(version, timeout=None)
     await lite.write(integrity_check)
+
+
+async def test_wiped_words_leave_the_wal_too_while_the_store_stays_open(tmp_path: Path) -> None:
+    """A WAL started over keeps the older copies of pages past what is written again: after
+    a purge the checkpointer cuts it to nothing, without waiting for the file to be closed."""
+    path = tmp_path / "agentpost.db"
+    store = await Store.open(f"sqlite:///{path}")
+    try:
+        mid, _ = await put(store, "alice", ["bob"], "xylophonewiped words " * 1000)
+        await store.index_for_search()
+
+        def ack_and_wipe(conn: Connection) -> None:
+            mail.ack(conn, "bob", [mid], store.clock())
+            clearing.clear_handled(conn, [mid], store.clock())
+
+        held = partial(database_bytes, path)
+        await store.write(ack_and_wipe)
+        assert b"xylophonewiped" in await anyio.to_thread.run_sync(held)
+        await store.purge_wiped()
+        with anyio.fail_after(10):
+            # The checkpointer's thread tells no one it ran: polled, briefly.
+            while b"xylophonewiped" in await anyio.to_thread.run_sync(held):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        assert len(await search(store, "bob", ["words"])) == 0
+    finally:
+        await store.aclose()

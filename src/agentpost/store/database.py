@@ -253,6 +253,7 @@ class Store:
         if self._sqlite is not None and await self._sqlite.glance(fulltext.wiped):
             while await self._sqlite.write(fulltext.purge_step, lengthy=True):
                 pass
+            self._sqlite.checkpoints.truncate_soon()  # the WAL holds the pages as they were
 
     def _index_soon(self) -> None:
         if self._index_timer is None and self._loop is not None and self._sqlite is not None:

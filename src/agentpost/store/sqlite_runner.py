@@ -34,6 +34,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import not_unicode
 from agentpost.store import wakeups
+from agentpost.store.checkpoints import Checkpoints
 from agentpost.store.sqlite import (
     BUSY_TIMEOUT_MS,
     OpenedFile,
@@ -52,8 +53,7 @@ MAX_BATCH = 64
 READERS = 2
 GLANCE_BUSY_MS = 50
 CHECKPOINT_EVERY = 200
-"""Commits between two WAL checkpoints, which run on a thread of their own."""
-RESTART_WAIT_MS = 20
+"""Commits between two WAL checkpoints, which run on a thread of their own (`store.checkpoints`)."""
 HERE_UP_TO = 4
 """The most writes of one batch that run right there on the event loop (`_write_here`)."""
 
@@ -208,12 +208,12 @@ class SqliteRunner:
         """A write already ran at once during this turn of the event loop (`_ask_here`)."""
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._checkpoint_due = threading.Event()
+        self.checkpoints = Checkpoints(self._read_engine)
         self._closing = False
         self._commits = 0
         self._threads = [
             threading.Thread(target=self._writer, name="agentpost-writer"),
-            threading.Thread(target=self._checkpointer, name="agentpost-checkpointer"),
+            threading.Thread(target=self.checkpoints.run, name="agentpost-checkpointer"),
         ]
         self._threads += [
             threading.Thread(target=self._reader, name=f"agentpost-reader-{n}")
@@ -401,29 +401,6 @@ class SqliteRunner:
                 else:
                     _settle([(job, result, None)])
 
-    def _checkpointer(self) -> None:
-        """Copy the WAL back into the database off the write path.
-
-        SQLite's automatic checkpoint runs inside the commit that crosses 1,000 pages, so one
-        unlucky send would wait for it (hundreds of ms with an fsync). The writer connection
-        turns it off and this thread does the same work beside the writer: PASSIVE, the bulk of
-        it, then RESTART for the pages written meanwhile. A writer starts the WAL over only when
-        it begins with every page copied back, which a steady stream of writes never lets a
-        PASSIVE checkpoint reach: the file would grow for good (some 80 kB a send). RESTART
-        holds writers off for those few pages, and for readers still in the WAL, at most
-        `RESTART_WAIT_MS`; then the next write starts the WAL over.
-        """
-        with self._read_engine.connect() as conn:
-            conn.exec_driver_sql(f"PRAGMA busy_timeout={RESTART_WAIT_MS}").fetchall()
-            while True:
-                self._checkpoint_due.wait()
-                self._checkpoint_due.clear()
-                if self._closing:
-                    return
-                with contextlib.suppress(OperationalError):
-                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    conn.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)").fetchall()
-
     def _writer(self) -> None:
         conn = self._write_conn
         assert conn is not None
@@ -517,7 +494,7 @@ class SqliteRunner:
                 committed = self._committed(wakeups.take(conn))
                 self._commits += 1
                 if self._commits % CHECKPOINT_EVERY == 0:
-                    self._checkpoint_due.set()
+                    self.checkpoints.due()
         if here:  # on the results' loop: handed back now, in this very turn
             _apply(outcomes, None if committed is None else committed[1])
         else:
@@ -582,7 +559,7 @@ class SqliteRunner:
 
     def close(self) -> None:
         self._closing = True
-        self._checkpoint_due.set()
+        self.checkpoints.close()
         self._jobs.put(None)
         for _ in range(READERS):
             self._reads.put(None)
