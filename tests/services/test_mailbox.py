@@ -17,6 +17,7 @@ from account_helpers import owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, DeliveryState, Kind, Priority, Trust
 from agentpost.services import PostOffice
+from agentpost.store import fulltext
 from backends import (
     FakeClock,
     OpenOffice,
@@ -1029,6 +1030,23 @@ async def test_acknowledged_mail_is_purged_once_older_than_thirty_days(
     assert await office.mailbox.search(bob, "handled") == []
     assert await bodies(office, bob, unread_only=False) == []
     await refused_without_change(office, ErrorCode.NOT_FOUND, office.mailbox.thread(bob, "old"))
+
+
+async def test_a_sweep_leaves_no_word_of_the_mail_it_purged_in_the_sqlite_index(
+    office: PostOffice, clock: FakeClock, backend: str
+) -> None:
+    """Searches stop finding it at once; its words leave the file's index in the same sweep
+    (`store.fulltext`), not whenever other news next wakes the background indexing."""
+    if backend != "sqlite":
+        pytest.skip("PostgreSQL has no FTS5 index: see docs/CONFIG.md, clear_on_ack")
+    alice, bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, "bob", "nightingale")
+    assert len(await office.mailbox.search(bob, "nightingale")) == 1  # indexed
+    await office.mailbox.ack(bob, [sent.id])
+    await office.store.purge_wiped()  # whatever the file held before
+    clock.advance(31 * DAY)
+    assert await office.mailbox.sweep() == 1
+    assert not await office.store.read(fulltext.wiped)
 
 
 async def test_mail_someone_has_not_acknowledged_is_kept_however_old(
