@@ -333,7 +333,7 @@ class Mailbox:
         """Block until unread mail is there (then read it, as `inbox` does) or the time is up."""
         timeout = rules.check_timeout(timeout_s, self.limits)
         checked = drafts.check_thread_id(thread_id)
-        thread = await self.store.read(lambda c: self._narrowed(c, caller, checked))
+        thread = checked and await self.store.read(lambda c: self._narrowed(c, caller, checked))
         # A monotonic deadline: the store's clock decides expiry and may be stepped or injected.
         deadline = anyio.current_time() + timeout
         heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
