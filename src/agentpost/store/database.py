@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,9 @@ LOOK_AFTER_S = 0.005
 for another process's commit taken in with it, before a look is taken anyway."""
 INDEX_AFTER_S = 1.0
 """How soon after this process's commits of news the full-text index takes in their mail."""
+PURGE_EVERY_S = 300.0
+"""How often at most the background merges the full-text index until no wiped word is left in
+it: each merge rewrites the whole index, and with `clear_on_ack` every ack wipes."""
 Clock = Callable[[], float]
 
 
@@ -95,6 +99,8 @@ class Store:
         self._changed_at = 0.0
         self._index_timer: asyncio.TimerHandle | None = None
         self._indexing: asyncio.Task[None] | None = None
+        self._purge_timer: asyncio.TimerHandle | None = None
+        self._purged_at = -math.inf  # loop time of the background's last purge
         self._listening: asyncio.Task[None] | None = None
         self._hears_replicas = False
 
@@ -255,6 +261,23 @@ class Store:
                 pass
             self._sqlite.checkpoints.truncate_soon()  # the WAL holds the pages as they were
 
+    async def _purge_in_turn(self) -> None:
+        """`purge_wiped` now, or once PURGE_EVERY_S has passed since the last (a timer)."""
+        runner = self._sqlite
+        if self._loop is None or runner is None or not await runner.glance(fulltext.wiped):
+            return
+        left = self._purged_at + PURGE_EVERY_S - self._loop.time()
+        if left > 0:
+            if self._purge_timer is None:
+                self._purge_timer = self._loop.call_later(left, self._purge_due)
+            return
+        self._purged_at = self._loop.time()
+        await self.purge_wiped()
+
+    def _purge_due(self) -> None:
+        self._purge_timer = None
+        self._index_now()
+
     def _index_soon(self) -> None:
         if self._index_timer is None and self._loop is not None and self._sqlite is not None:
             self._index_timer = self._loop.call_later(INDEX_AFTER_S, self._index_now)
@@ -269,7 +292,7 @@ class Store:
         search tries again (and reports it, if it lasts)."""
         try:
             await self.index_for_search()
-            await self.purge_wiped()
+            await self._purge_in_turn()
         except AgentpostError:  # closing, or the file busy past the timeout
             log.debug("full-text indexing put off", exc_info=True)
         except Exception:
@@ -392,7 +415,7 @@ class Store:
         await self._wakeups.until_closed()
 
     async def aclose(self) -> None:
-        for timer in (self._look_timer, self._index_timer):
+        for timer in (self._look_timer, self._index_timer, self._purge_timer):
             if timer is not None:
                 timer.cancel()
         if self._indexing is not None:
