@@ -1032,13 +1032,12 @@ async def test_acknowledged_mail_is_purged_once_older_than_thirty_days(
     await refused_without_change(office, ErrorCode.NOT_FOUND, office.mailbox.thread(bob, "old"))
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # PostgreSQL has no FTS5 index
 async def test_a_sweep_leaves_no_word_of_the_mail_it_purged_in_the_sqlite_index(
-    office: PostOffice, clock: FakeClock, backend: str
+    office: PostOffice, clock: FakeClock
 ) -> None:
     """Searches stop finding it at once; its words leave the file's index in the same sweep
     (`store.fulltext`), not whenever other news next wakes the background indexing."""
-    if backend != "sqlite":
-        pytest.skip("PostgreSQL has no FTS5 index: see docs/CONFIG.md, clear_on_ack")
     alice, bob = await agents(office, "alice", "bob")
     sent = await office.mailbox.send(alice, "bob", "nightingale")
     assert len(await office.mailbox.search(bob, "nightingale")) == 1  # indexed
