@@ -70,7 +70,7 @@ CHANGES: dict[str, tuple[Act, str, Callable[[World, Any], str]]] = {
         "agent.vouched",
         lambda w, result: "drifter",
     ),
-    "unvouch": (
+    "unvouch_agent": (
         lambda w, c: w.office.admin.unvouch(c, "bob"),
         "agent.unvouched",
         lambda w, result: "bob",

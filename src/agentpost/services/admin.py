@@ -144,7 +144,7 @@ class Admin:
         at once, announced on the project's channel, so another session may take it rather
         than the project wait out a leader that may no longer act as one. What it sent before
         keeps the trust it was received with. The owner's own word is always verified."""
-        accounts.require_admin(admin)
+        await accounts.require_admin(self.store, admin, "unvouch_agent", name)
         check_name(name)
         if name in RESERVED:
             raise forbidden(f"{name!r} speaks for the owner or the post office: always verified")
