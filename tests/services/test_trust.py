@@ -10,7 +10,7 @@ from account_helpers import ADDRESS, keyed, owner
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller, Trust
 from agentpost.services import PostOffice
-from backends import OpenOffice, refused_without_change, session_caller
+from backends import FakeClock, OpenOffice, refused_without_change, session_caller
 
 pytestmark = pytest.mark.anyio
 
@@ -126,6 +126,25 @@ async def test_withdrawing_a_vouch_frees_the_seat_the_agent_holds_and_says_so(
     (entry,) = await office.admin.audit_log(admin, action="agent.unvouched")
     assert entry.detail == {"trust": "untrusted", "seats_freed": ["shop"]}
     await refused_without_change(office, ErrorCode.FORBIDDEN, office.leadership.claim(lead))
+    assert (await office.leadership.claim(dev)).leader == "dev"
+
+
+async def test_withdrawing_a_vouch_frees_a_seat_whose_leader_fell_silent_for_good(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """A leader asleep past `offline_after_s` still holds its lease row: left there, the
+    session's next heartbeat would make it leader again, vouched for or not."""
+    office = await open_office(auto_lead=False)
+    admin = await owner(office)
+    lead = await session_caller(office, "lead", project="shop", branch="main")
+    dev = await session_caller(office, "dev", project="shop", branch="main")
+    await office.leadership.claim(lead)
+    clock.advance(office.settings.offline_after_s + 15)
+
+    await office.admin.unvouch(admin, "lead")
+    assert lead.session_id is not None
+    await office.presence.heartbeat(lead.session_id)  # it wakes
+    assert (await office.leadership.leader(dev)).leader is None
     assert (await office.leadership.claim(dev)).leader == "dev"
 
 

@@ -80,13 +80,16 @@ def unseat(
 ) -> list[str]:
     """Free every seat a session of `agent` holds, in `conn`, each announced on its project's
     channel by `system`: the owner withdrew its vouch, and only an agent the owner vouches for
-    may lead. The projects whose seat was freed, for the audit."""
+    may lead. The projects whose seat was freed, for the audit. A seat whose leader fell
+    silent is freed too, unannounced (nobody sees it led): its next heartbeat would revive it."""
     freed = []
     for held in leases.holdings(conn, LEASE_PREFIX, now=now, ttl_s=ttl_s):
-        if not held.live or held.holder != agent:
+        if held.holder != agent:
+            continue
+        leases.release(conn, held.name, session_ids=[held.session_id or ""])
+        if not held.live:
             continue
         project = held.name.removeprefix(LEASE_PREFIX)
-        leases.release(conn, held.name, session_ids=[held.session_id or ""])
         data = {
             "event": "leader.changed",
             "project": project,
