@@ -132,9 +132,12 @@ async def test_non_admin_callers_are_forbidden_every_admin_act_and_the_attempt_i
     assert newest.ip == (ADDRESS if caller is world.alice else "2001:db8::9")
 
 
-async def test_a_refused_admin_act_names_the_agent_it_was_aimed_at(world: World) -> None:
+async def test_a_refused_admin_act_names_the_agent_it_was_aimed_at(
+    world: World, clock: FakeClock
+) -> None:
     with pytest.raises(AgentpostError):
         await world.office.admin.disable_agent(world.alice, "bob")
+    clock.advance(world.office.settings.lockout_s)
     with pytest.raises(AgentpostError):  # not a name: nothing of it is kept
         await world.office.admin.disable_agent(world.alice, "Bob\x00; drop")
     refused = await world.office.admin.audit_log(world.admin, action="admin.refused")
@@ -142,6 +145,27 @@ async def test_a_refused_admin_act_names_the_agent_it_was_aimed_at(world: World)
         (None, {"act": "disable_agent"}),
         ("bob", {"act": "disable_agent"}),
     ]
+
+
+async def test_a_key_looping_on_an_admin_act_is_kept_once_a_lockout_window(
+    world: World, clock: FakeClock
+) -> None:
+    """Each attempt is refused, but the log (and the write lock) is not the prober's to fill:
+    one row per agent and act per `lockout_s`, and another act is kept on its own."""
+    admin = world.office.admin
+    for _ in range(50):
+        with pytest.raises(AgentpostError):
+            await admin.list_agents(world.alice)
+    with pytest.raises(AgentpostError):
+        await admin.usage(world.alice)
+    clock.advance(world.office.settings.lockout_s - 1)
+    with pytest.raises(AgentpostError):
+        await admin.list_agents(world.alice)
+    clock.advance(1)
+    with pytest.raises(AgentpostError):
+        await admin.list_agents(world.alice)
+    refused = await admin.audit_log(world.admin, action="admin.refused")
+    assert [e.detail["act"] for e in refused] == ["list_agents", "usage", "list_agents"]
 
 
 @pytest.mark.parametrize("act", sorted(CHANGES))

@@ -18,9 +18,8 @@ from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invali
 from agentpost.domain.ids import key_id as new_key_id
 from agentpost.domain.limits import holds_half_pair
 from agentpost.domain.models import Caller, Trust
-from agentpost.domain.names import POST_OFFICE, RESERVED, SYSTEM, check_name, is_valid_name
+from agentpost.domain.names import POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.store import agents as agent_rows
-from agentpost.store import audit
 from agentpost.store import blocks as block_rows
 from agentpost.store import keys as key_rows
 from agentpost.store import limits as limit_rows
@@ -30,28 +29,6 @@ from agentpost.store.database import Connection, Row, Store
 DAY_S = 86_400.0
 INTERNAL = (SYSTEM, POST_OFFICE)
 """The post office's own identities: never listed, never account holders."""
-
-
-async def require_admin(store: Store, caller: Caller, act: str, target: object = None) -> None:
-    """Refuse a caller without an admin key, before anything is looked at, and keep the
-    attempt in the audit log as every admin act is kept: an agent key probing the owner's
-    acts is what the owner reads the log to find. Metadata only: who, from where, which act,
-    and the agent it aimed at when `target` is a well-formed name (else it is anyone's text)."""
-    if caller.admin:
-        return
-    aimed = target if isinstance(target, str) and is_valid_name(target) else None
-    await store.write(
-        lambda conn: audit.record(
-            conn,
-            at=store.clock(),
-            actor=caller.agent,
-            action="admin.refused",
-            target=aimed,
-            ip=caller.ip,
-            detail={"act": act},
-        )
-    )
-    raise forbidden("this needs an admin key")
 
 
 def as_stored(conn: Connection, caller: Caller) -> Caller:

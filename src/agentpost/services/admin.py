@@ -27,6 +27,7 @@ from agentpost.domain.limits import check_limit, check_seq
 from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import OWNER, RESERVED, check_name
 from agentpost.services import accounts
+from agentpost.services.admin_gate import AdminGate
 from agentpost.services.leadership import unseat
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
@@ -37,9 +38,10 @@ from agentpost.store.database import Connection, Row, Store
 
 
 class Admin:
-    def __init__(self, store: Store, settings: Settings, mailbox: Mailbox) -> None:
+    def __init__(self, store: Store, settings: Settings, mailbox: Mailbox, gate: AdminGate) -> None:
         self.store = store
         self.settings = settings
+        self._gate = gate
         self._mailbox = mailbox
         self._presence = PresenceService(store, settings)
 
@@ -60,7 +62,7 @@ class Admin:
         """Refuse a caller without an admin key, the attempt audited as every act's is: for
         a face that turns such a caller away before any act is reached (MCP offers an agent
         key no admin tool, and a call to one never gets this far)."""
-        await accounts.require_admin(self.store, caller, act)
+        await self._gate.require(caller, act)
 
     def _info(self, conn: Connection, name: str) -> AgentInfo:
         return accounts.account(conn, self.settings, self.store.clock(), name)
@@ -77,7 +79,7 @@ class Admin:
         capabilities: list[str] | None = None,
     ) -> tuple[AgentInfo, IssuedKey]:
         """A new, verified agent and its first key (the secret is shown only here)."""
-        await accounts.require_admin(self.store, admin, "create_agent", name)
+        await self._gate.require(admin, "create_agent", name)
         accounts.check_new_name(name, self.settings)
         check_description(description)
         accounts.check_project(project)
@@ -120,7 +122,7 @@ class Admin:
 
     async def disable_agent(self, admin: Caller, name: str) -> AgentInfo:
         """Its sessions end and its keys stop working on their next request; its mail stays."""
-        await accounts.require_admin(self.store, admin, "disable_agent", name)
+        await self._gate.require(admin, "disable_agent", name)
         if name == OWNER:
             raise forbidden("the owner cannot be disabled")
         return await self._change_agent(
@@ -128,12 +130,12 @@ class Admin:
         )
 
     async def enable_agent(self, admin: Caller, name: str) -> AgentInfo:
-        await accounts.require_admin(self.store, admin, "enable_agent", name)
+        await self._gate.require(admin, "enable_agent", name)
         return await self._change_agent(admin, name, "agent.enabled", {"disabled_at": None})
 
     async def vouch(self, admin: Caller, name: str) -> AgentInfo:
         """Trust a self-registered agent: what it sends from now on is `verified`."""
-        await accounts.require_admin(self.store, admin, "vouch_agent", name)
+        await self._gate.require(admin, "vouch_agent", name)
         return await self._change_agent(
             admin, name, "agent.vouched", {"trust": Trust.VERIFIED.value}
         )
@@ -144,7 +146,7 @@ class Admin:
         at once, announced on the project's channel, so another session may take it rather
         than the project wait out a leader that may no longer act as one. What it sent before
         keeps the trust it was received with. The owner's own word is always verified."""
-        await accounts.require_admin(self.store, admin, "unvouch_agent", name)
+        await self._gate.require(admin, "unvouch_agent", name)
         check_name(name)
         if name in RESERVED:
             raise forbidden(f"{name!r} speaks for the owner or the post office: always verified")
@@ -166,7 +168,7 @@ class Admin:
 
     async def list_agents(self, admin: Caller) -> list[AgentInfo]:
         """Every agent, disabled ones too."""
-        await accounts.require_admin(self.store, admin, "list_agents")
+        await self._gate.require(admin, "list_agents")
         await self._presence.end_dead_local_sessions()  # so `online` is true at once
         return await self.store.read(
             lambda conn: accounts.accounts(
@@ -186,7 +188,7 @@ class Admin:
         action: str | None = None,
     ) -> list[AuditEntry]:
         """Newest first; page with `before` = the last entry's `seq`."""
-        await accounts.require_admin(self.store, admin, "audit_log")
+        await self._gate.require(admin, "audit_log")
         check_limit(limit)
         if before is not None:
             check_seq(before, "before")
@@ -209,7 +211,7 @@ class Admin:
         max_unacked: int | None,
     ) -> AgentLimits:
         """The agent's own limits; None puts one back to the setting. Returns what holds."""
-        await accounts.require_admin(self.store, admin, "set_limits", name)
+        await self._gate.require(admin, "set_limits", name)
         check_name(name)
         rate = check_limit_value(send_rate_per_minute, "send_rate_per_minute")
         cap = check_limit_value(max_unacked, "max_unacked")
@@ -234,7 +236,7 @@ class Admin:
         self, admin: Caller, recipient: str, sender: str, blocked: bool
     ) -> dict[str, Any]:
         """Block (or unblock) `sender` for `recipient`: its mail to them is dropped silently."""
-        await accounts.require_admin(self.store, admin, "set_block", recipient)
+        await self._gate.require(admin, "set_block", recipient)
         check_name(recipient, "recipient")
         check_name(sender, "sender")
         if not isinstance(blocked, bool):
@@ -254,7 +256,7 @@ class Admin:
         return await self.store.write(tx)
 
     async def usage(self, admin: Caller, agent: str | None = None) -> list[Usage]:
-        await accounts.require_admin(self.store, admin, "usage", agent)
+        await self._gate.require(admin, "usage", agent)
 
         def tx(conn: Connection) -> list[Usage]:
             now = self.store.clock()

@@ -50,6 +50,7 @@ from agentpost.domain.ids import key_id as new_key_id
 from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import OWNER, POST_OFFICE, check_name
 from agentpost.services import accounts
+from agentpost.services.admin_gate import AdminGate, OncePerWindow
 from agentpost.services.client_address import audited as _audited
 from agentpost.services.client_address import counted as _counted
 from agentpost.services.client_address import spelt as _address
@@ -148,14 +149,15 @@ def _session_of(row: Row[Any]) -> _SessionSeen | None:
 
 
 class Keys:
-    def __init__(self, store: Store, settings: Settings) -> None:
+    def __init__(self, store: Store, settings: Settings, gate: AdminGate) -> None:
         self.store = store
         self.settings = settings
+        self._gate = gate
         self._bound: OrderedDict[str, tuple[str, str]] = OrderedDict()
         """connection → (agent, session id), in this process only, as connections are."""
         self._remembered: OrderedDict[_Asked, _Remembered] = OrderedDict()
-        self._told_off: OrderedDict[str, float] = OrderedDict()
-        """key id → when a request with it, revoked or its agent disabled, was last audited."""
+        self._told_off = OncePerWindow(settings.lockout_s)
+        """Key ids whose requests, revoked or their agent disabled, were audited lately."""
 
     # -- authentication -----------------------------------------------------------------------
 
@@ -309,14 +311,8 @@ class Keys:
         one and grants nothing, while a daemon left retrying with it would lock out every
         agent on its host. Nor does its every retry write."""
         now = self.store.clock()
-        told = self._told_off.get(key_id)
-        if told is not None and now - told < self.settings.lockout_s:
+        if not self._told_off.due(key_id, now):
             return
-        self._told_off[key_id] = now
-        self._told_off.move_to_end(key_id)
-        while len(self._told_off) > MAX_REMEMBERED_CALLERS:
-            self._told_off.popitem(last=False)
-
         await self.store.write(lambda conn: _audit_failure(conn, now, address, reason, key_id))
 
     async def _failed(self, address: str, reason: str, key_id: str | None) -> None:
@@ -441,7 +437,7 @@ class Keys:
         self, admin: Caller, agent: str, *, label: str = "", admin_key: bool = False
     ) -> IssuedKey:
         """A new key for an existing agent; admin keys are the owner's alone."""
-        await accounts.require_admin(self.store, admin, "issue_key", agent)
+        await self._gate.require(admin, "issue_key", agent)
         check_name(agent)
         check_label(label)
         if admin_key and agent != OWNER:
@@ -468,7 +464,7 @@ class Keys:
     async def revoke(self, admin: Caller, key_id: str) -> KeyInfo:
         """Revoke a key for good, and the webhooks made with it (a leaked key's would go on
         sending the agent's mail); the owner's last working admin key cannot go."""
-        await accounts.require_admin(self.store, admin, "revoke_key", key_id)
+        await self._gate.require(admin, "revoke_key", key_id)
 
         def tx(conn: Connection) -> KeyInfo:
             now = self.store.clock()
@@ -500,7 +496,7 @@ class Keys:
         return await self.store.write(tx)
 
     async def list_keys(self, admin: Caller, agent: str | None = None) -> list[KeyInfo]:
-        await accounts.require_admin(self.store, admin, "list_keys", agent)
+        await self._gate.require(admin, "list_keys", agent)
 
         def look(conn: Connection) -> list[Row[Any]]:
             if agent is not None:

@@ -34,6 +34,7 @@ from agentpost.domain.models import Caller
 from agentpost.domain.names import check_channel, check_name
 from agentpost.retries import RetryLog
 from agentpost.services import accounts, addressing
+from agentpost.services.admin_gate import AdminGate
 from agentpost.services.heartbeats import beat_asking
 from agentpost.services.local_identity import origin_head, pid_alive, process_exit, this_host
 from agentpost.services.mailbox import Mailbox
@@ -110,10 +111,16 @@ def unseat(
 
 class Leadership:
     def __init__(
-        self, store: Store, settings: Settings, mailbox: Mailbox, presence: PresenceService
+        self,
+        store: Store,
+        settings: Settings,
+        mailbox: Mailbox,
+        presence: PresenceService,
+        gate: AdminGate,
     ) -> None:
         self.store = store
         self.settings = settings
+        self._gate = gate
         self.mailbox = mailbox
         self.presence = presence
         self._stepped_down: set[str] = set()
@@ -168,7 +175,7 @@ class Leadership:
         if force and session.transport != "stdio":
             # Force over HTTP is the owner's: an attempt without an admin key is audited.
             target = project or session.project
-            await accounts.require_admin(self.store, caller, "force_leadership", target)
+            await self._gate.require(caller, "force_leadership", target)
 
         def tx(conn: Connection) -> Leader:
             # Asked again here: the session may have ended while its branch was looked at.

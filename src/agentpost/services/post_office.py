@@ -11,6 +11,7 @@ import anyio
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.services.admin import Admin
+from agentpost.services.admin_gate import AdminGate
 from agentpost.services.channels import Channels
 from agentpost.services.directory import Directory
 from agentpost.services.events import Events
@@ -56,15 +57,16 @@ class PostOffice:
         self.mailbox = Mailbox(store, settings)
         self.sweeper = Sweeper(self.mailbox)
         self.channels = Channels(store)
-        self.keys = Keys(store, settings)
-        self.admin = Admin(store, settings, self.mailbox)
+        gate = AdminGate(store, settings)  # one memory of refused admin acts for all three
+        self.keys = Keys(store, settings, gate)
+        self.admin = Admin(store, settings, self.mailbox, gate)
         self.directory = Directory(store, settings)
         self.events = Events(store, settings.max_open_waits)
         self.webhooks = Webhooks(store, settings)
         self.tasks = Tasks(store, settings, self.mailbox)
         self.requests = Requests(store, settings, self.mailbox)
         self.reservations = Reservations(store, settings, self.presence)
-        self.leadership = Leadership(store, settings, self.mailbox, self.presence)
+        self.leadership = Leadership(store, settings, self.mailbox, self.presence, gate)
 
     @classmethod
     async def open(cls, settings: Settings, *, clock: Clock = time.time) -> PostOffice:
