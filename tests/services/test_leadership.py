@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -389,6 +390,33 @@ async def test_a_local_session_of_an_unvouched_agent_stands_for_the_seat_once_vo
         await office.admin.vouch(await owner(office), "drifter")
         await led_by(office, local, "drifter")
         group.cancel_scope.cancel()
+
+
+async def test_an_unvouched_standing_session_takes_no_write_lock_as_mail_flows(
+    open_office: OpenOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It wakes on every commit of the file while the seat is free; a refusal it can read
+    must not cost every writer a turn of the lock."""
+    office = await open_office(open_registration=True, auto_lead=False)
+    await office.keys.self_register("drifter", project="shop", ip=ADDRESS)
+    local = await session_caller(office, "drifter", project="shop", branch="main")
+    alice = await session_caller(office, "alice", project="shop", branch="feature-x")
+    tried: list[str] = []
+    take = office.leadership._take
+
+    def counted_take(*args: Any, **kwargs: Any) -> Any:
+        tried.append("take")
+        return take(*args, **kwargs)
+
+    monkeypatch.setattr(office.leadership, "_take", counted_take)
+    async with anyio.create_task_group() as group:
+        group.start_soon(office.leadership.stand, lambda: local)
+        for n in range(10):
+            await office.mailbox.send(alice, "alice", f"note {n}")
+            await anyio.sleep(0.02)
+        group.cancel_scope.cancel()
+    assert tried == []
+    assert (await office.leadership.leader(alice)).leader is None
 
 
 async def test_a_session_that_may_not_lead_does_not_stand(office: PostOffice) -> None:

@@ -304,6 +304,9 @@ class Leadership:
         def look(conn: Connection) -> leases.Holding | None:
             return leases.holding(conn, name, now=self.store.clock(), ttl_s=self._ttl_s)
 
+        def vouched(conn: Connection) -> None:
+            check_vouched(accounts.as_stored(conn, caller))
+
         held = await self.store.read(look)
         if held is not None and held.live and _process_gone(held):
             await self.presence.end_dead_local_sessions(held.holder)
@@ -311,6 +314,8 @@ class Leadership:
         if caller.session_id in self._stepped_down or (held is not None and held.live):
             mine = held is None or not held.live or held.session_id == caller.session_id
             return self._view(project, held), None if mine else held
+        # An agent not vouched for is refused by a read: its standing wakes on every commit.
+        await self.store.read(vouched)
         try:
             seat = await self.store.write(
                 lambda conn: self._take(conn, caller, project, force=False)
