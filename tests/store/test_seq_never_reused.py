@@ -118,6 +118,9 @@ async def test_a_downgrade_and_the_upgrade_keep_every_row_index_and_trigger(
 ) -> None:
     path = tmp_path / "agentpost.db"
     await a_post_office(path)
+    at_head = contents(path)
+    # 0014 adds a column and remakes the index's triggers: the schema 0005 knew is 0013's.
+    alembic_on(path, "downgrade", "0013")
     before = contents(path)
     assert len(before["deliveries"]) == 4
     assert len(before["events"]) >= 4
@@ -129,7 +132,7 @@ async def test_a_downgrade_and_the_upgrade_keep_every_row_index_and_trigger(
 
     alembic_on(path, "upgrade", "head")
     assert autoincrement(path) == {"messages": True, "events": True}
-    assert contents(path) == before
+    assert contents(path) == at_head
     assert checks(path) == []
 
     store = await Store.open(f"sqlite:///{path}")

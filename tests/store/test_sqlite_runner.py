@@ -355,3 +355,44 @@ async def test_a_full_disk_is_unavailable_saying_so_not_busy(lite: Store, alone:
     assert await stored_keys(lite) == set()
     await lite.write(insert_key("next"))
     assert await stored_keys(lite) == {"next"}
+
+
+async def test_a_reader_that_could_not_connect_answers_unavailable_and_connects_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read thread that died connecting (the file gone, the disk failing) left every read
+    sent its way waiting for good."""
+    path = tmp_path / "agentpost.db"
+    await (await Store.open(f"sqlite:///{path}")).aclose()  # the schema
+    failing = True
+    made = sqlite_runner.make_engine
+
+    def make_engine(at: Path) -> Any:
+        engine = made(at)
+        connect = engine.connect
+
+        def connect_unless_failing() -> Connection:
+            if failing and threading.current_thread().name.startswith("agentpost-reader"):
+                raise sqlite_runner.OperationalError(
+                    "connect", {}, sqlite3.OperationalError("disk I/O error")
+                )
+            return connect()
+
+        engine.connect = connect_unless_failing  # type: ignore[method-assign]
+        return engine
+
+    monkeypatch.setattr(sqlite_runner, "make_engine", make_engine)
+    runner = SqliteRunner(path, on_commit=lambda _: None, commit_loop=asyncio.get_running_loop())
+    try:
+        with anyio.fail_after(5):
+            for _ in range(sqlite_runner.READERS):  # each reader tries, and fails, once
+                with pytest.raises(AgentpostError) as caught:
+                    await runner.read(lambda conn: conn.execute(select(rate_windows.c.key)).all())
+                assert caught.value.code is ErrorCode.UNAVAILABLE
+            failing = False
+            for _ in range(sqlite_runner.READERS):
+                assert (
+                    await runner.read(lambda conn: conn.execute(select(rate_windows)).all()) == []
+                )
+    finally:
+        await anyio.to_thread.run_sync(runner.close)

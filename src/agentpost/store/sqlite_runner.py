@@ -389,9 +389,14 @@ class SqliteRunner:
             raise _released(exc) from None
 
     def _reader(self) -> None:
-        with self._read_engine.connect() as conn:
+        """Connected at its first read, and again after a failed connect: a reader that died
+        connecting (the file gone, the disk failing) would leave every later read waiting."""
+        conn: Connection | None = None
+        try:
             while (job := self._reads.get()) is not None:
                 try:
+                    if conn is None:
+                        conn = self._read_engine.connect()
                     with transaction(conn):
                         result = job.fn(conn)
                 except OperationalError as exc:
@@ -400,6 +405,9 @@ class SqliteRunner:
                     _settle([(job, None, _released(exc))])
                 else:
                     _settle([(job, result, None)])
+        finally:
+            if conn is not None:
+                conn.close()
 
     def _writer(self) -> None:
         conn = self._write_conn
