@@ -251,7 +251,9 @@ class Store:
         PostgreSQL matches unindexed until scale-out.) With nothing new, it only glances:
         a search never waits for another process's write lock for nothing."""
         if self._sqlite is not None and await self._sqlite.glance(fulltext.behind):
-            while await self._sqlite.write(fulltext.index_new, lengthy=True):
+            while await self._sqlite.write(
+                fulltext.index_new, lengthy=True, touches_accounts=False
+            ):
                 pass
 
     async def purge_wiped(self) -> None:
@@ -260,7 +262,9 @@ class Store:
         entries until VACUUM, and the space freed then is not zeroed: see docs/CONFIG.md."""
         if self._sqlite is not None and await self._sqlite.glance(fulltext.wiped):
             steps = 0
-            while await self._sqlite.write(fulltext.purge_step, lengthy=True):
+            while await self._sqlite.write(
+                fulltext.purge_step, lengthy=True, touches_accounts=False
+            ):
                 steps += 1
                 if steps % CHECKPOINT_PURGE_STEPS == 0:  # a large index: keep the WAL small
                     self._sqlite.checkpoints.due()
