@@ -4,13 +4,18 @@ until vouched for) is what its mail carries and whether it may lead, whoever spe
 
 from __future__ import annotations
 
+import anyio
+import asyncpg
 import pytest
 
-from account_helpers import ADDRESS, keyed, owner
-from agentpost.domain.errors import ErrorCode
+from account_helpers import ADDRESS, keyed, owner, self_registered
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Caller, Trust
 from agentpost.services import PostOffice
+from agentpost.store.postgres import WRITE_LOCK
 from backends import FakeClock, OpenOffice, refused_without_change, session_caller
+from service_process import eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -157,3 +162,74 @@ async def test_the_owner_and_the_post_office_stay_verified(office: PostOffice, n
 async def test_withdrawing_the_vouch_of_a_missing_agent_is_not_found(office: PostOffice) -> None:
     admin = await owner(office)
     await refused_without_change(office, ErrorCode.NOT_FOUND, office.admin.unvouch(admin, "nobody"))
+
+
+async def test_a_claim_authenticated_before_the_vouch_was_withdrawn_takes_no_seat(
+    open_office: OpenOffice,
+) -> None:
+    """A key's caller carries the trust its request was authenticated with. A claim whose
+    request began before the owner withdrew the vouch would seat an agent no longer vouched
+    for, after the withdrawal freed its seats: nothing would free this one."""
+    office = await open_office(open_registration=True, auto_lead=False)
+    admin = await owner(office)
+    drifter, key = await self_registered(office, "drifter", project="shop", branch="main")
+    await office.admin.vouch(admin, "drifter")
+    vouched = await office.keys.authenticate(key, ip=ADDRESS, session=drifter.session_id)
+    assert vouched.trust is Trust.VERIFIED
+
+    await office.admin.unvouch(admin, "drifter")
+    err = await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.leadership.claim(vouched)
+    )
+    assert "vouch" in err.message
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_a_claim_racing_the_withdrawal_of_a_vouch_waits_for_it_and_takes_no_seat(
+    open_office: OpenOffice, database_url: str
+) -> None:
+    """On PostgreSQL (READ COMMITTED) a claim that read the agent's trust before an unvouch
+    committed would seat it after the unvouch freed its seats. The unvouch's transaction is
+    held open here by hand, as the store's writes hold it: the claim waits for it, then
+    reads the trust it left."""
+    office = await open_office(open_registration=True, auto_lead=False)
+    admin = await owner(office)
+    drifter, key = await self_registered(office, "drifter", project="shop", branch="main")
+    await office.admin.vouch(admin, "drifter")
+    vouched = await office.keys.authenticate(key, ip=ADDRESS, session=drifter.session_id)
+
+    unvouching = await asyncpg.connect(database_url, timeout=5)
+    try:
+        held = unvouching.transaction()
+        await held.start()
+        await unvouching.execute(WRITE_LOCK.text)
+        await unvouching.execute("UPDATE agents SET trust = 'untrusted' WHERE name = 'drifter'")
+        outcome: list[BaseException | Leader] = []
+
+        async def claim() -> None:
+            try:
+                outcome.append(await office.leadership.claim(vouched))
+            except AgentpostError as err:
+                outcome.append(err)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(claim)
+            await eventually(lambda: waiting_for_a_lock(unvouching))
+            assert outcome == []
+            await held.commit()
+        (refused,) = outcome
+        assert isinstance(refused, AgentpostError)
+        assert refused.code is ErrorCode.FORBIDDEN
+    finally:
+        await unvouching.close()
+    assert (await office.leadership.leader(drifter)).leader is None
+
+
+async def waiting_for_a_lock(conn: asyncpg.Connection) -> bool:
+    """Whether another connection to this database waits for a lock (ours, here)."""
+    return bool(
+        await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid() AND wait_event_type = 'Lock'"
+        )
+    )

@@ -44,6 +44,16 @@ def as_stored(conn: Connection, caller: Caller) -> Caller:
     return caller if stored is Trust.VERIFIED else replace(caller, trust=stored)
 
 
+def as_stored_now(conn: Connection, caller: Caller) -> Caller:
+    """As `as_stored`, a key's caller too: for an act whose effect outlasts its request (a
+    leader's seat). Its request may have been authenticated before the owner withdrew the
+    vouch, which freed the agent's seats as it committed and would free none taken after."""
+    if caller.trust is not Trust.VERIFIED:
+        return caller
+    stored = agent_rows.agent_trust(conn, caller.agent) or Trust.UNTRUSTED
+    return caller if stored is Trust.VERIFIED else replace(caller, trust=stored)
+
+
 def digest(secret: str) -> str:
     """What the store keeps of a key: its SHA-256, hex (the secret itself is never stored)."""
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()

@@ -352,7 +352,9 @@ class Leadership:
     # -- inside a transaction ----------------------------------------------------------------
 
     def _take(self, conn: Connection, caller: Caller, project: str, *, force: bool) -> Leader:
-        check_vouched(accounts.as_stored(conn, caller))  # vouched for now, not at its start
+        # Vouched for now, not when its request began: write transactions take turns, so an
+        # unvouch that committed first is seen here, and one that follows frees this seat.
+        check_vouched(accounts.as_stored_now(conn, caller))
         # An ended session holds no lease: seated, it would lapse at once, and a standing one
         # would take it back, announced under a new term, again and again.
         self._check_not_ended(conn, caller)

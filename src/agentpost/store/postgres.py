@@ -65,7 +65,8 @@ LISTEN_CHECK_S = 2.0
 that may take): one dropped without a word (a network gone) is found out within twice this."""
 
 _ANNOUNCE = text("SELECT pg_notify(:channel, :payload)")
-_WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "agntwrit"
+WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "agntwrit"
+"""Taken first by every write transaction, held till it ends: writes take turns, as on SQLite."""
 
 
 def async_url(url: str) -> str:
@@ -294,7 +295,7 @@ class PostgresRunner:
         for last_try in (False, True):
             conn = await self.engine.connect()
             try:
-                await conn.execute(_WRITE_LOCK)
+                await conn.execute(WRITE_LOCK)
             except BaseException as exc:  # cancelled too: the connection goes back either way
                 await conn.close()
                 if last_try or not (isinstance(exc, DBAPIError) and exc.connection_invalidated):
