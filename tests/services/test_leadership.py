@@ -478,6 +478,32 @@ async def test_a_session_that_takes_another_name_keeps_its_seat_and_term(
     assert (await office.leadership.release(renamed)).leader is None
 
 
+async def test_a_session_that_takes_a_self_registered_agents_name_gives_up_its_seat(
+    open_office: OpenOffice,
+) -> None:
+    """Trust is the name's: a leader renamed to a stranger's name would lead as an agent the
+    owner has not vouched for. The seat is freed and announced, as when a vouch is withdrawn."""
+    office = await open_office(open_registration=True, auto_lead=False)
+    await office.keys.self_register("drifter", project="shop", ip=ADDRESS)
+    first = await session_caller(office, None)
+    watcher = await session_caller(office, "watcher", branch="feature-x")
+    await office.leadership.claim(first)
+
+    renamed = await office.presence.register(first, name="drifter")
+    seat = await office.leadership.leader(watcher)
+    assert (seat.leader, seat.term) == (None, 1)
+    body, data = (await announcements(office, watcher))[-1]
+    assert data == {
+        "event": "leader.changed",
+        "project": "shop",
+        "leader": None,
+        "term": 1,
+        "previous": "drifter",
+    }
+    assert "not vouched" in body
+    await refused_without_change(office, ErrorCode.FORBIDDEN, office.leadership.claim(renamed))
+
+
 async def test_a_session_that_ends_while_its_claim_looks_at_its_branch_takes_no_seat(
     office: PostOffice, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,7 +30,7 @@ from agentpost.domain.leadership import (
     lease_name,
     may_lead,
 )
-from agentpost.domain.models import Caller
+from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import check_channel, check_name
 from agentpost.retries import RetryLog
 from agentpost.services import accounts, addressing
@@ -76,13 +76,23 @@ def _ended(session_id: str | None) -> AgentpostError:
     return not_found("this session has ended", session=session_id)
 
 
+WITHDRAWN = "the owner withdrew its vouch"
+NOT_VOUCHED = "the owner has not vouched for that name"
+
+
 def unseat(
-    conn: Connection, mailbox: Mailbox, agent: str, *, now: float, ttl_s: float
+    conn: Connection,
+    mailbox: Mailbox,
+    agent: str,
+    *,
+    now: float,
+    ttl_s: float,
+    reason: str = WITHDRAWN,
 ) -> list[str]:
     """Free every seat a session of `agent` holds, in `conn`, each announced on its project's
-    channel by `system`: the owner withdrew its vouch, and only an agent the owner vouches for
-    may lead. The projects whose seat was freed, for the audit. A seat whose leader fell
-    silent is freed too, unannounced (nobody sees it led): its next heartbeat would revive it."""
+    channel by `system`, saying `reason`: only an agent the owner vouches for may lead. The
+    projects whose seat was freed, for the audit. A seat whose leader fell silent is freed
+    too, unannounced (nobody sees it led): its next heartbeat would revive it."""
     freed = []
     for held in leases.holdings(conn, LEASE_PREFIX, now=now, ttl_s=ttl_s):
         if held.holder != agent:
@@ -98,10 +108,7 @@ def unseat(
             "term": held.term,
             "previous": agent,
         }
-        text = (
-            f"{agent} no longer leads {project} (term {held.term}): the owner withdrew its "
-            "vouch. The seat is free."
-        )
+        text = f"{agent} no longer leads {project} (term {held.term}): {reason}. The seat is free."
         mailbox.system_post_in(
             conn, f"#{check_channel(project)}", text, subject="leader", data=data
         )
@@ -123,6 +130,7 @@ class Leadership:
         self._gate = gate
         self.mailbox = mailbox
         self.presence = presence
+        presence.renamed = self._seat_follows_name
         self._stepped_down: set[str] = set()
         """Sessions of this process that released the seat: they stand no more until they
         claim again, or their own standing would take back at once what they gave up."""
@@ -402,6 +410,17 @@ class Leadership:
                 conn, caller, project, text + ".", leader=caller.agent, term=term, previous=previous
             )
         return self._seat(conn, project)
+
+    def _seat_follows_name(self, conn: Connection, caller: Caller) -> None:
+        """A session that took the name of an agent the owner has not vouched for (one that
+        registered itself) leads no more, as when a vouch is withdrawn: it would lead as that
+        agent. Freed rather than the rename refused: a session stands for a free seat as it
+        opens, so a `register` that names the agent, its first act, would be refused for a
+        seat it never asked for."""
+        if accounts.as_stored_now(conn, caller).trust is Trust.VERIFIED:
+            return
+        now = self.store.clock()
+        unseat(conn, self.mailbox, caller.agent, now=now, ttl_s=self._ttl_s, reason=NOT_VOUCHED)
 
     @staticmethod
     def _check_not_ended(conn: Connection, caller: Caller) -> None:

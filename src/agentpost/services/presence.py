@@ -77,6 +77,9 @@ class PresenceService:
         self.store = store
         self.settings = settings
         self._folders: dict[str, str] = {}  # of local sessions opened here: LocalContext.folder
+        self.renamed: Callable[[Connection, Caller], None] | None = None
+        """What else a rename does, in its transaction, to the caller under its new name:
+        leadership's seat follows the name's trust (set by `Leadership`, above this module)."""
 
     def folder(self, session_id: str | None, worktree: str | None) -> str | None:
         """Where git is asked about a session's worktree (the store's text may hold U+FFFD)."""
@@ -265,9 +268,12 @@ class PresenceService:
                 derived_name=False,
                 urgent_cursor=0,
             )
+            if self.renamed is not None and name != caller.agent:
+                self.renamed(conn, renamed)
 
+        renamed = Caller(agent=name, session_id=caller.session_id, trust=caller.trust)
         await self.store.write(tx)
-        return Caller(agent=name, session_id=caller.session_id, trust=caller.trust)
+        return renamed
 
     async def register(
         self,
