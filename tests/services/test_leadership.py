@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,8 @@ from account_helpers import ADDRESS, keyed, owner, self_registered
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Caller, Kind, Trust
-from agentpost.services import PostOffice
-from agentpost.services.local_identity import detect
+from agentpost.services import PostOffice, leadership
+from agentpost.services.local_identity import detect, this_host
 from backends import FakeClock, OpenOffice, refused_without_change, seat_directly, session_caller
 from git_repo import git, make_repo
 
@@ -502,6 +503,52 @@ async def test_a_session_that_takes_a_self_registered_agents_name_gives_up_its_s
     }
     assert "not vouched" in body
     await refused_without_change(office, ErrorCode.FORBIDDEN, office.leadership.claim(renamed))
+
+
+async def test_a_session_flapping_between_branches_claims_at_most_once_a_window(
+    office: PostOffice, clock: FakeClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each heartbeat that moves a session over HTTP to another branch stands for the seat
+    afresh: a client flapping between branches, or naming one on every heartbeat, cost a claim
+    (a write transaction) each time, and git in the worktree it names when that is here. A
+    move within the window is still claimed for, at the first heartbeat after it."""
+    make_repo(tmp_path / "shop")
+    holder = await session_caller(office, "holder")
+    await office.leadership.claim(holder)
+    alice, _ = await keyed(office, "alice", project="shop")
+    session = await office.presence.open_http_session(
+        alice, host=this_host(), project="shop", worktree=str(tmp_path / "shop"), branch="x"
+    )
+    alice = replace(alice, session_id=session.id)
+    claims: list[str | None] = []
+    claim = office.leadership.claim
+    gits: list[str] = []
+    origin_head = leadership.origin_head
+
+    async def counted_claim(caller: Caller, *args: Any, **kwargs: Any) -> Leader:
+        claims.append(caller.session_id)
+        return await claim(caller, *args, **kwargs)
+
+    def counted_git(worktree: str) -> str | None:
+        gits.append(worktree)
+        return origin_head(worktree)
+
+    monkeypatch.setattr(office.leadership, "claim", counted_claim)
+    monkeypatch.setattr(leadership, "origin_head", counted_git)
+    leadership._origin_head.cache_clear()
+
+    for branch in ["main", "feature-x"] * 5 + ["main"]:
+        await office.leadership.heartbeat_of(alice, session.id, branch=branch)
+        await office.leadership.heartbeat_of(alice, session.id, branch=branch)  # no move
+    assert (len(claims), len(gits)) == (1, 1)
+
+    await office.leadership.release(holder)
+    clock.advance(leadership.CLAIM_AFTER_MOVE_S)
+    await office.leadership.heartbeat_of(alice, session.id)  # the move to main is claimed for
+    assert len(claims) == 2
+    assert (await office.leadership.leader(alice)).leader == "alice"
+    await office.leadership.heartbeat_of(alice, session.id)
+    assert len(claims) == 2
 
 
 async def test_a_session_that_ends_while_its_claim_looks_at_its_branch_takes_no_seat(

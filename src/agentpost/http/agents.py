@@ -95,8 +95,7 @@ async def heartbeat(
     """Say a session is alive (any request on it does too), and on which branch it works now.
     A session moved onto a branch that may lead its project takes the seat when it is free
     (`auto_lead`), as when it opened."""
-    if await office.presence.heartbeat_of(me, session_id, branch=body.branch):
-        await office.leadership.claim_if_eligible(replace(me, session_id=session_id))
+    await office.leadership.heartbeat_of(me, session_id, branch=body.branch)
     return {"session_id": session_id, "online": True}
 
 

@@ -14,8 +14,9 @@ it is free; of several standing sessions the store lets exactly one win.
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -48,6 +49,23 @@ _retries = RetryLog(log)
 
 LAPSE_SLACK_S = 0.05
 """Looked at again this long after a lease should have lapsed, so it surely has."""
+
+CLAIM_AFTER_MOVE_S = 30.0
+"""A session over HTTP whose heartbeat moves it to another branch stands for the seat at most
+once in this long (two heartbeats at the default `heartbeat_s`): a client flapping between
+branches, or naming one on every heartbeat, would else cost a claim, a write transaction,
+each time. A move within it is claimed for at the first heartbeat after it, so the branch the
+session ends on still counts."""
+MAX_MOVES_REMEMBERED = 10_000
+"""Sessions whose last move is remembered for `CLAIM_AFTER_MOVE_S`; the oldest go first."""
+
+
+@dataclass(slots=True)
+class _Move:
+    claimed_at: float
+    """When a move last stood for the seat."""
+    due: bool = False
+    """Moved again since: stands at the first heartbeat past the window."""
 
 
 def _process_gone(held: leases.Holding) -> bool:
@@ -131,6 +149,8 @@ class Leadership:
         self.mailbox = mailbox
         self.presence = presence
         presence.renamed = self._seat_follows_name
+        self._moves: OrderedDict[str, _Move] = OrderedDict()
+        """Sessions over HTTP whose heartbeat moved them lately, oldest claim first."""
         self._stepped_down: set[str] = set()
         """Sessions of this process that released the seat: they stand no more until they
         claim again, or their own standing would take back at once what they gave up."""
@@ -223,6 +243,29 @@ class Leadership:
                 # The session exists already: its opener must learn its id, seat or not.
                 log.warning("a new session could not stand for leader: %s", err)
             return None
+
+    async def heartbeat_of(
+        self, caller: Caller, session_id: str, *, branch: str | None = None
+    ) -> None:
+        """Keep one of the caller's sessions online (`PresenceService.heartbeat_of`); one
+        moved to another branch than the store held stands afresh (`claim_if_eligible`), as a
+        local session does at a checkout, at most once in `CLAIM_AFTER_MOVE_S`."""
+        moved = await self.presence.heartbeat_of(caller, session_id, branch=branch)
+        now = self.store.clock()
+        last = self._moves.get(session_id)
+        if last is None and not moved:
+            return
+        if last is not None and now - last.claimed_at < CLAIM_AFTER_MOVE_S:
+            last.due = last.due or moved
+            return
+        if last is not None and not (last.due or moved):
+            del self._moves[session_id]  # nothing moved since its last claim
+            return
+        self._moves.pop(session_id, None)
+        self._moves[session_id] = _Move(now)
+        while len(self._moves) > MAX_MOVES_REMEMBERED:
+            self._moves.popitem(last=False)
+        await self.claim_if_eligible(replace(caller, session_id=session_id))
 
     async def release(self, caller: Caller, project: str | None = None) -> Leader:
         """Step down. A caller whose session does not hold the seat (its release sent again
