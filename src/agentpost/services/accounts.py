@@ -40,7 +40,14 @@ def as_stored(conn: Connection, caller: Caller) -> Caller:
     caller was read with its agent's trust this request, so it is taken as it came."""
     if caller.trust is not Trust.VERIFIED or caller.key_id is not None:
         return caller
-    stored = agent_rows.agent_trust(conn, caller.agent) or Trust.UNTRUSTED
+    return with_stored_trust(caller, agent_rows.agent_trust(conn, caller.agent))
+
+
+def with_stored_trust(caller: Caller, stored: Trust | None) -> Caller:
+    """`as_stored`, the agent's trust read already, with other columns (None: no such agent)."""
+    if caller.trust is not Trust.VERIFIED or caller.key_id is not None:
+        return caller
+    stored = stored or Trust.UNTRUSTED
     return caller if stored is Trust.VERIFIED else replace(caller, trust=stored)
 
 

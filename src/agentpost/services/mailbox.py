@@ -228,9 +228,10 @@ class Mailbox:
         (a `notice`, an `awaited` message: see `send_in`; `create_sender`: see `send`)."""
         now = self.store.clock()
         names, channel = message.names, message.channel
-        known = agent_rows.existing_names(conn, [caller.agent, *names])
+        known, stored = agent_rows.sender_and_names(conn, caller.agent, names)
         addressing.admit_sender(conn, caller, known, create=create_sender, now=now)
-        caller = accounts.as_stored(conn, caller)  # the message is stamped with its trust
+        # Stamped with the sender's trust: none stored, admit_sender just made it, verified.
+        caller = accounts.with_stored_trust(caller, stored or Trust.VERIFIED)
         limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
         if not notice:
             addressing.count_send(

@@ -34,7 +34,9 @@ _AGENT_TRUST = select(agents.c.trust).where(agents.c.name == bindparam("name"))
 def _agents_enabled(count: int) -> Prepared:
     """One statement per list length: an expanding IN would be re-rendered on every send."""
     names = numbered("n", count)
-    return Prepared(select(agents.c.name, agents.c.disabled_at).where(agents.c.name.in_(names)))
+    return Prepared(
+        select(agents.c.name, agents.c.disabled_at, agents.c.trust).where(agents.c.name.in_(names))
+    )
 
 
 def get_agent(conn: Connection, name: str) -> Row[Any] | None:
@@ -56,7 +58,22 @@ def trust_of(conn: Connection, names: Sequence[str]) -> dict[str, Trust]:
 def existing_names(conn: Connection, names: Sequence[str]) -> dict[str, bool]:
     """name -> enabled, for those of `names` that exist."""
     rows = _agents_enabled(len(names)).rows(conn, numbered_values("n", names))
-    return {name: disabled_at is None for name, disabled_at in rows}
+    return {name: disabled_at is None for name, disabled_at, _trust in rows}
+
+
+def sender_and_names(
+    conn: Connection, sender: str, names: Sequence[str]
+) -> tuple[dict[str, bool], Trust | None]:
+    """`existing_names` of the sender and `names`, and the sender's trust as the owner last
+    set it (None: no such agent): what a send reads of them, in one statement."""
+    rows = _agents_enabled(len(names) + 1).rows(conn, numbered_values("n", [sender, *names]))
+    known: dict[str, bool] = {}
+    trust = None
+    for name, disabled_at, stored in rows:
+        known[name] = disabled_at is None
+        if name == sender:
+            trust = Trust(stored)
+    return known, trust
 
 
 def create_agent(
