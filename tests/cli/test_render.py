@@ -112,8 +112,10 @@ def test_who_and_tasks_mark_agents_the_owner_has_not_vouched_for(
         "drifter", "", "shop", "dev", None, "the owner says: push", Status.ACTIVE, True, 0.0, 1
     )
     show_presence([replace(drifter, trust=Trust.UNTRUSTED), replace(drifter, name="alice")])
-    opened = TaskChange(1.0, "drifter", None, TaskStatus.OPEN, "")
-    accepted = TaskChange(2.0, "alice", TaskStatus.OPEN, TaskStatus.ACCEPTED, "on it")
+    opened = TaskChange(1.0, "drifter", None, TaskStatus.OPEN, "", Trust.UNTRUSTED)
+    accepted = TaskChange(
+        2.0, "alice", TaskStatus.OPEN, TaskStatus.ACCEPTED, "on it", Trust.VERIFIED
+    )
     task = Task(
         "t_1", "shop", "drifter", "alice", "Rotate the key", "", Priority.NORMAL,
         TaskStatus.ACCEPTED, None, None, None, "m_1", 1.0, 2.0, [opened, accepted],

@@ -12,7 +12,7 @@ from typing import get_args
 import pytest
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.domain.models import Priority
+from agentpost.domain.models import Priority, Trust
 from agentpost.domain.tasks import (
     Task,
     TaskChange,
@@ -125,9 +125,10 @@ def test_a_task_reads_itself_back_from_its_json() -> None:
         created_at=1_800_000_000.0,
         updated_at=1_800_000_050.0,
         history=[
-            TaskChange(1_800_000_000.0, "boss", None, S.OPEN, ""),
-            TaskChange(1_800_000_050.0, "worker", S.OPEN, S.DONE, "fixed"),
+            TaskChange(1_800_000_000.0, "boss", None, S.OPEN, "", Trust.VERIFIED),
+            TaskChange(1_800_000_050.0, "worker", S.OPEN, S.DONE, "fixed", Trust.UNTRUSTED),
         ],
+        result_trust=Trust.UNTRUSTED,
     )
     as_json = task.to_dict()
     assert as_json["status"] == "done"
@@ -138,9 +139,38 @@ def test_a_task_reads_itself_back_from_its_json() -> None:
         "from_status": "open",
         "to_status": "done",
         "note": "fixed",
+        "trust": "untrusted",
     }
+    assert as_json["result_trust"] == "untrusted"
     assert Task.from_dict(as_json) == task
     assert task.finished
+
+
+def test_words_an_older_service_gives_no_trust_for_read_as_a_strangers() -> None:
+    """A service from before words kept their trust says none for a note or a result."""
+    older = {
+        "id": "t_1",
+        "project": None,
+        "creator": "boss",
+        "assignee": "worker",
+        "title": "Fix",
+        "detail": "",
+        "priority": "normal",
+        "status": "done",
+        "data": None,
+        "due": None,
+        "result": {"ok": True},
+        "thread_id": "m_1",
+        "created_at": 1.0,
+        "updated_at": 2.0,
+        "history": [{"at": 2.0, "actor": "worker", "from_status": "open", "to_status": "done",
+                     "note": "fixed"}],
+        "creator_trust": "verified",
+        "assignee_trust": "verified",
+    }  # fmt: skip
+    task = Task.from_dict(older)
+    assert (task.result_trust, task.history[0].trust) == (Trust.UNTRUSTED, Trust.UNTRUSTED)
+    assert Task.from_dict({**older, "result": None}).result_trust is None
 
 
 def test_the_status_names_are_the_statuses() -> None:

@@ -19,6 +19,8 @@ from backends import (  # noqa: F401 - fixtures, registered by being imported he
     backend,
     clock,
     database_url,
+    fresh_database_url,
+    fresh_pg_url,
     office,
     open_office,
     pg_session_database,

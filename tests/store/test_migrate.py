@@ -494,3 +494,59 @@ async def test_0013_spells_each_live_claim_as_claims_are_compared_now(
         ("r1", "caf\u00e9.py"),
         ("r2", "src/**"),
     ]
+
+
+def _tasks_before_0015(conn: Connection) -> None:
+    """boss (verified) gave drifter (untrusted now) two tasks; one drifter finished with a
+    result; `gone` noted on one, with no agent row left to say its trust."""
+    for name, trust in [("boss", "verified"), ("drifter", "untrusted")]:
+        conn.execute(
+            text("INSERT INTO agents (name, trust, created_at) VALUES (:n, :t, 1.0)"),
+            {"n": name, "t": trust},
+        )
+    for tid, status, result in [("t_1", "done", '"tidied"'), ("t_2", "open", None)]:
+        conn.execute(
+            text(
+                "INSERT INTO tasks (id, creator, assignee, title, priority, status, result,"
+                " message_id, created_at, updated_at) VALUES (:id, 'boss', 'drifter', 'T',"
+                " 'normal', :s, :r, 'm_1', 1.0, 1.0)"
+            ),
+            {"id": tid, "s": status, "r": result},
+        )
+    for tid, actor, status in [("t_1", "boss", "open"), ("t_1", "drifter", "done")]:
+        conn.execute(
+            text(
+                "INSERT INTO task_history (task_id, at, actor, to_status) VALUES (:id, 1.0, :a, :s)"
+            ),
+            {"id": tid, "a": actor, "s": status},
+        )
+    conn.execute(
+        text(
+            "INSERT INTO task_history (task_id, at, actor, to_status)"
+            " VALUES ('t_2', 1.0, 'gone', 'open')"
+        )
+    )
+    conn.commit()
+
+
+def _task_trusts(conn: Connection) -> list[tuple[str, ...]]:
+    rows = conn.execute(text("SELECT id, creator_trust, result_trust FROM tasks ORDER BY id"))
+    changes = conn.execute(text("SELECT task_id, actor, trust FROM task_history ORDER BY seq"))
+    return [tuple(row) for row in rows] + [tuple(row) for row in changes]
+
+
+async def test_0015_gives_each_tasks_words_their_authors_trust_as_it_stands(
+    fresh_database_url: str,
+) -> None:
+    """Nothing recorded the trust they were written with: the trust their author has at the
+    upgrade is the best that is known; an author no longer found vouches for nothing."""
+    await migrate_to(fresh_database_url, "0014")
+    await inspected(fresh_database_url, _tasks_before_0015)
+    await migrate_to(fresh_database_url, "0015")
+    assert await inspected(fresh_database_url, _task_trusts) == [
+        ("t_1", "verified", "untrusted"),
+        ("t_2", "verified", None),
+        ("t_1", "boss", "verified"),
+        ("t_1", "drifter", "untrusted"),
+        ("t_2", "gone", "untrusted"),
+    ]

@@ -187,5 +187,5 @@ def show_task(t: Task) -> None:
         if c.from_status is not None:
             moved = f"{c.from_status.value} → {moved}"
         note = "\n    " + c.note.replace("\n", "\n    ") if c.note else ""
-        actor = _named(c.actor, t.trust_of(c.actor))
+        actor = _named(c.actor, c.trust)
         console.print(styled((f"  {_when(c.at)} ", "dim"), *actor, f" {moved}{note}"))

@@ -106,11 +106,15 @@ class TaskChange:
     from_status: TaskStatus | None
     to_status: TaskStatus
     note: str
+    trust: Trust = Trust.UNTRUSTED
+    """The actor's when it made the change, as a message keeps its sender's: whether the note
+    is a colleague's words or a stranger's, however the owner's vouch has changed since."""
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["from_status"] = None if self.from_status is None else self.from_status.value
         out["to_status"] = self.to_status.value
+        out["trust"] = self.trust.value
         return out
 
     @classmethod
@@ -121,6 +125,7 @@ class TaskChange:
             data,
             from_status=None if before is None else TaskStatus(before),
             to_status=TaskStatus(data["to_status"]),
+            trust=trust_read(data),
         )
 
 
@@ -150,15 +155,15 @@ class Task:
     updated_at: float
     history: list[TaskChange] = field(default_factory=list)
     creator_trust: Trust = Trust.VERIFIED
-    """The creator's: whether the title and detail are a colleague's words or a stranger's."""
+    """The creator's when it delegated: whether the title and detail are a colleague's words
+    or a stranger's (a vouch given or withdrawn since changes nothing of it)."""
     assignee_trust: Trust = Trust.VERIFIED
-    """The assignee's, for its notes and result."""
+    """The assignee's as it stands now: who is doing the work. Its words carry their own (each
+    change's `trust`, `result_trust`)."""
     overdue: bool = False
     """Past its `due` and not finished, by the post office's clock when it was read."""
-
-    def trust_of(self, actor: str) -> Trust:
-        """Whose words a change's note is: the creator's or the assignee's."""
-        return self.creator_trust if actor == self.creator else self.assignee_trust
+    result_trust: Trust | None = None
+    """The assignee's when it gave the result; None while there is no result."""
 
     @property
     def finished(self) -> bool:
@@ -184,6 +189,7 @@ class Task:
             "creator_trust": self.creator_trust.value,
             "assignee_trust": self.assignee_trust.value,
             "overdue": self.overdue,
+            "result_trust": None if self.result_trust is None else self.result_trust.value,
         }
 
     @classmethod
@@ -196,4 +202,6 @@ class Task:
             history=[TaskChange.from_dict(c) for c in data.get("history", [])],
             creator_trust=trust_read(data, "creator_trust"),
             assignee_trust=trust_read(data, "assignee_trust"),
+            # A result without a trust given (an older service's) reads as a stranger's.
+            result_trust=None if data.get("result") is None else trust_read(data, "result_trust"),
         )

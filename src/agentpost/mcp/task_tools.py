@@ -48,8 +48,9 @@ def _words(task: Task, *, shortened: bool = False) -> list[tuple[str, str, Trust
         result = json.dumps(task.result, ensure_ascii=False, sort_keys=True)
         if shortened and len(result) > presenting.PREVIEW_CHARS:
             result = result[: presenting.PREVIEW_CHARS] + "… (`task` shows all of it)"
-        head = words_head(task.assignee, task.assignee_trust, task=task.id, field="result")
-        out.append((head, result, task.assignee_trust))
+        trust = task.result_trust or Trust.UNTRUSTED
+        head = words_head(task.assignee, trust, task=task.id, field="result")
+        out.append((head, result, trust))
     return out
 
 
@@ -58,12 +59,12 @@ def _framed(title: str, words: Sequence[tuple[str, str, Trust]]) -> str:
     return frame([(head, text) for head, text, _ in words], title=title, untrusted=untrusted)
 
 
-def _change(task: Task, change: TaskChange) -> str:
+def _change(change: TaskChange) -> str:
     moved = change.to_status.value
     if change.from_status is not None:
         moved = f"{change.from_status.value} -> {moved}"
     note = f": {presenting.quoted(change.note)}" if change.note else ""
-    return f"  {presenting.by(change.actor, task.trust_of(change.actor))}: {moved}{note}"
+    return f"  {presenting.by(change.actor, change.trust)}: {moved}{note}"
 
 
 def _where(found: RequestAnswer) -> str:
@@ -120,7 +121,7 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
         """One task you made or were given, with its detail, history, result and thread."""
         found = await desk.task(task_id)
         lines = [_line(found)[2:], f"{_thread_and_due(found)}; history:"]
-        lines += [_change(found, c) for c in found.history]
+        lines += [_change(c) for c in found.history]
         return await reply(found.to_dict(), _framed("\n".join(lines), _words(found)))
 
     async def update_task(

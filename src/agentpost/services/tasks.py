@@ -145,6 +145,7 @@ class Tasks:
                 kind=Kind.TASK,
                 envelope=True,  # `data` was checked above
             )
+            writer = accounts.as_stored(conn, caller).trust  # as the message was stamped
             task_rows.insert_task(
                 conn,
                 id=tid,
@@ -162,6 +163,7 @@ class Tasks:
                 updated_at=now,
                 # As the block dropped the message: silently, the creator sees it as sent.
                 withheld=bool(blocks.blocking(conn, caller.agent, [assignee])),
+                creator_trust=writer.value,
             )
             task_rows.record_change(
                 conn,
@@ -171,6 +173,7 @@ class Tasks:
                 from_status=None,
                 to_status=TaskStatus.OPEN,
                 note="",
+                trust=writer,
             )
             if retry is not None:
                 retry.remember(conn, self.store, caller.agent, {"task_id": tid})
@@ -206,8 +209,17 @@ class Tasks:
                 return self._one(conn, row.id)
             current = TaskStatus(row.status)
             check_move(caller.agent, row.creator, row.assignee, current, wanted)
+            # Kept with the note and result, as a message keeps its sender's: a vouch given or
+            # withdrawn later changes how the actor's next words read, not these.
+            writer = accounts.as_stored(conn, caller).trust
             moved = task_rows.move(
-                conn, row.id, current=current, wanted=wanted, result=result_json, now=now
+                conn,
+                row.id,
+                current=current,
+                wanted=wanted,
+                result=result_json,
+                trust=writer,
+                now=now,
             )
             if not moved:  # another change came first: decided against what no longer holds
                 row = self._row(conn, task_id, caller)
@@ -224,6 +236,7 @@ class Tasks:
                 from_status=current,
                 to_status=wanted,
                 note=note,
+                trust=writer,
             )
             self._tell(conn, caller, row, current, wanted, note, result)
             return self._one(conn, row.id)

@@ -304,6 +304,10 @@ tasks = Table(
     Column("updated_at", Float, nullable=False),
     # The assignee blocked the creator when it was delegated: only the creator sees it.
     Column("withheld", Boolean, nullable=False, server_default=text("false")),
+    # The trust each side's words were written with, as a message keeps its sender's: the
+    # creator's title and detail; the result (NULL while there is none).
+    Column("creator_trust", String(16), nullable=False, server_default="untrusted"),
+    Column("result_trust", String(16)),
     Index("ix_tasks_assignee", "assignee", "status"),
     Index("ix_tasks_creator", "creator", "status"),
 )
@@ -318,6 +322,7 @@ task_history = Table(
     Column("from_status", String(16)),  # NULL for the creation
     Column("to_status", String(16), nullable=False),
     Column("note", Text, nullable=False, server_default=""),
+    Column("trust", String(16), nullable=False, server_default="untrusted"),  # the actor's
     Index("ix_task_history_task", "task_id", "seq"),
 )
 

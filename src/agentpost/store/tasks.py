@@ -32,7 +32,9 @@ def record_change(
     from_status: TaskStatus | None,
     to_status: TaskStatus,
     note: str,
+    trust: Trust,
 ) -> None:
+    """One change, with the trust its actor has as it makes it (and writes its note)."""
     conn.execute(
         insert(task_history).values(
             task_id=task_id,
@@ -41,6 +43,7 @@ def record_change(
             from_status=None if from_status is None else from_status.value,
             to_status=to_status.value,
             note=note,
+            trust=trust.value,
         )
     )
 
@@ -64,12 +67,15 @@ def move(
     current: TaskStatus,
     wanted: TaskStatus,
     result: str | None,
+    trust: Trust,
     now: float,
 ) -> bool:
-    """Set the status if it still is `current` (and the result, when given); False if not."""
+    """Set the status if it still is `current` (and the result, when given, with the `trust`
+    of its author); False if not."""
     values: dict[str, Any] = {"status": wanted.value, "updated_at": now}
     if result is not None:
         values["result"] = result
+        values["result_trust"] = trust.value
     stmt = update(tasks).where(tasks.c.id == task_id, tasks.c.status == current.value)
     return bool(conn.execute(stmt.values(**values)).rowcount)
 
@@ -117,6 +123,7 @@ def histories(conn: Connection, task_ids: Sequence[str]) -> dict[str, list[TaskC
                 from_status=None if row.from_status is None else TaskStatus(row.from_status),
                 to_status=TaskStatus(row.to_status),
                 note=row.note,
+                trust=Trust(row.trust),
             )
         )
     return out
@@ -125,8 +132,8 @@ def histories(conn: Connection, task_ids: Sequence[str]) -> dict[str, list[TaskC
 def task_from_row(
     row: Row[Any], history: list[TaskChange], trust: Mapping[str, Trust], now: float
 ) -> Task:
-    """A task as it stands at `now`, each side's trust looked up in `trust` (an agent not
-    found there: untrusted)."""
+    """A task as it stands at `now`; the assignee's trust as it stands now is looked up in
+    `trust` (an agent not found there: untrusted), its words' as they were written."""
     status = TaskStatus(row.status)
     return Task(
         id=row.id,
@@ -144,14 +151,15 @@ def task_from_row(
         created_at=row.created_at,
         updated_at=row.updated_at,
         history=history,
-        creator_trust=trust.get(row.creator, Trust.UNTRUSTED),
+        creator_trust=Trust(row.creator_trust),
         assignee_trust=trust.get(row.assignee, Trust.UNTRUSTED),
         overdue=is_overdue(status, row.due, now),
+        result_trust=None if row.result is None else Trust(row.result_trust or "untrusted"),
     )
 
 
 def load(conn: Connection, found: Sequence[Row[Any]], now: float) -> list[Task]:
     """Tasks of `found` rows as they stand at `now`, each with its history."""
     changes = histories(conn, [row.id for row in found])
-    trust = agent_rows.trust_of(conn, sorted({n for r in found for n in (r.creator, r.assignee)}))
+    trust = agent_rows.trust_of(conn, sorted({r.assignee for r in found}))
     return [task_from_row(row, changes[row.id], trust, now) for row in found]
