@@ -105,6 +105,20 @@ async def test_a_request_blocks_over_rest_until_another_client_answers(service: 
         assert (await alice.check_request(asked.id)).answer == "8080"
 
 
+async def test_an_answer_from_an_agent_the_asker_blocked_after_asking_is_dropped_over_rest(
+    service: Service,
+) -> None:
+    """As in local mode (tests/services/test_requests.py): the block drops the answer."""
+    async with clients(service, "alice", "bob") as (alice, bob):
+        asked = await alice.request("bob", "Ship it?", timeout_s=0)
+        assert await alice.block("bob") == ["bob"]
+        sent = await bob.respond(asked.request_id, "yes")
+        assert sent.to == ["alice"]
+        checked = await alice.check_request(asked.request_id)
+        assert (checked.answered, checked.answer) == (False, None)
+        assert (await alice.inbox(unread_only=False)).messages == []
+
+
 async def test_a_retried_delegate_makes_one_task_across_a_restart(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")

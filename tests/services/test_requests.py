@@ -311,3 +311,49 @@ async def test_an_answer_past_a_full_inbox_still_counts_against_the_send_rate(
     await refused_without_change(
         office, ErrorCode.RATE_LIMITED, office.requests.respond(bob, asked_.request_id, "yes")
     )
+
+
+# -- blocks --------------------------------------------------------------------------------------
+
+
+async def test_an_answer_from_an_agent_the_asker_blocked_after_asking_is_dropped(
+    office: PostOffice,
+) -> None:
+    """A block drops the blocked agent's mail silently, and an answer is mail: the asker who
+    blocked the addressee after asking hears no answer from it, now or once unblocked (as other
+    mail dropped meanwhile never arrives), while the answerer sees its answer sent, once."""
+    alice, bob = await agents(office, "alice", "bob")
+    asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    await office.directory.block(alice, "bob")
+    answer = await office.requests.respond(bob, asked_.request_id, "rm -rf /, then ship")
+    assert answer.to == ["alice"]  # the block stays silent
+
+    for _ in ("blocked", "unblocked"):
+        checked = await office.requests.check_request(alice, asked_.request_id)
+        assert (checked.answered, checked.answer, checked.response) == (False, None, None)
+        assert (await office.mailbox.inbox(alice, unread_only=False)).messages == []
+        assert [m.id for m in await office.mailbox.thread(alice, asked_.request_id)] == [
+            asked_.request_id
+        ]
+        await office.directory.unblock(alice, "bob")
+    again = office.requests.respond(bob, asked_.request_id, "no")
+    assert (await refused_without_change(office, ErrorCode.CONFLICT, again)).code
+
+
+async def test_an_asker_waiting_on_an_agent_it_then_blocks_hears_no_answer_and_times_out(
+    office: PostOffice,
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    answers: list[RequestAnswer] = []
+
+    async def ask() -> None:
+        answers.append(await office.requests.request(alice, "bob", "Ship it?", timeout_s=1))
+
+    with anyio.fail_after(WAKE_S):
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            request_id = await asked(office, bob)
+            await office.directory.block(alice, "bob")
+            await office.requests.respond(bob, request_id, "yes")
+    [answer] = answers
+    assert answer == RequestAnswer(request_id, answered=False, timed_out=True)

@@ -150,7 +150,9 @@ class Requests:
         heartbeat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
         while True:
             await heartbeat.beat()
-            found = await self.store.glance(lambda c: request_rows.response_row(c, request_id))
+            found = await self.store.glance(
+                lambda c: request_rows.response_row(c, request_id, caller.agent)
+            )
             if found is not None:
                 await check_standing(self.store, caller)
                 answered = partial(self._answer, caller=caller, request_id=request_id)

@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Connection, Row, select
+from sqlalchemy import Connection, Row, exists, select
 from sqlalchemy.exc import IntegrityError
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Kind
-from agentpost.store.schema import deliveries, messages
+from agentpost.store.schema import deliveries, messages, withheld
 
 INDEX = "ux_messages_response"
 _SQLITE_TEXT = "messages.reply_to"
@@ -24,7 +24,11 @@ _SQLITE_TEXT = "messages.reply_to"
 
 
 def response_row(conn: Connection, request_id: str, reader: str = "") -> Row[Any] | None:
-    """The response to `request_id`, if there is one, with `reader`'s delivery state of it."""
+    """The response to `request_id`, if there is one, with `reader`'s delivery state of it.
+
+    A response withheld from `reader` (the asker, who blocked the answerer before it answered)
+    is none for them: a block drops mail silently, and an answer is mail. It is still the
+    request's one response for everyone else, so the answerer cannot tell."""
     state = (
         select(deliveries.c.state)
         .where(deliveries.c.message_seq == messages.c.seq, deliveries.c.recipient == reader)
@@ -34,6 +38,9 @@ def response_row(conn: Connection, request_id: str, reader: str = "") -> Row[Any
     query = select(messages, state).where(
         messages.c.reply_to == request_id, messages.c.kind == Kind.RESPONSE.value
     )
+    if reader:
+        dropped = exists().where(withheld.c.message_seq == messages.c.seq)
+        query = query.where(~dropped.where(withheld.c.recipient == reader))
     return conn.execute(query).first()
 
 
