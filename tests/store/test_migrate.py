@@ -504,14 +504,17 @@ def _tasks_before_0015(conn: Connection) -> None:
             text("INSERT INTO agents (name, trust, created_at) VALUES (:n, :t, 1.0)"),
             {"n": name, "t": trust},
         )
-    for tid, status, result in [("t_1", "done", '"tidied"'), ("t_2", "open", None)]:
+    for tid, status, result, due in [
+        ("t_1", "done", '"tidied"', 2.0),  # long past
+        ("t_2", "open", None, 4_000_000_000.0),  # in 2096
+    ]:
         conn.execute(
             text(
                 "INSERT INTO tasks (id, creator, assignee, title, priority, status, result,"
-                " message_id, created_at, updated_at) VALUES (:id, 'boss', 'drifter', 'T',"
-                " 'normal', :s, :r, 'm_1', 1.0, 1.0)"
+                " due, message_id, created_at, updated_at) VALUES (:id, 'boss', 'drifter',"
+                " 'T', 'normal', :s, :r, :due, 'm_1', 1.0, 1.0)"
             ),
-            {"id": tid, "s": status, "r": result},
+            {"id": tid, "s": status, "r": result, "due": due},
         )
     for tid, actor, status in [("t_1", "boss", "open"), ("t_1", "drifter", "done")]:
         conn.execute(
@@ -535,11 +538,12 @@ def _task_trusts(conn: Connection) -> list[tuple[str, ...]]:
     return [tuple(row) for row in rows] + [tuple(row) for row in changes]
 
 
-async def test_0015_gives_each_tasks_words_their_authors_trust_as_it_stands(
+async def test_0015_gives_tasks_words_their_authors_trust_and_marks_past_dues_passed(
     fresh_database_url: str,
 ) -> None:
     """Nothing recorded the trust they were written with: the trust their author has at the
-    upgrade is the best that is known; an author no longer found vouches for nothing."""
+    upgrade is the best that is known; an author no longer found vouches for nothing. A due
+    passed before it is marked passed, not told of at the first sweep."""
     await migrate_to(fresh_database_url, "0014")
     await inspected(fresh_database_url, _tasks_before_0015)
     await migrate_to(fresh_database_url, "0015")
@@ -550,3 +554,9 @@ async def test_0015_gives_each_tasks_words_their_authors_trust_as_it_stands(
         ("t_1", "drifter", "untrusted"),
         ("t_2", "gone", "untrusted"),
     ]
+    assert await inspected(fresh_database_url, _dues_passed) == [("t_1", True), ("t_2", False)]
+
+
+def _dues_passed(conn: Connection) -> list[tuple[str, bool]]:
+    rows = conn.execute(text("SELECT id, due_passed_at FROM tasks ORDER BY id"))
+    return [(row.id, row.due_passed_at is not None) for row in rows]

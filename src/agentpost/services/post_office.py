@@ -55,7 +55,6 @@ class PostOffice:
         self.settings = settings
         self.presence = PresenceService(store, settings)
         self.mailbox = Mailbox(store, settings)
-        self.sweeper = Sweeper(self.mailbox)
         self.channels = Channels(store)
         gate = AdminGate(store, settings)  # one memory of refused admin acts for all three
         self.keys = Keys(store, settings, gate)
@@ -64,6 +63,7 @@ class PostOffice:
         self.events = Events(store, settings.max_open_waits)
         self.webhooks = Webhooks(store, settings)
         self.tasks = Tasks(store, settings, self.mailbox)
+        self.sweeper = Sweeper(self.mailbox, tasks=self.tasks)
         self.requests = Requests(store, settings, self.mailbox)
         self.reservations = Reservations(store, settings, self.presence)
         self.leadership = Leadership(store, settings, self.mailbox, self.presence, gate)

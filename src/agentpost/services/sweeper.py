@@ -1,5 +1,6 @@
 """Keeping the post office swept: unread mail becomes an `expired` tombstone when its TTL falls
-due, and handled mail past the retention is purged hourly.
+due, a task's parties are told once when its due passes unfinished, and handled mail past the
+retention is purged hourly.
 
 A sender who asked for a TTL, or watches `message.expired` on its event stream or a webhook,
 hears of the expiry when it happens, not at the next hourly sweep. Every process that serves
@@ -19,6 +20,7 @@ import anyio
 from agentpost.domain.errors import AgentpostError
 from agentpost.retries import RetryLog
 from agentpost.services.mailbox import Mailbox
+from agentpost.services.tasks import Tasks
 
 log = logging.getLogger(__name__)
 _retries = RetryLog(log)
@@ -32,10 +34,12 @@ class Sweeper:
         self,
         mailbox: Mailbox,
         *,
+        tasks: Tasks | None = None,
         sweep_every_s: float = SWEEP_EVERY_S,
         look_every_s: float = LOOK_EVERY_S,
     ) -> None:
         self.mailbox = mailbox
+        self.tasks = tasks
         self.sweep_every_s = sweep_every_s
         # Mail sent under the default TTL by any process falls due no sooner than that after
         # a look: looking that often, the look before finds it, and the sweeper waits for it.
@@ -46,10 +50,13 @@ class Sweeper:
         self._looks_at = math.inf  # store clock
         self._alarm: anyio.Event | None = None
         mailbox.on_expiry = self.expires
+        if tasks is not None:
+            tasks.on_due = self.expires
 
     def expires(self, at: float) -> None:
-        """Mail sent here falls due at `at` (store clock): look then, if that is sooner than
-        planned. Costs a comparison when it is not, as for every send under a default TTL."""
+        """Mail sent here falls due at `at` (store clock), or a task delegated here: look then,
+        if that is sooner than planned. Costs a comparison when it is not, as for every send
+        under a default TTL."""
         if at < self._looks_at and self._alarm is not None:
             self._alarm.set()
 
@@ -70,6 +77,9 @@ class Sweeper:
                     sweep_at = clock() + self.sweep_every_s
                 due = await self.mailbox.expire_due()
                 due_at = math.inf if due is None else due
+                if self.tasks is not None:
+                    passes = await self.tasks.tell_overdue()
+                    due_at = due_at if passes is None else min(due_at, passes)
                 next_look = min(clock() + self.look_every_s, sweep_at, due_at)
             except AgentpostError as err:  # tried again at the next look, not at once
                 _retries.failed("sweep", err)

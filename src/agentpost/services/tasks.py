@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from collections.abc import Callable
 from typing import Any
 
 from agentpost.config import Settings
@@ -18,7 +20,7 @@ from agentpost.domain.ids import task_id as new_task_id
 from agentpost.domain.leadership import check_vouched, lease_name
 from agentpost.domain.models import Caller, Kind
 from agentpost.domain.names import check_name
-from agentpost.domain.tasks import ROLES, Task, TaskStatus, check_move, check_status
+from agentpost.domain.tasks import FINISHED, ROLES, Task, TaskStatus, check_move, check_status
 from agentpost.services import accounts, outbox
 from agentpost.services.drafts import check_priority
 from agentpost.services.heartbeats import beat_asking
@@ -83,11 +85,17 @@ def _role(role: str) -> tuple[bool, bool]:
     return role != "created", role != "assigned"
 
 
+def _no_sweeper(at: float) -> None:
+    """No sweeper listens (a one-shot command's post office)."""
+
+
 class Tasks:
     def __init__(self, store: Store, settings: Settings, mailbox: Mailbox) -> None:
         self.store = store
         self.settings = settings
         self.mailbox = mailbox
+        self.on_due: Callable[[float], None] = _no_sweeper
+        """Told (store clock) when a task delegated here falls due: the sweeper's alarm."""
 
     async def delegate(
         self,
@@ -179,7 +187,10 @@ class Tasks:
                 retry.remember(conn, self.store, caller.agent, {"task_id": tid})
             return self._one(conn, tid)
 
-        return await self.store.write(tx)
+        task = await self.store.write(tx)
+        if task.due is not None and not task.finished:
+            self.on_due(task.due)
+        return task
 
     async def update_task(
         self,
@@ -289,6 +300,26 @@ class Tasks:
 
         return await self.store.read(tx)
 
+    async def tell_overdue(self, *, batch: int = 500) -> float | None:
+        """Tell the creator and assignee of each task whose due passed unfinished, once, by
+        `system` in the task's thread (the sweeper's look). Which of the processes looking at
+        once tells of a task is decided by the statement that marks it. Returns when the
+        next due of an unfinished task passes (store clock); None: none is to pass."""
+        rules.check_limit(batch, name="batch")
+
+        def tx(conn: Connection) -> tuple[int, float | None]:
+            now = self.store.clock()
+            passed = task_rows.pass_dues(conn, now, batch)
+            for row in passed:
+                if TaskStatus(row.status) not in FINISHED:
+                    self._tell_overdue(conn, row)
+            return len(passed), task_rows.next_due(conn, now)
+
+        while True:
+            marked, next_at = await self.store.write(tx, lengthy=True)
+            if marked < batch:
+                return next_at
+
     # -- inside the transaction --------------------------------------------------------------
 
     def _row(self, conn: Connection, task_id: str, viewer: Caller | None = None) -> Row[Any]:
@@ -374,4 +405,34 @@ class Tasks:
             kind=Kind.TASK,
             notice=True,  # the move stands even when the other side cannot take mail now
             envelope=True,  # `result` was checked by update_task
+        )
+
+    def _tell_overdue(self, conn: Connection, row: Row[Any]) -> None:
+        """The post office's notice of a due passed, to each party who may hear of the task
+        (not an assignee it is withheld from) and can take mail. Its own words only: a title
+        is the creator's, and a `system` notice reads as verified."""
+        parties = [row.creator]
+        if row.assignee != row.creator and not row.withheld:
+            parties.append(row.assignee)
+        known = agent_rows.existing_names(conn, parties)
+        roster = self.settings.agents
+        to = [n for n in parties if known.get(n) and (roster is None or n in roster)]
+        if not to:
+            return
+        due = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row.due))
+        self.mailbox.system_post_in(
+            conn,
+            to,
+            f"Task {row.id} ({row.creator} -> {row.assignee}) was due at {due} and is still "
+            f"{row.status}; `task` shows it.",
+            subject="task overdue",
+            data={
+                "event": "task.overdue",
+                "task_id": row.id,
+                "status": row.status,
+                "due": row.due,
+                "creator": row.creator,
+                "assignee": row.assignee,
+            },
+            thread_id=row.message_id,
         )

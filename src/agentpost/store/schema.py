@@ -308,8 +308,11 @@ tasks = Table(
     # creator's title and detail; the result (NULL while there is none).
     Column("creator_trust", String(16), nullable=False, server_default="untrusted"),
     Column("result_trust", String(16)),
+    # When a sweep saw its due pass (and told its parties, were it not finished): once only.
+    Column("due_passed_at", Float),
     Index("ix_tasks_assignee", "assignee", "status"),
     Index("ix_tasks_creator", "creator", "status"),
+    Index("ix_tasks_due", "due_passed_at", "due"),  # the dues still to pass, soonest first
 )
 
 task_history = Table(

@@ -10,11 +10,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, false, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, false, func, insert, or_, select, update
 
 from agentpost.domain.limits import never_stored
 from agentpost.domain.models import Priority, Trust
-from agentpost.domain.tasks import Task, TaskChange, TaskStatus, is_overdue
+from agentpost.domain.tasks import FINISHED, Task, TaskChange, TaskStatus, is_overdue
 from agentpost.store import agents as agent_rows
 from agentpost.store.schema import task_history, tasks
 
@@ -78,6 +78,49 @@ def move(
         values["result_trust"] = trust.value
     stmt = update(tasks).where(tasks.c.id == task_id, tasks.c.status == current.value)
     return bool(conn.execute(stmt.values(**values)).rowcount)
+
+
+def pass_dues(conn: Connection, now: float, limit: int) -> list[Row[Any]]:
+    """Mark up to `limit` tasks whose due passed before `now` as past it, and return them
+    (those to tell of, and those finished already). The statement that marks decides: it marks
+    a task only while it is unmarked, so of processes sweeping at once exactly one marks each
+    task (on PostgreSQL the others wait on its row, then find it marked and pass it by)."""
+    pending = (
+        select(tasks.c.id)
+        .where(tasks.c.due_passed_at.is_(None), tasks.c.due < now)
+        .order_by(tasks.c.due)
+        .limit(limit)
+    )
+    stmt = (
+        update(tasks)
+        .where(
+            tasks.c.id.in_(pending.scalar_subquery()),
+            tasks.c.due_passed_at.is_(None),
+            tasks.c.due < now,
+        )
+        .values(due_passed_at=now)
+        .returning(
+            tasks.c.id,
+            tasks.c.creator,
+            tasks.c.assignee,
+            tasks.c.status,
+            tasks.c.due,
+            tasks.c.message_id,
+            tasks.c.withheld,
+        )
+    )
+    return sorted(conn.execute(stmt), key=lambda row: (row.due, row.id))
+
+
+def next_due(conn: Connection, now: float) -> float | None:
+    """When the soonest due of an unfinished task passes, from `now` on; None: no such due."""
+    query = select(func.min(tasks.c.due)).where(
+        tasks.c.due_passed_at.is_(None),
+        tasks.c.due >= now,
+        tasks.c.status.not_in([s.value for s in FINISHED]),
+    )
+    found = conn.execute(query).scalar()
+    return None if found is None else float(found)
 
 
 def task_rows(
