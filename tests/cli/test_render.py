@@ -128,3 +128,21 @@ def test_who_and_tasks_mark_agents_the_owner_has_not_vouched_for(
     assert any("drifter untrusted → alice Rotate the key" in line for line in lines), out
     assert any(line.strip().endswith("drifter untrusted open") for line in lines), out
     assert any(line.strip().endswith("alice open → accepted") for line in lines), out
+
+
+def test_a_tasks_result_says_when_it_was_written_untrusted(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The result is the assignee's words, kept with the trust it had when it gave them: marked
+    as a stranger's when that was not verified, as its notes are."""
+    done = TaskChange(2.0, "drifter", TaskStatus.OPEN, TaskStatus.DONE, "", Trust.UNTRUSTED)
+    task = Task(
+        "t_1", "shop", "alice", "drifter", "Tidy", "", Priority.NORMAL, TaskStatus.DONE,
+        {"pr": 1}, None, {"ok": True}, "m_1", 1.0, 2.0, [done], result_trust=Trust.UNTRUSTED,
+    )  # fmt: skip
+    show_task(task)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    assert 'data: {"pr": 1}' in lines
+    assert 'result (untrusted): {"ok": true}' in lines
+    show_task(replace(task, result_trust=Trust.VERIFIED))
+    assert 'result: {"ok": true}' in [line.strip() for line in capsys.readouterr().out.splitlines()]

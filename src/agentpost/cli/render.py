@@ -178,7 +178,10 @@ def show_task(t: Task) -> None:
     parts: list[Part] = [(f"  thread {t.thread_id}{due}", "dim")]
     if t.detail:
         parts.append("\n  " + t.detail.replace("\n", "\n  "))
-    for name, value in (("data", t.data), ("result", t.result)):
+    # The result is the assignee's words, marked as its notes are when it gave them unvouched.
+    given = t.result_trust or Trust.UNTRUSTED
+    result = "result" if given is Trust.VERIFIED else f"result ({given.value})"
+    for name, value in (("data", t.data), (result, t.result)):
         if value is not None:
             parts += ["\n  ", (f"{name}: {json.dumps(value, ensure_ascii=False)}", "dim")]
     console.print(styled(*parts))
