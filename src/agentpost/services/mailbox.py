@@ -500,7 +500,7 @@ class Mailbox:
             return expiry.next_expiry(conn, now)
 
         # A broadcast's deliveries fall due together: never on the event loop.
-        return await self.store.write(tx, lengthy=True)
+        return await self.store.write(tx, lengthy=True, touches_accounts=False)
 
     def expire_due_in(self, conn: Connection, now: float, recipient: str | None = None) -> None:
         """`expiry.expire_due` (everyone's, or `recipient`'s before they read) in the caller's

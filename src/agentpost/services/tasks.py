@@ -316,7 +316,7 @@ class Tasks:
             return len(passed), task_rows.next_due(conn, now)
 
         while True:
-            marked, next_at = await self.store.write(tx, lengthy=True)
+            marked, next_at = await self.store.write(tx, lengthy=True, touches_accounts=False)
             if marked < batch:
                 return next_at
 
