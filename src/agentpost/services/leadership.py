@@ -94,6 +94,17 @@ def _ended(session_id: str | None) -> AgentpostError:
     return not_found("this session has ended", session=session_id)
 
 
+def _held_by(project: str, before: leases.Holding | None) -> AgentpostError:
+    """The answer to a claim of a seat another live session holds."""
+    holder = before.holder if before is not None and before.live else None
+    term = before.term if before is not None else 0
+    return AgentpostError(
+        ErrorCode.CONFLICT,
+        f"{holder} leads {project} (term {term}); the seat frees when its session stops",
+        details={"leader": holder, "term": term},
+    )
+
+
 WITHDRAWN = "the owner withdrew its vouch"
 NOT_VOUCHED = "the owner has not vouched for that name"
 
@@ -205,7 +216,7 @@ class Leadership:
             target = project or session.project
             await self._gate.require(caller, "force_leadership", target)
 
-        def tx(conn: Connection) -> Leader:
+        def checked(conn: Connection) -> str:
             # Asked again here: the session may have ended while its branch was looked at.
             self._check_not_ended(conn, caller)
             name = self._project(conn, caller, project)
@@ -220,8 +231,23 @@ class Leadership:
                     + self._eligibility_rule(),
                     branch=session.branch,
                 )
-            return self._take(conn, caller, name, force=force)
+            return name
 
+        def look(conn: Connection) -> None:
+            """What `tx` would refuse, in its order, found by a read: every session over HTTP
+            stands for the seat as it opens, and a refusal found in the transaction took the
+            write lock, for nothing, from every other writer."""
+            name = checked(conn)
+            check_vouched(accounts.as_stored_now(conn, caller))
+            held = leases.holding(conn, lease_name(name), now=self.store.clock(), ttl_s=self._ttl_s)
+            theirs = held is not None and held.live and held.session_id != caller.session_id
+            if theirs and not force:
+                raise _held_by(name, held)
+
+        def tx(conn: Connection) -> Leader:
+            return self._take(conn, caller, checked(conn), force=force)
+
+        await self.store.read(look)
         seat = await self.store.write(tx)
         self._stepped_down.discard(caller.session_id)
         return seat
@@ -426,13 +452,7 @@ class Leadership:
             force=force,
         )
         if term is None:
-            holder = before.holder if before is not None and before.live else None
-            raise AgentpostError(
-                ErrorCode.CONFLICT,
-                f"{holder} leads {project} (term {before.term if before else 0}); "
-                "the seat frees when its session stops",
-                details={"leader": holder, "term": before.term if before else 0},
-            )
+            raise _held_by(project, before)
         if before is not None and before.live and before.session_id != caller.session_id:
             # A live holder put out of the seat: kept in the audit log as the owner's acts are.
             audit.record(
