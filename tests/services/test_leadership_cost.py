@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from account_helpers import ADDRESS, owner, self_registered
+from account_helpers import ADDRESS, keyed, owner, self_registered
 from agentpost.domain.errors import ErrorCode
+from agentpost.domain.leadership import Leader
+from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
 from backends import OpenOffice, refused_without_change, session_caller
 
@@ -63,3 +66,32 @@ async def test_a_claim_refused_for_its_branch_project_or_vouch_takes_no_write(
     ):
         await refused_without_change(office, ErrorCode.FORBIDDEN, refused)
     assert writes == []
+
+
+async def opened(office: PostOffice, caller: Caller, branch: str) -> Leader | None:
+    """What `POST /v1/sessions` (and `register` over MCP/HTTP) does: mint a session of the
+    caller's, and stand for its project's seat."""
+    session = await office.presence.open_http_session(
+        caller, host="elsewhere", project="shop", branch=branch
+    )
+    return await office.leadership.claim_if_eligible(replace(caller, session_id=session.id))
+
+
+async def test_a_client_opening_sessions_in_a_loop_costs_one_write_each_and_no_claim(
+    office: PostOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening is not throttled as a heartbeat's move is (`CLAIM_AFTER_MOVE_S`): each new
+    session stands once, and one opened as its leader's ended must take the seat at once. A
+    claim that cannot succeed is a read, so a loop costs the opens' own writes and no more."""
+    holder = await session_caller(office, "holder")
+    await office.leadership.claim(holder)
+    alice, _ = await keyed(office, "alice", project="shop")
+    writes = count_writes(office, monkeypatch)
+    for branch in ["main", "feature-x"] * 3:
+        assert await opened(office, alice, branch) is None
+    assert writes == ["PresenceService.open_http_session.<locals>.tx"] * 6
+
+    await office.presence.end_session(holder.session_id or "")
+    seat = await opened(office, alice, "main")
+    assert seat is not None
+    assert (seat.leader, seat.term) == ("alice", 2)

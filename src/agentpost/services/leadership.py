@@ -257,7 +257,12 @@ class Leadership:
         heartbeat moves it to another branch (a local session stands afresh then): take its
         project's seat when it is free and the session may lead; None (and nothing changed)
         otherwise, whatever went wrong. A session that stepped down takes it no more, as a
-        standing one does not, until it claims again."""
+        standing one does not, until it claims again.
+
+        Opening is not throttled as a move is (`CLAIM_AFTER_MOVE_S`): each session opens once,
+        and one opened as its leader's session ended must take the seat then, not a window
+        later. A client opening sessions in a loop pays a write for each open anyway, and a
+        claim that cannot succeed is refused by a read (`claim`)."""
         if not self.settings.auto_lead or caller.session_id in self._stepped_down:
             return None
         try:
