@@ -535,7 +535,6 @@ async def test_a_session_flapping_between_branches_claims_at_most_once_a_window(
 
     monkeypatch.setattr(office.leadership, "claim", counted_claim)
     monkeypatch.setattr(leadership, "origin_head", counted_git)
-    leadership._origin_head.cache_clear()
 
     for branch in ["main", "feature-x"] * 5 + ["main"]:
         await office.leadership.heartbeat_of(alice, session.id, branch=branch)

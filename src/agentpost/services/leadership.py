@@ -17,7 +17,6 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import anyio
@@ -56,6 +55,13 @@ once in this long (two heartbeats at the default `heartbeat_s`): a client flappi
 branches, or naming one on every heartbeat, would else cost a claim, a write transaction,
 each time. A move within it is claimed for at the first heartbeat after it, so the branch the
 session ends on still counts."""
+ORIGIN_HEAD_FOR_S = 300.0
+"""How long origin's HEAD, as git names it in a worktree, is taken as it was: eligibility is
+asked at every claim, and git is a process each time. A project that moves its default
+branch (`git remote set-head origin --auto` after a fetch) sees the new one lead within this
+long, with no restart."""
+MAX_WORKTREES_REMEMBERED = 256
+"""Worktrees whose origin's HEAD is remembered; the one looked up longest ago goes first."""
 MAX_MOVES_REMEMBERED = 10_000
 """Sessions whose last move is remembered for `CLAIM_AFTER_MOVE_S`; the oldest go first."""
 
@@ -71,11 +77,6 @@ class _Move:
 def _process_gone(held: leases.Holding) -> bool:
     """The holder's session is of this host and its process has exited."""
     return held.host == this_host() and bool(held.pid) and not pid_alive(held.pid or 0)
-
-
-@lru_cache(maxsize=256)
-def _origin_head(worktree: str) -> str | None:
-    return origin_head(worktree)
 
 
 _NOT_ELIGIBLE = (
@@ -160,6 +161,8 @@ class Leadership:
         self.mailbox = mailbox
         self.presence = presence
         presence.renamed = self._seat_follows_name
+        self._heads: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
+        """Worktrees' origin's HEAD and when it was looked up, oldest first."""
         self._moves: OrderedDict[str, _Move] = OrderedDict()
         """Sessions over HTTP whose heartbeat moved them lately, oldest claim first."""
         self._stepped_down: set[str] = set()
@@ -556,10 +559,22 @@ class Leadership:
         head = None
         folder = self.presence.folder(session.id, session.worktree)
         if folder and session.host == this_host() and self.settings.leader_branches is None:
-            head = await anyio.to_thread.run_sync(_origin_head, folder)
+            head = await self._origin_head(folder)
         return may_lead(
             session.branch, origin_head=head, leader_branches=self.settings.leader_branches
         )
+
+    async def _origin_head(self, folder: str) -> str | None:
+        now = self.store.clock()
+        known = self._heads.get(folder)
+        if known is not None and now - known[0] < ORIGIN_HEAD_FOR_S:
+            return known[1]
+        head = await anyio.to_thread.run_sync(origin_head, folder)
+        self._heads.pop(folder, None)
+        self._heads[folder] = (now, head)
+        while len(self._heads) > MAX_WORKTREES_REMEMBERED:
+            self._heads.popitem(last=False)
+        return head
 
     def _eligibility_rule(self) -> str:
         if self.settings.leader_branches is not None:
