@@ -29,6 +29,7 @@ def test_defaults_are_the_limits_table_of_the_design() -> None:
     assert settings.max_wait_s == 300
     assert settings.send_rate_per_minute == 60
     assert settings.max_unacked == 1000
+    assert settings.max_channels_per_agent == 100
     assert settings.retention_days == 30
     assert settings.heartbeat_s == 15
     assert settings.offline_after_s == 45

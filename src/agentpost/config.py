@@ -116,6 +116,11 @@ class Settings(BaseSettings):
     """Waits, event streams and questions awaiting their answer one agent may hold open at
     once in one process (a stream and a wait for each of its 100 HTTP sessions); another is
     refused (429) until one ends."""
+    max_channels_per_agent: int = Field(100, ge=1)
+    """Channels one agent may have joined at once (not `#general` nor its own project's, which
+    it belongs to without joining): each join of a new name makes a channel, so without a cap
+    an agent could fill the store by joining. Another is refused (`conflict`) until it leaves
+    one."""
     max_mcp_connections: int = Field(32, ge=1)
     """2025-era MCP connections one agent may hold open over HTTP at once; another is refused
     (429) until one closes or idles out (after 30 minutes without a request)."""

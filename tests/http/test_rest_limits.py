@@ -186,6 +186,19 @@ async def test_a_full_inbox_refuses_direct_mail_with_429(tmp_path: Path) -> None
         assert "Retry-After" in full.headers
 
 
+async def test_joining_past_max_channels_per_agent_is_a_409_conflict(tmp_path: Path) -> None:
+    async with running_service(tmp_path, {"AGENTPOST_MAX_CHANNELS_PER_AGENT": "1"}) as service:
+        alice = await service.agent("alice")
+        assert (await alice.put("/v1/channels/ops/members/me")).status_code == 200
+        refused = await alice.put("/v1/channels/release/members/me")
+        assert refused.status_code == 409
+        assert refused.json()["error"]["code"] == "conflict"
+        assert refused.json()["error"]["details"] == {"limit": 1}
+        listed = (await alice.get("/v1/channels")).json()["channels"]
+        assert [c["name"] for c in listed if not c["implicit"]] == ["#ops"]
+        assert (await alice.put("/v1/channels/general/members/me")).status_code == 200
+
+
 async def test_an_unknown_recipient_is_404(service: Service) -> None:
     alice = await service.agent("alice")
     answer = await alice.post("/v1/messages", json={"to": "nobody", "body": "x"})

@@ -9,7 +9,13 @@ from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller, ChannelInfo, DeliveryState
 from agentpost.services import PostOffice
 from agentpost.store.schema import agents
-from backends import disable_agent, refused_without_change, session_caller, snapshot
+from backends import (
+    OpenOffice,
+    disable_agent,
+    refused_without_change,
+    session_caller,
+    snapshot,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -79,6 +85,52 @@ async def test_joining_another_projects_channel_brings_its_broadcasts_and_histor
     ]
     inbox = await office.mailbox.inbox(guest)
     assert [m.body for m in inbox.messages] == ["welcome"]
+
+
+async def test_joining_past_the_cap_is_a_conflict_that_changes_nothing(
+    open_office: OpenOffice,
+) -> None:
+    """Every join of a new name makes a channel: an agent (one that registered itself, too)
+    holds at most `max_channels_per_agent` of them, so joins alone cannot fill the store."""
+    office = await open_office(max_channels_per_agent=2)
+    lead = await session_caller(office, "lead", project="shop")
+    dev = await session_caller(office, "dev", project="blog")
+    await office.channels.join(lead, "#ops")
+    await office.channels.join(lead, "#blog")  # another project's channel is a join too
+    refused = await refused_without_change(
+        office, ErrorCode.CONFLICT, office.channels.join(lead, "#release")
+    )
+    assert refused.details == {"limit": 2}
+    assert "leave one first" in refused.message
+    assert (await office.channels.join(lead, "#ops")).joined  # one it holds: nothing new
+    assert (await office.channels.join(dev, "#release")).members == 1  # the cap is each agent's
+    await office.channels.leave(lead, "#ops")
+    assert (await office.channels.join(lead, "#release")).members == 2
+
+
+async def test_general_and_ones_own_project_never_count_against_the_cap(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(max_channels_per_agent=1)
+    lead = await session_caller(office, "lead", project="shop")
+    await session_caller(office, "writer", project="blog")
+    await office.channels.join(lead, "#blog")
+    assert (await office.channels.join(lead, "#general")).joined
+    assert (await office.channels.join(lead, "#shop")).joined
+    await office.directory.update_profile(lead, project="blog")  # #blog: now its own project
+    assert (await office.channels.join(lead, "#ops")).members == 1
+    assert (await office.channels.join(lead, "#blog")).joined
+
+
+async def test_the_default_cap_is_a_hundred_channels(office: PostOffice) -> None:
+    assert office.settings.max_channels_per_agent == 100
+    lead = await session_caller(office, "lead", project="shop")
+    for i in range(100):
+        await office.channels.join(lead, f"#c{i}")
+    refused = await refused_without_change(
+        office, ErrorCode.CONFLICT, office.channels.join(lead, "#c100")
+    )
+    assert refused.details == {"limit": 100}
 
 
 @pytest.mark.parametrize("channel", ["#Bad", "#", "#a b", "##x"])

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from agentpost.domain.errors import forbidden, not_found
+from agentpost.config import Settings
+from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, not_found
 from agentpost.domain.limits import check_id, check_limit
 from agentpost.domain.models import Caller, ChannelInfo, Message
 from agentpost.domain.names import GENERAL, check_channel
@@ -45,9 +46,21 @@ def require_member(conn: Connection, channel: str, agent: str, to_do: str) -> No
     raise forbidden(f"join #{channel} {to_do}", channel=f"#{channel}")
 
 
+def check_room(conn: Connection, agent: str, project: str | None, cap: int) -> None:
+    """Refuse a join that would take `agent` past `cap` channels joined: each join of a new
+    name makes a channel, so joins alone must not be able to fill the store."""
+    if channel_rows.joined_count(conn, agent, project) >= cap:
+        raise AgentpostError(
+            ErrorCode.CONFLICT,
+            f"{agent} has joined {cap} channels, as many as an agent may; leave one first",
+            details={"limit": cap},
+        )
+
+
 class Channels:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
+        self.settings = settings
 
     async def overview(self, caller: Caller) -> list[ChannelInfo]:
         def tx(conn: Connection) -> list[ChannelInfo]:
@@ -76,7 +89,13 @@ class Channels:
         def tx(conn: Connection) -> ChannelInfo:
             row = agent_rows.get_agent(conn, caller.agent)
             own_project = row is not None and row.project == name
-            if name != GENERAL and not own_project:
+            if (
+                name != GENERAL
+                and not own_project
+                and not channel_rows.has_joined(conn, name, caller.agent)
+            ):
+                project = None if row is None else row.project
+                check_room(conn, caller.agent, project, self.settings.max_channels_per_agent)
                 channel_rows.join(conn, self.store.dialect, name, caller.agent, self.store.clock())
             implicit = name == GENERAL or name in agent_rows.projects(conn)
             return ChannelInfo(name, len(members(conn, name)), True, implicit)

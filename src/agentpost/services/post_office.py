@@ -55,7 +55,7 @@ class PostOffice:
         self.settings = settings
         self.presence = PresenceService(store, settings)
         self.mailbox = Mailbox(store, settings)
-        self.channels = Channels(store)
+        self.channels = Channels(store, settings)
         gate = AdminGate(store, settings)  # one memory of refused admin acts for all three
         self.keys = Keys(store, settings, gate)
         self.admin = Admin(store, settings, self.mailbox, gate)

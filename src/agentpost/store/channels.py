@@ -24,6 +24,22 @@ def leave(conn: Connection, channel: str, agent: str) -> bool:
     return bool(result.rowcount)
 
 
+def has_joined(conn: Connection, channel: str, agent: str) -> bool:
+    query = select(channel_members.c.channel).where(
+        channel_members.c.channel == channel, channel_members.c.agent == agent
+    )
+    return conn.execute(query).first() is not None
+
+
+def joined_count(conn: Connection, agent: str, besides: str | None) -> int:
+    """How many channels `agent` has joined, `besides` one (its project's: a row recorded
+    before that channel became its own, which it belongs to by project now)."""
+    query = select(func.count()).where(channel_members.c.agent == agent)
+    if besides is not None:
+        query = query.where(channel_members.c.channel != besides)
+    return int(conn.execute(query).scalar_one())
+
+
 def joined_channels(conn: Connection, agent: str) -> list[str]:
     rows = conn.execute(select(channel_members.c.channel).where(channel_members.c.agent == agent))
     return [row.channel for row in rows]
