@@ -199,6 +199,23 @@ async def test_joining_past_max_channels_per_agent_is_a_409_conflict(tmp_path: P
         assert (await alice.put("/v1/channels/general/members/me")).status_code == 200
 
 
+async def test_the_owner_sets_one_agents_channel_cap_over_rest(service: Service) -> None:
+    alice = await service.agent("alice")
+    limits = await service.admin.put(
+        "/v1/admin/agents/alice/limits", json={"max_channels_per_agent": 1}
+    )
+    assert limits.json() == {
+        "agent": "alice",
+        "send_rate_per_minute": 60,
+        "max_unacked": 1000,
+        "max_channels_per_agent": 1,
+    }
+    assert (await alice.put("/v1/channels/ops/members/me")).status_code == 200
+    refused = await alice.put("/v1/channels/release/members/me")
+    assert refused.status_code == 409
+    assert refused.json()["error"]["details"] == {"limit": 1}
+
+
 async def test_an_unknown_recipient_is_404(service: Service) -> None:
     alice = await service.agent("alice")
     answer = await alice.post("/v1/messages", json={"to": "nobody", "body": "x"})

@@ -375,15 +375,19 @@ async def test_per_agent_limits_override_the_settings_and_none_restores_them(
     office, admin = world.office, world.admin
     assert await office.admin.set_limits(
         admin, "bob", send_rate_per_minute=5, max_unacked=None
-    ) == AgentLimits("bob", 5, 1000)
+    ) == AgentLimits("bob", 5, 1000, 100)
     assert await office.admin.set_limits(
-        admin, "bob", send_rate_per_minute=None, max_unacked=20
-    ) == AgentLimits("bob", 60, 20)
+        admin, "bob", send_rate_per_minute=None, max_unacked=20, max_channels_per_agent=3
+    ) == AgentLimits("bob", 60, 20, 3)
     (usage,) = await office.admin.usage(admin, "bob")
-    assert (usage.send_rate_per_minute, usage.max_unacked) == (60, 20)
+    assert (usage.send_rate_per_minute, usage.max_unacked, usage.max_channels_per_agent) == (
+        60,
+        20,
+        3,
+    )
     assert await office.admin.set_limits(
         admin, "bob", send_rate_per_minute=None, max_unacked=None
-    ) == AgentLimits("bob", 60, 1000)
+    ) == AgentLimits("bob", 60, 1000, 100)
     assert (await snapshot(office.store))["agent_limits"] == []
 
 
@@ -395,6 +399,11 @@ async def test_per_agent_limits_override_the_settings_and_none_restores_them(
         ("bob", {"send_rate_per_minute": True, "max_unacked": None}, ErrorCode.INVALID_ARGUMENT),
         ("bob", {"send_rate_per_minute": 1.5, "max_unacked": None}, ErrorCode.INVALID_ARGUMENT),
         ("bob", {"send_rate_per_minute": 10**7, "max_unacked": None}, ErrorCode.INVALID_ARGUMENT),
+        (
+            "bob",
+            {"send_rate_per_minute": None, "max_unacked": None, "max_channels_per_agent": 0},
+            ErrorCode.INVALID_ARGUMENT,
+        ),
         ("nobody", {"send_rate_per_minute": 5, "max_unacked": None}, ErrorCode.NOT_FOUND),
     ],
 )
@@ -404,6 +413,23 @@ async def test_bad_limits_are_refused(
     await refused_without_change(
         world.office, code, world.office.admin.set_limits(world.admin, name, **limits)
     )
+
+
+async def test_the_owner_sets_how_many_channels_one_agent_may_join(world: World) -> None:
+    office, admin = world.office, world.admin
+    await office.admin.set_limits(
+        admin, "alice", send_rate_per_minute=None, max_unacked=None, max_channels_per_agent=1
+    )
+    await office.channels.join(world.alice, "#ops")
+    refused = await refused_without_change(
+        office, ErrorCode.CONFLICT, office.channels.join(world.alice, "#release")
+    )
+    assert refused.details == {"limit": 1}
+    bob = Caller("bob")
+    await office.channels.join(bob, "#ops")
+    await office.channels.join(bob, "#release")  # bob keeps the setting's cap
+    await office.admin.set_limits(admin, "alice", send_rate_per_minute=None, max_unacked=None)
+    assert (await office.channels.join(world.alice, "#release")).members == 2
 
 
 async def test_the_owner_blocks_a_sender_for_a_recipient(world: World) -> None:
@@ -455,8 +481,8 @@ async def test_usage_counts_what_each_agent_sent_and_received(
     await office.mailbox.ack(bob, [first.id])
     clock.advance(61)  # "just now" expires unread
     usage = {u.agent: u for u in await office.admin.usage(admin)}
-    assert usage["alice"] == Usage("alice", 3, 2, 1, 1, 1, 60, 1000)
-    assert usage["bob"] == Usage("bob", 1, 1, 3, 1, 1, 60, 1000)
+    assert usage["alice"] == Usage("alice", 3, 2, 1, 1, 1, 60, 1000, 100)
+    assert usage["bob"] == Usage("bob", 1, 1, 3, 1, 1, 60, 1000, 100)
     assert set(usage) == {"alice", "bob", "owner"}
     assert await office.admin.usage(admin, "bob") == [usage["bob"]]
     await refused_without_change(office, ErrorCode.NOT_FOUND, office.admin.usage(admin, "nobody"))

@@ -62,13 +62,22 @@ def admin_unvouch_agent(name: str) -> Request[AgentInfo]:
 
 
 def admin_set_limits(
-    name: str, *, send_rate_per_minute: int | None = None, max_unacked: int | None = None
+    name: str,
+    *,
+    send_rate_per_minute: int | None = None,
+    max_unacked: int | None = None,
+    max_channels_per_agent: int | None = None,
 ) -> Request[AgentLimits]:
-    """An agent's send rate and inbox cap; None goes back to the configured default."""
+    """An agent's send rate, inbox cap and channel cap; None goes back to the configured
+    default."""
     return Request(
         AgentLimits.from_dict,
         path_args=_agent(name),
-        json={"send_rate_per_minute": send_rate_per_minute, "max_unacked": max_unacked},
+        json={
+            "send_rate_per_minute": send_rate_per_minute,
+            "max_unacked": max_unacked,
+            "max_channels_per_agent": max_channels_per_agent,
+        },
     )
 
 

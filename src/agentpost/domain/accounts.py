@@ -190,6 +190,8 @@ class AgentLimits:
     agent: str
     send_rate_per_minute: int
     max_unacked: int
+    max_channels_per_agent: int | None = None
+    """None only from an older service, which caps no channels."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -209,6 +211,8 @@ class Usage:
     unacked: int
     send_rate_per_minute: int
     max_unacked: int
+    max_channels_per_agent: int | None = None
+    """None only from an older service, which caps no channels."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

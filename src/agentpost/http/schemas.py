@@ -92,6 +92,7 @@ class IssueKeyBody(Body):
 class LimitsBody(Body):
     send_rate_per_minute: int | None = None
     max_unacked: int | None = None
+    max_channels_per_agent: int | None = None
 
 
 class ReserveBody(Body):

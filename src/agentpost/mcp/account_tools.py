@@ -147,11 +147,18 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
         return await reply({"entries": [e.to_dict() for e in found]}, f"{len(found)} entries.")
 
     async def admin_set_limits(
-        name: str, send_rate_per_minute: int | None = None, max_unacked: int | None = None
+        name: str,
+        send_rate_per_minute: int | None = None,
+        max_unacked: int | None = None,
+        max_channels_per_agent: int | None = None,
     ) -> ToolOutput:
-        """Per-agent send rate and inbox cap; omitted goes back to the default."""
+        """Per-agent send rate, inbox cap and channel cap; omitted goes back to the default."""
         limits = await admin.set_limits(
-            desk.caller, name, send_rate_per_minute=send_rate_per_minute, max_unacked=max_unacked
+            desk.caller,
+            name,
+            send_rate_per_minute=send_rate_per_minute,
+            max_unacked=max_unacked,
+            max_channels_per_agent=max_channels_per_agent,
         )
         return await reply(limits.to_dict(), f"Limits of {name} set.")
 

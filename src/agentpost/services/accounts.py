@@ -185,11 +185,14 @@ def limits_in_effect(
     overrides = limit_rows.overrides(conn, names)
     out = {}
     for name in names:
-        rate, cap = overrides.get(name, (None, None))
+        rate, cap, channels = overrides.get(name, limit_rows.NONE)
         out[name] = AgentLimits(
             agent=name,
             send_rate_per_minute=settings.send_rate_per_minute if rate is None else rate,
             max_unacked=settings.max_unacked if cap is None else cap,
+            max_channels_per_agent=(
+                settings.max_channels_per_agent if channels is None else channels
+            ),
         )
     return out
 
@@ -217,6 +220,7 @@ def usage(
                 unacked=unacked,
                 send_rate_per_minute=limits[name].send_rate_per_minute,
                 max_unacked=limits[name].max_unacked,
+                max_channels_per_agent=limits[name].max_channels_per_agent,
             )
         )
     return out

@@ -7,6 +7,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, not_fo
 from agentpost.domain.limits import check_id, check_limit
 from agentpost.domain.models import Caller, ChannelInfo, Message
 from agentpost.domain.names import GENERAL, check_channel
+from agentpost.services.accounts import limits_in_effect
 from agentpost.store import agents as agent_rows
 from agentpost.store import channels as channel_rows
 from agentpost.store import mail, reading
@@ -95,7 +96,9 @@ class Channels:
                 and not channel_rows.has_joined(conn, name, caller.agent)
             ):
                 project = None if row is None else row.project
-                check_room(conn, caller.agent, project, self.settings.max_channels_per_agent)
+                limits = limits_in_effect(conn, self.settings, [caller.agent])[caller.agent]
+                cap = limits.max_channels_per_agent or self.settings.max_channels_per_agent
+                check_room(conn, caller.agent, project, cap)
                 channel_rows.join(conn, self.store.dialect, name, caller.agent, self.store.clock())
             implicit = name == GENERAL or name in agent_rows.projects(conn)
             return ChannelInfo(name, len(members(conn, name)), True, implicit)

@@ -1,4 +1,4 @@
-"""Per-agent limits: the owner's overrides of the settings' send rate and inbox cap."""
+"""Per-agent limits: the owner's overrides of the settings' send rate, inbox cap and channel cap."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from agentpost.store.prepared import (
 )
 from agentpost.store.schema import agent_limits
 
-Override = tuple[int | None, int | None]
-"""(send_rate_per_minute, max_unacked); None keeps the setting."""
+Override = tuple[int | None, int | None, int | None]
+"""(send_rate_per_minute, max_unacked, max_channels_per_agent); None keeps the setting."""
+NONE: Override = (None, None, None)
 
 _MANY = select(agent_limits).where(agent_limits.c.agent.in_(bindparam("agents", expanding=True)))
 
@@ -37,19 +38,17 @@ def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
         rows = _few(len(names)).rows(conn, numbered_values("n", names))
     else:
         rows = [row for part in in_parts(names) for row in conn.execute(_MANY, {"agents": part})]
-    return {row.agent: (row.send_rate_per_minute, row.max_unacked) for row in rows}
+    return {
+        row.agent: (row.send_rate_per_minute, row.max_unacked, row.max_channels_per_agent)
+        for row in rows
+    }
 
 
-def set_overrides(
-    conn: Connection,
-    dialect: ModuleType,
-    agent: str,
-    send_rate_per_minute: int | None,
-    max_unacked: int | None,
-) -> None:
-    """Replace the agent's overrides; with neither set the row goes, and the defaults hold."""
-    if send_rate_per_minute is None and max_unacked is None:
+def set_overrides(conn: Connection, dialect: ModuleType, agent: str, override: Override) -> None:
+    """Replace the agent's overrides; with none set the row goes, and the defaults hold."""
+    if override == NONE:
         conn.execute(delete(agent_limits).where(agent_limits.c.agent == agent))
         return
-    values = {"send_rate_per_minute": send_rate_per_minute, "max_unacked": max_unacked}
+    rate, cap, channels = override
+    values = {"send_rate_per_minute": rate, "max_unacked": cap, "max_channels_per_agent": channels}
     conn.execute(dialect.upsert(agent_limits, ["agent"], {"agent": agent, **values}, values))

@@ -21,7 +21,7 @@ from agentpost.store import sqlite
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-SCHEMA_HEAD = "0015"
+SCHEMA_HEAD = "0016"
 """The newest revision in migrations/versions (a test keeps the two equal)."""
 
 MIGRATIONS = Path(__file__).parent / "migrations"

@@ -168,6 +168,7 @@ agent_limits = Table(
     Column("agent", String(64), ForeignKey("agents.name"), primary_key=True),
     Column("send_rate_per_minute", Integer),
     Column("max_unacked", Integer),
+    Column("max_channels_per_agent", Integer),  # migration 0015
 )
 """The owner's per-agent overrides of the settings' limits; a NULL keeps the default."""
 
