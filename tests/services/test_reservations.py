@@ -25,7 +25,7 @@ from agentpost.domain.reservations import (
 )
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
-from backends import FakeClock, OpenOffice, refused_without_change, session_caller
+from backends import FakeClock, OpenOffice, refused_without_change, session_caller, snapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -601,6 +601,27 @@ async def test_someone_elses_reservation_is_never_released_and_comes_back_not_fo
     done = await office.reservations.release_reservations(bob, ids=[theirs.id], paths=["src/**"])
     assert (done.reservations, done.not_found) == ([], [theirs.id, "src/**"])
     assert await held(office, bob) == [("alice", "src/**")]
+
+
+async def test_reservations_that_ended_are_forgotten_once_past_the_retention(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Only live reservations are ever read: one released or expired stays in the store for
+    the retention, as handled mail does, then goes; else reserving and releasing in a loop
+    would grow the store without bound."""
+    office = await open_office(retention_days=1)
+    alice = await session_caller(office, "alice")
+    (kept,) = (await office.reservations.reserve(alice, "src/kept.py", ttl_s=7 * 86_400)).granted
+    await office.reservations.reserve(alice, "src/lapses.py", ttl_s=60)
+    await office.reservations.reserve(alice, "src/released.py")
+    await office.reservations.release_reservations(alice, paths="src/released.py")
+    clock.advance(86_000)
+    await office.mailbox.sweep()
+    assert len((await snapshot(office.store))["reservations"]) == 3
+    clock.advance(600)
+    await office.mailbox.sweep()
+    # Neither released nor expired: alice's next session makes it live again.
+    assert [row[0] for row in (await snapshot(office.store))["reservations"]] == [kept.id]
 
 
 # -- tracked files --------------------------------------------------------------------------------

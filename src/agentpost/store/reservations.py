@@ -13,7 +13,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, exists, func, insert, not_, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    not_,
+    or_,
+    select,
+    update,
+)
 
 from agentpost.domain.models import Trust
 from agentpost.domain.reservations import Reservation
@@ -113,6 +125,17 @@ def release(conn: Connection, ids: Sequence[str], now: float) -> None:
             .where(reservations.c.id.in_(list(ids)), reservations.c.released_at.is_(None))
             .values(released_at=now)
         )
+
+
+def forget_ended(conn: Connection, before: float) -> int:
+    """Delete the reservations released or expired before `before`; returns how many went.
+    Neither can be live again (renewing takes only a live one), and nothing reads them."""
+    result = conn.execute(
+        delete(reservations).where(
+            or_(reservations.c.released_at < before, reservations.c.expires_at < before)
+        )
+    )
+    return int(result.rowcount)
 
 
 def reservation_of(row: Row[Any]) -> Reservation:
