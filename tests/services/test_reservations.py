@@ -624,6 +624,26 @@ async def test_reservations_that_ended_are_forgotten_once_past_the_retention(
     assert [row[0] for row in (await snapshot(office.store))["reservations"]] == [kept.id]
 
 
+async def test_reserving_again_forgets_the_agents_reservations_that_ended(
+    office: PostOffice, pair: Pair, clock: FakeClock
+) -> None:
+    """Reserving and releasing in a loop, or letting short claims lapse, leaves an agent at
+    most its live reservations and those that ended since it last reserved: each new claim
+    forgets its ended ones, which nothing reads again."""
+    alice, bob = pair
+    await office.reservations.reserve(bob, "docs/bob.md")
+    await office.reservations.release_reservations(bob)
+    for i in range(3):
+        await office.reservations.reserve(alice, f"src/{i}.py", ttl_s=60)
+        await office.reservations.release_reservations(alice)
+    await office.reservations.reserve(alice, "src/lapses.py", ttl_s=60)
+    clock.advance(61)
+    (kept,) = (await office.reservations.reserve(alice, "src/kept.py")).granted
+    stored = {row[0]: row[2] for row in (await snapshot(office.store))["reservations"]}
+    assert sorted(stored.values()) == ["alice", "bob"]  # bob's is his to forget
+    assert kept.id in stored
+
+
 # -- tracked files --------------------------------------------------------------------------------
 
 

@@ -242,6 +242,7 @@ class Reservations:
                 granted.append(new)
             if added:
                 check_room(rows.live_count(conn, caller.agent, now, offline_after_s), len(added))
+                rows.forget_ended_of(conn, caller.agent, now)
             for new in added:
                 rows.add(conn, new, place.session_id)
             return ReserveResult(granted, conflicts)

@@ -138,6 +138,17 @@ def forget_ended(conn: Connection, before: float) -> int:
     return int(result.rowcount)
 
 
+def forget_ended_of(conn: Connection, agent: str, now: float) -> None:
+    """Delete `agent`'s reservations released or expired by `now`: with each new claim, so
+    reserving and releasing in a loop leaves it no more rows than it holds live."""
+    conn.execute(
+        delete(reservations).where(
+            reservations.c.agent == agent,
+            or_(reservations.c.released_at.is_not(None), reservations.c.expires_at <= now),
+        )
+    )
+
+
 def reservation_of(row: Row[Any]) -> Reservation:
     return Reservation(
         id=row.id,
