@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import anyio
 import pytest
 from anyio.abc import SocketAttribute
+from sqlalchemy import select
 
 from account_helpers import ADDRESS, keyed, owner
 from agentpost.domain.errors import ErrorCode
@@ -26,6 +27,7 @@ from agentpost.domain.models import Caller
 from agentpost.services import PostOffice, outbound
 from agentpost.services.webhooks import MAX_IN_FLIGHT
 from agentpost.store import webhooks as webhook_rows
+from agentpost.store.schema import webhooks
 from backends import FakeClock, OpenOffice, agents, refused_without_change
 from webhook_receiver import Receiver, listening
 
@@ -781,6 +783,28 @@ async def test_an_agent_has_a_bounded_number_of_webhooks(office: PostOffice) -> 
         await office.webhooks.create(bob, f"http://127.0.0.1:9/{i}", ["message.created"])
     create = office.webhooks.create(bob, "http://127.0.0.1:9/more", ["message.created"])
     await refused_without_change(office, ErrorCode.CONFLICT, create)
+
+
+async def test_a_new_webhook_forgets_its_agents_deleted_ones_that_delivered_nothing(
+    office: PostOffice,
+) -> None:
+    """The cap counts live webhooks only: without this, making and deleting webhooks in a
+    loop would leave a row each time for the whole retention."""
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver()
+    async with running(office, receiver):
+        told = await hook(office, bob, receiver)
+        await office.mailbox.send(alice, "bob", "a delivery to keep")
+        await until(office, log_when(office, bob, told, delivered))
+    await office.webhooks.delete(bob, told)
+    for i in range(3):
+        made, _ = await office.webhooks.create(bob, f"http://127.0.0.1:9/{i}", ["message.read"])
+        await office.webhooks.delete(bob, made.id)
+    (kept, _) = await office.webhooks.create(bob, "http://127.0.0.1:9/kept", ["message.read"])
+    stored = await office.store.read(
+        lambda conn: [row.id for row in conn.execute(select(webhooks.c.id))]
+    )
+    assert sorted(stored) == sorted([told, kept.id])  # one with a delivery stays
 
 
 async def test_old_finished_deliveries_go_in_the_sweep(

@@ -108,6 +108,7 @@ class Webhooks:
                     f"an agent has at most {MAX_WEBHOOKS} webhooks; delete one first",
                     details={"limit": MAX_WEBHOOKS},
                 )
+            webhook_rows.forget_deleted_of(conn, caller.agent)
             hook_id = new_webhook_id(now)
             webhook_rows.insert_webhook(
                 conn,

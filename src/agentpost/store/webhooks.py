@@ -117,6 +117,13 @@ def _delete(conn: Connection, webhook_ids: Sequence[str], now: float) -> None:
     )
 
 
+def forget_deleted_of(conn: Connection, agent: str) -> None:
+    """Delete `agent`'s deleted webhooks that delivered nothing (nothing reads them again);
+    one with deliveries stays, for its log, until the retention sweep."""
+    has_deliveries = exists().where(webhook_deliveries.c.webhook_id == webhooks.c.id)
+    conn.execute(delete(webhooks).where(webhooks.c.agent == agent, ~_LIVE, ~has_deliveries))
+
+
 def delivery_from_row(row: Row[Any]) -> WebhookDelivery:
     return WebhookDelivery(
         id=row.id,
