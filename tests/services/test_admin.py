@@ -430,6 +430,13 @@ async def test_the_owner_sets_how_many_channels_one_agent_may_join(world: World)
     await office.channels.join(bob, "#release")  # bob keeps the setting's cap
     await office.admin.set_limits(admin, "alice", send_rate_per_minute=None, max_unacked=None)
     assert (await office.channels.join(world.alice, "#release")).members == 2
+    await office.admin.set_limits(
+        admin, "alice", send_rate_per_minute=None, max_unacked=None, max_channels_per_agent=1
+    )
+    lowered = await refused_without_change(
+        office, ErrorCode.CONFLICT, office.channels.join(world.alice, "#later")
+    )
+    assert "at most 1 channels and has joined 2" in lowered.message
 
 
 async def test_the_owner_blocks_a_sender_for_a_recipient(world: World) -> None:

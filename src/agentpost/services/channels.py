@@ -50,10 +50,12 @@ def require_member(conn: Connection, channel: str, agent: str, to_do: str) -> No
 def check_room(conn: Connection, agent: str, project: str | None, cap: int) -> None:
     """Refuse a join that would take `agent` past `cap` channels joined: each join of a new
     name makes a channel, so joins alone must not be able to fill the store."""
-    if channel_rows.joined_count(conn, agent, project) >= cap:
+    count = channel_rows.joined_count(conn, agent, project)
+    if count >= cap:
         raise AgentpostError(
             ErrorCode.CONFLICT,
-            f"{agent} has joined {cap} channels, as many as an agent may; leave one first",
+            f"{agent} may have joined at most {cap} channels and has joined {count}; "
+            "leave one first",
             details={"limit": cap},
         )
 
