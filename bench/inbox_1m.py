@@ -116,32 +116,34 @@ WORDS = (
 )
 
 
-def cache_key() -> str:
+def cache_key(n: int = N_MESSAGES) -> str:
     digest = hashlib.sha256()
     for path in sorted((migrate.MIGRATIONS / "versions").glob("*.py")):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    digest.update(f"{BUILD_VERSION}/{N_MESSAGES}/{N_AGENTS}".encode())
+    digest.update(f"{BUILD_VERSION}/{n}/{N_AGENTS}".encode())
     return f"{migrate.SCHEMA_HEAD}-{digest.hexdigest()[:12]}"
 
 
-def cached_database() -> Path:
-    """The built database for the current schema, building it first if needed."""
-    path = CACHE / f"inbox-1m-{cache_key()}.db"
+def cached_database(n: int = N_MESSAGES, *, kind: str = "inbox-1m", who: str = NAME) -> Path:
+    """The built database of `n` messages for the current schema, building it first if needed.
+    `kind` names the cached files (a newer build replaces those of its kind), `who` the log's
+    benchmark."""
+    path = CACHE / f"{kind}-{cache_key(n)}.db"
     if path.exists():
-        log(NAME, f"using cached {path.relative_to(BENCH_DIR.parent)}")
+        log(who, f"using cached {path.relative_to(BENCH_DIR.parent)}")
         return path
     CACHE.mkdir(exist_ok=True)
     (CACHE / ".gitignore").write_text("*\n")
-    for old in CACHE.glob("inbox-1m-*.db*"):
-        log(NAME, f"removing stale {old.name}")
+    for old in CACHE.glob(f"{kind}-*.db*"):
+        log(who, f"removing stale {old.name}")
         old.unlink()
     tmp = path.with_name(path.name + ".building")
     for suffix in ("", "-wal", "-shm", ".migrate-lock"):
         Path(f"{tmp}{suffix}").unlink(missing_ok=True)
     t0 = time.perf_counter()
-    build(tmp)
-    log(NAME, f"built {N_MESSAGES:,} messages in {time.perf_counter() - t0:.0f} s")
+    build(tmp, n)
+    log(who, f"built {n:,} messages in {time.perf_counter() - t0:.0f} s")
     Path(f"{tmp}.migrate-lock").unlink(missing_ok=True)
     tmp.rename(path)
     return path
@@ -151,17 +153,17 @@ def _agents() -> list[str]:
     return [f"agent-{i:03d}" for i in range(N_AGENTS - 1)] + [READER]
 
 
-def _rows(now: float) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
-    """(message row, delivery row) for every message, oldest first."""
+def _rows(now: float, n: int = N_MESSAGES) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+    """(message row, delivery row) for every one of `n` messages, oldest first."""
     rng = random.Random(20260728)
     others = _agents()[:-1]
     projects = ["web", "api", "infra", "docs", "mobile"]
     bodies = [" ".join(rng.choices(WORDS, k=rng.randint(8, 60))) for _ in range(4096)]
     start = now - 30 * 86400
-    step = 30 * 86400 / N_MESSAGES
-    reader_total = N_MESSAGES // READER_EVERY
+    step = 30 * 86400 / n
+    reader_total = n // READER_EVERY
     reader_seen = 0
-    for i in range(N_MESSAGES):
+    for i in range(n):
         seq = i + 1
         created = start + i * step
         if i % READER_EVERY == 0:
@@ -176,7 +178,7 @@ def _rows(now: float) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
                 state = "acked"
         else:
             recipient = others[rng.randrange(len(others))]
-            position = i / N_MESSAGES
+            position = i / n
             state = "acked" if position < 0.90 else "read" if position < 0.97 else "queued"
         sender = others[rng.randrange(len(others))]
         mid = sortable_id("m", now=created)
@@ -205,7 +207,8 @@ def _rows(now: float) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         yield message, delivery
 
 
-def build(path: Path) -> None:
+def build(path: Path, n: int = N_MESSAGES) -> None:
+    """`n` messages (at least 150,000: the reader's unread are its newest 1,000 of n / 100)."""
     sqlite.prepare_file(path)
     migrate.migrate_sqlite(path)  # the store's own migration path (Alembic, as on first start)
     conn = sqlite3.connect(path, isolation_level=None)
@@ -246,13 +249,13 @@ def build(path: Path) -> None:
             batch_m.clear()
             batch_d.clear()
 
-        for n, (message, delivery) in enumerate(_rows(now), 1):
+        for done, (message, delivery) in enumerate(_rows(now, n), 1):
             batch_m.append(message)
             batch_d.append(delivery)
             if len(batch_m) >= 50_000:
                 flush()
-                if n % 200_000 == 0:
-                    log(NAME, f"  {n:,} rows")
+                if done % 200_000 == 0:
+                    log(NAME, f"  {done:,} rows")
         flush()
         log(NAME, "  indexes")
         for kind, _, sql in deferred:
@@ -270,12 +273,12 @@ def build(path: Path) -> None:
         conn.execute("COMMIT")
         conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
         conn.execute("PRAGMA journal_mode=WAL")
-        _check(conn)
+        _check(conn, n)
     finally:
         conn.close()
 
 
-def _check(conn: sqlite3.Connection) -> None:
+def _check(conn: sqlite3.Connection, n: int) -> None:
     (messages,) = conn.execute("SELECT count(*) FROM messages").fetchone()
     (deliveries,) = conn.execute("SELECT count(*) FROM deliveries").fetchone()
     (unread,) = conn.execute(
@@ -287,7 +290,7 @@ def _check(conn: sqlite3.Connection) -> None:
     (truth,) = conn.execute(
         "SELECT count(*) FROM messages WHERE ' ' || body || ' ' LIKE '% rollback %'"
     ).fetchone()
-    if (messages, deliveries, unread) != (N_MESSAGES, N_MESSAGES, READER_UNREAD) or hits != truth:
+    if (messages, deliveries, unread) != (n, n, READER_UNREAD) or hits != truth:
         raise RuntimeError(f"bad build: {messages=} {deliveries=} {unread=} {hits=} {truth=}")
 
 
