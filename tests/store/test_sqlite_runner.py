@@ -396,3 +396,23 @@ async def test_a_reader_that_could_not_connect_answers_unavailable_and_connects_
                 )
     finally:
         await anyio.to_thread.run_sync(runner.close)
+
+
+async def test_a_lengthy_write_commits_alone_never_holding_up_the_writes_beside_it(
+    lite: Store,
+) -> None:
+    """A lengthy write (a purge's step, a sweep's batch) may hold the write lock for long: a
+    small write queued beside it, before or after, commits in a transaction of its own, so
+    it is answered without waiting for the lengthy one to commit too."""
+    results: dict[str, Any] = {}
+
+    async def write(key: str, lengthy: bool) -> None:
+        results[key] = await lite.write(insert_key(key), lengthy=lengthy)
+
+    async with anyio.create_task_group() as tg, writer_thread_held(lite):
+        for i, (key, lengthy) in enumerate([("before", False), ("long", True), ("after", False)]):
+            tg.start_soon(write, key, lengthy)
+            await handed_over(lite, i + 1)
+
+    assert await stored_keys(lite) == {"before", "long", "after"}
+    assert id(results["long"]) not in {id(results["before"]), id(results["after"])}

@@ -193,7 +193,8 @@ class Store:
         """Run `fn` in a write transaction (SQLite: `BEGIN IMMEDIATE`, batched with others).
 
         `lengthy`: the transaction may take long (a sweep's batch): on SQLite it then never
-        runs on the event loop, which a small one does when it can (see `store.sqlite_runner`).
+        runs on the event loop, which a small one does when it can, and commits alone, never
+        with the small writes asked for beside it (see `store.sqlite_runner`).
         `touches_accounts=False` promises that `fn` changes nothing authentication reads for
         an existing key: no key, no agent's standing or trust, no session, no lockout (a send,
         which at most creates an agent of the roster, with no key yet): `accounts_version`

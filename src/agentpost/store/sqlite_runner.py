@@ -67,6 +67,8 @@ class _Job:
     """Called on `loop` once the result is handed back there, whether or not anyone waits."""
     touches_accounts: bool = True
     """Whether the write may change what authentication reads (see `accounts_version`)."""
+    lengthy: bool = False
+    """A write that may hold the lock for long: it commits alone (see `_writer`)."""
 
 
 Outcome = tuple[_Job, Any, BaseException | None]
@@ -234,11 +236,11 @@ class SqliteRunner:
 
         Right here on the event loop when it can (see `_write_here`); a `lengthy` write (one
         that may take long, a sweep say) always runs on the writer thread, where it cannot
-        hold up everything else the loop serves. A write with `touches_accounts=False`
-        leaves `accounts_version` as it was."""
+        hold up everything else the loop serves, in a transaction of its own (`_writer`).
+        A write with `touches_accounts=False` leaves `accounts_version` as it was."""
         here = not lengthy and asyncio.get_running_loop() is self._commit_loop
         ask = self._ask_here if here else self._hand_over
-        return await self._submit(ask, fn, touches_accounts=touches_accounts)
+        return await self._submit(ask, fn, touches_accounts=touches_accounts, lengthy=lengthy)
 
     def _ask_here(self, job: _Job) -> None:
         """The first write of a turn of the loop runs at once, within its caller's step: put
@@ -309,11 +311,12 @@ class SqliteRunner:
         fn: Callable[[Connection], T],
         *,
         touches_accounts: bool,
+        lengthy: bool = False,
     ) -> T:
         self._refuse_when_unusable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        ask(_Job(fn, loop, future, touches_accounts=touches_accounts))
+        ask(_Job(fn, loop, future, touches_accounts=touches_accounts, lengthy=lengthy))
         return await future
 
     def look_for_foreign(self) -> None:
@@ -410,11 +413,15 @@ class SqliteRunner:
                 conn.close()
 
     def _writer(self) -> None:
+        """Commit the queued writes, in order, as many together as are queued; but a lengthy
+        one alone: batched with it, the small writes beside it would be answered only once it
+        commits (a purge's step behind two sends held them up for its whole merge)."""
         conn = self._write_conn
         assert conn is not None
+        next_job: _Job | None = None  # a lengthy write, found while gathering a batch
         with conn:
             while True:
-                job = self._jobs.get()
+                job, next_job = next_job or self._jobs.get(), None
                 if job is None:
                     with self._write_lock:
                         self._write_conn = None
@@ -424,7 +431,7 @@ class SqliteRunner:
                         self._look(conn)
                     continue
                 batch = [job]
-                while len(batch) < MAX_BATCH:
+                while not job.lengthy and len(batch) < MAX_BATCH:
                     try:
                         more = self._jobs.get_nowait()
                     except queue.Empty:
@@ -432,8 +439,12 @@ class SqliteRunner:
                     if more is None:
                         self._jobs.put(None)
                         break
-                    if more is not _LOOK:  # the batch's own look covers it (or re-asks)
-                        batch.append(more)
+                    if more is _LOOK:  # the batch's own look covers it (or re-asks)
+                        continue
+                    if more.lengthy:
+                        next_job = more
+                        break
+                    batch.append(more)
                 with self._write_lock:
                     self._run_batch(conn, batch)
 
