@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import threading
 import time
 from functools import partial
 from pathlib import Path
@@ -272,3 +273,38 @@ async def test_wiped_words_leave_the_wal_too_while_the_store_stays_open(tmp_path
         assert len(await search(store, "bob", ["words"])) == 0
     finally:
         await store.aclose()
+
+
+async def test_another_process_writes_between_the_steps_of_a_long_purge(
+    lite: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step of a purge holds the write lock of every process. SQLite has another
+    process's writer, waiting for it, try again every so often (at most every 100 ms): with
+    the steps back to back it all but never found the lock free, and waited out the whole
+    purge (a second on a 200,000-message index, up to its busy timeout on a larger one)."""
+    most = 20
+    steps: list[float] = []
+    first_step, other_wrote = threading.Event(), threading.Event()
+
+    def long_step(conn: Connection) -> bool:  # a step of a large index's merge
+        steps.append(time.monotonic())
+        first_step.set()
+        time.sleep(0.1)
+        return len(steps) < most and not other_wrote.is_set()
+
+    def other_process() -> None:
+        first_step.wait(10)
+        other = sqlite3.connect(tmp_path / "agentpost.db", timeout=30, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        other_wrote.set()
+
+    monkeypatch.setattr(fulltext, "purge_step", long_step)
+    assert await lite.read(fulltext.wiped)  # a new file is marked as holding some
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(partial(anyio.to_thread.run_sync, other_process))
+        await lite.purge_wiped()
+    assert len(steps) < most  # it wrote while steps were left

@@ -51,6 +51,12 @@ PURGE_EVERY_S = 300.0
 it: each merge rewrites the whole index, and with `clear_on_ack` every ack wipes."""
 CHECKPOINT_PURGE_STEPS = 20
 """Purge steps (of `fulltext.PURGE_PAGES` each) between two checkpoints during a purge."""
+PURGE_PAUSE_S = 0.1
+"""Between two purge steps, the write lock is left free this long. Another process's writer
+waiting for it tries again every so often (SQLite's busy handler: at most every 100 ms);
+with the steps back to back it all but never found the lock free, and waited out the whole
+purge, a second on an index of 200,000 messages (docs/BENCHMARKS.md), its busy timeout on a
+large one. This process's own writes run in the pause too, at once."""
 Clock = Callable[[], float]
 
 
@@ -269,6 +275,7 @@ class Store:
                 steps += 1
                 if steps % CHECKPOINT_PURGE_STEPS == 0:  # a large index: keep the WAL small
                     self._sqlite.checkpoints.due()
+                await asyncio.sleep(PURGE_PAUSE_S)  # other processes write meanwhile
             self._sqlite.checkpoints.truncate_soon()  # the WAL holds the pages as they were
 
     async def _purge_in_turn(self) -> None:
