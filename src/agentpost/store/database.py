@@ -49,8 +49,6 @@ INDEX_AFTER_S = 1.0
 PURGE_EVERY_S = 300.0
 """How often at most the background merges the full-text index until no wiped word is left in
 it: each merge rewrites the whole index, and with `clear_on_ack` every ack wipes."""
-CHECKPOINT_PURGE_STEPS = 20
-"""Purge steps (of `fulltext.PURGE_PAGES` each) between two checkpoints during a purge."""
 PURGE_PAUSE_S = 0.1
 """Between two purge steps, the write lock is left free this long. Another process's writer
 waiting for it tries again every so often (SQLite's busy handler: at most every 100 ms);
@@ -268,14 +266,14 @@ class Store:
         file (SQLite, see `store.fulltext`). PostgreSQL keeps the old row and its index
         entries until VACUUM, and the space freed then is not zeroed: see docs/CONFIG.md."""
         if self._sqlite is not None and await self._sqlite.glance(fulltext.wiped):
-            steps = 0
-            while await self._sqlite.write(
-                fulltext.purge_step, lengthy=True, touches_accounts=False
-            ):
-                steps += 1
-                if steps % CHECKPOINT_PURGE_STEPS == 0:  # a large index: keep the WAL small
-                    self._sqlite.checkpoints.due()
-                await asyncio.sleep(PURGE_PAUSE_S)  # other processes write meanwhile
+            # Each step, a lengthy write, has a checkpoint after it: the WAL stays small.
+            more = True
+            while more:
+                more = await self._sqlite.write(
+                    fulltext.purge_step, lengthy=True, touches_accounts=False
+                )
+                if more:
+                    await asyncio.sleep(PURGE_PAUSE_S)  # other processes write meanwhile
             self._sqlite.checkpoints.truncate_soon()  # the WAL holds the pages as they were
 
     async def _purge_in_turn(self) -> None:

@@ -53,7 +53,8 @@ MAX_BATCH = 64
 READERS = 2
 GLANCE_BUSY_MS = 50
 CHECKPOINT_EVERY = 200
-"""Commits between two WAL checkpoints, which run on a thread of their own (`store.checkpoints`)."""
+"""Commits between two WAL checkpoints, which run on a thread of their own (`store.checkpoints`);
+a lengthy write's commit has one of its own."""
 HERE_UP_TO = 4
 """The most writes of one batch that run right there on the event loop (`_write_here`)."""
 
@@ -512,7 +513,8 @@ class SqliteRunner:
                     self.accounts_version += 1
                 committed = self._committed(wakeups.take(conn))
                 self._commits += 1
-                if self._commits % CHECKPOINT_EVERY == 0:
+                # A lengthy write may write thousands of pages: it is not one commit of many.
+                if self._commits % CHECKPOINT_EVERY == 0 or batch[0].lengthy:
                     self.checkpoints.due()
         if here:  # on the results' loop: handed back now, in this very turn
             _apply(outcomes, None if committed is None else committed[1])
