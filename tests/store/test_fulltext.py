@@ -308,3 +308,40 @@ async def test_another_process_writes_between_the_steps_of_a_long_purge(
         tg.start_soon(partial(anyio.to_thread.run_sync, other_process))
         await lite.purge_wiped()
     assert len(steps) < most  # it wrote while steps were left
+
+
+async def test_a_purge_asked_for_while_one_runs_waits_for_it_and_takes_no_step_of_its_own(
+    lite: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hourly sweep purges after retention, the background after new mail: at the same
+    time, their steps would alternate, each in the other's pause, and another process's
+    writer would find the lock taken again whenever it tried."""
+    steps: list[str] = []
+    in_step, release = threading.Event(), threading.Event()
+    real_step = fulltext.purge_step
+
+    def held_step(conn: Connection) -> bool:
+        steps.append("step")
+        if len(steps) == 1:
+            in_step.set()
+            release.wait(10)
+            return True
+        return real_step(conn)
+
+    monkeypatch.setattr(fulltext, "purge_step", held_step)
+    runner = lite._sqlite
+    assert runner is not None
+    assert await lite.read(fulltext.wiped)  # a new file is marked as holding some
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lite.purge_wiped)
+        await anyio.to_thread.run_sync(in_step.wait, 10)
+        tg.start_soon(lite.purge_wiped)  # while the first one's step runs
+        for _ in range(50):  # half a second for a step of the second one to be queued
+            if runner._jobs.qsize():
+                break
+            await anyio.sleep(0.01)
+        queued = runner._jobs.qsize()
+        release.set()
+    assert queued == 0
+    assert not await lite.read(fulltext.wiped)
+    assert len(steps) == 2  # the first purge's two

@@ -106,6 +106,7 @@ class Store:
         self._index_timer: asyncio.TimerHandle | None = None
         self._indexing: asyncio.Task[None] | None = None
         self._purge_timer: asyncio.TimerHandle | None = None
+        self._purging = asyncio.Lock()  # one purge at a time (see `purge_wiped`)
         self._purged_at = -math.inf  # loop time of the background's last purge
         self._listening: asyncio.Task[None] | None = None
         self._hears_replicas = False
@@ -264,7 +265,15 @@ class Store:
     async def purge_wiped(self) -> None:
         """Merge the full-text index until no word of wiped or purged mail is left in the
         file (SQLite, see `store.fulltext`). PostgreSQL keeps the old row and its index
-        entries until VACUUM, and the space freed then is not zeroed: see docs/CONFIG.md."""
+        entries until VACUUM, and the space freed then is not zeroed: see docs/CONFIG.md.
+
+        One at a time: a purge asked for while another runs (the sweep's and the background's)
+        waits for it, and then finds nothing left; run together, their steps would alternate,
+        each in the other's pause (`PURGE_PAUSE_S`), which other processes would wait out."""
+        async with self._purging:
+            await self._purge_alone()
+
+    async def _purge_alone(self) -> None:
         if self._sqlite is not None and await self._sqlite.glance(fulltext.wiped):
             # Each step, a lengthy write, has a checkpoint after it: the WAL stays small.
             more = True
