@@ -35,7 +35,9 @@ from sqlalchemy.sql.schema import Table
 BATCH = 5_000
 """Messages indexed per transaction, so a long backlog never holds the write lock for long."""
 PURGE_PAGES = 500
-"""Index pages (4 KB) a purge step merges at most, for the same reason."""
+"""Index pages (4 KB) after which a purge step ends, for the same reason; but FTS5 ends a step
+only between two words, so a step is at least the whole list of the word it is in, however
+many pages that takes (docs/BENCHMARKS.md: the purge of wiped words)."""
 
 _CURSOR = text("SELECT seq FROM messages_fts_cursor")
 _BEHIND = text(
