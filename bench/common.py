@@ -17,6 +17,7 @@ import mcp.types as types
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+import agentpost
 from agentpost.config import Settings
 
 LEGACY = "2025-11-25"
@@ -33,6 +34,10 @@ unacknowledged messages per inbox."""
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parent
+SOURCE = Path(agentpost.__file__).resolve().parents[1]
+"""Where the agentpost this process runs was imported from: the servers a benchmark starts run
+the same code. Without it they import the installed package, which in a second worktree sharing
+the first one's environment is the first one's source, not the code under measurement."""
 
 
 @dataclass
@@ -114,7 +119,8 @@ def log_file(home: Path, name: str) -> Path:
 
 
 def agentpost_env(home: Path, **extra: str) -> dict[str, str]:
-    """The AGENTPOST_* variables of a benchmark: its home, no config file, raised limits."""
+    """The environment of a benchmark's agentpost: its home, no config file, raised limits, and
+    the source this process runs (`SOURCE`)."""
     env = {
         "AGENTPOST_HOME": str(home),
         "AGENTPOST_CONFIG": str(home / "no-config.toml"),
@@ -122,6 +128,7 @@ def agentpost_env(home: Path, **extra: str) -> dict[str, str]:
         # in the inboxes the benchmarks count. The failover benchmark turns it back on.
         "AGENTPOST_AUTO_LEAD": "false",
         **RAISED_LIMITS,
+        "PYTHONPATH": str(SOURCE),
     }
     env.update(extra)
     return env
