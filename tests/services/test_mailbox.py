@@ -983,6 +983,18 @@ async def test_urgent_mail_is_previewed_once_to_each_session(office: PostOffice)
     assert (await office.mailbox.notices(bob_elsewhere)).urgent == []
 
 
+async def test_a_send_carries_the_senders_notices_told_once(office: PostOffice) -> None:
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob")
+    await office.mailbox.send(bob, "alice", "fire!", priority="urgent")
+    sent, notices = await office.mailbox.send_with_notices(alice, "bob", "on it")
+    assert sent.to == ["bob"]
+    assert (notices.unread, [m.body for m in notices.urgent]) == (1, ["fire!"])
+    assert (await office.mailbox.notices(alice)).urgent == []  # told with the send
+    _, again = await office.mailbox.send_with_notices(alice, "bob", "done", idempotency_key="k1")
+    assert (again.unread, again.urgent) == (1, [])
+
+
 async def test_a_restarted_session_is_told_once_of_urgent_mail_that_waited_for_it(
     office: PostOffice,
 ) -> None:

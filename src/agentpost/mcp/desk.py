@@ -9,6 +9,7 @@ request over HTTP (`agentpost.mcp.http.RequestCaller`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -30,6 +31,10 @@ from agentpost.domain.requests import RequestAnswer
 from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
 from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
 from agentpost.services import PostOffice
+
+_told: ContextVar[tuple[Caller, Notices] | None] = ContextVar("told_with_a_send", default=None)
+"""The notices a `send` read and told in its own transaction, for the answer that carries it
+(the tool asks `notices` next, in the same request's context): one transaction, not two."""
 
 
 class CallerSource(Protocol):
@@ -105,8 +110,9 @@ class LocalDesk:
         ttl_s: float | None = None,
         must_read: bool = False,
     ) -> SendResult:
-        return await self.office.mailbox.send(
-            self.caller,
+        caller = self.caller
+        sent, notices = await self.office.mailbox.send_with_notices(
+            caller,
             to,
             body,
             subject=subject,
@@ -117,6 +123,8 @@ class LocalDesk:
             ttl_s=ttl_s,
             must_read=must_read,
         )
+        _told.set((caller, notices))
+        return sent
 
     async def inbox(
         self,
@@ -166,7 +174,12 @@ class LocalDesk:
         return await self.office.channels.history(self.caller, channel, limit, before)
 
     async def notices(self) -> Notices:
-        return await self.office.mailbox.notices(self.caller)
+        caller, told = self.caller, _told.get()
+        if told is not None:
+            _told.set(None)  # told once: a later answer reads them afresh
+            if told[0] == caller:
+                return told[1]
+        return await self.office.mailbox.notices(caller)
 
     # -- leadership (coordination) --------------------------------------------------------
 

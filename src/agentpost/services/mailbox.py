@@ -28,7 +28,7 @@ from agentpost.domain.models import (
     Trust,
 )
 from agentpost.domain.names import POST_OFFICE, SYSTEM
-from agentpost.services import accounts, addressing, drafts, outbox, short_lived
+from agentpost.services import accounts, addressing, drafts, outbox, piggyback, short_lived
 from agentpost.services.channels import member_channels, members
 from agentpost.services.events import purge_old_events
 from agentpost.services.heartbeats import Heartbeat, check_standing
@@ -72,6 +72,7 @@ class Mailbox:
         kind: Kind = Kind.MESSAGE,
         idempotency_key: str | None = None,
         create_sender: bool = False,
+        told: list[Notices] | None = None,
     ) -> SendResult:
         """Store a message and deliver it. A retry under the same `idempotency_key` answers
         as the first send did and stores nothing; recipients who blocked the caller get
@@ -79,7 +80,7 @@ class Mailbox:
 
         `create_sender`: a caller who is no agent yet becomes one (as `ensure_agent` would
         make it: the command line's `--as`), in the transaction that stores the message, so a
-        refused send leaves no agent behind."""
+        refused send leaves no agent behind. `told`: see `send_with_notices`."""
         if create_sender:
             check_identity(self.settings, caller.agent, session=False)
         message = drafts.draft(
@@ -99,9 +100,17 @@ class Mailbox:
         # A channel's members may be many: its delivery may take long. A send changes no
         # account (whoever authenticated stays who they were).
         lengthy = message.channel is not None
+
+        def noticed(conn: Connection, sent: SendResult) -> SendResult:
+            if told is not None:
+                told.append(piggyback.notices_in(conn, caller, self.store.clock()))
+            return sent
+
         if retry_key is None:
             sent = await self.store.write(
-                lambda conn: self._send_draft(conn, caller, message, create_sender=create_sender),
+                lambda conn: noticed(
+                    conn, self._send_draft(conn, caller, message, create_sender=create_sender)
+                ),
                 lengthy=lengthy,
                 touches_accounts=False,
             )
@@ -118,14 +127,23 @@ class Mailbox:
                 conn, caller.agent, retry_key, message.request, self.store.clock()
             )
             if first is not None:
-                return first
+                return noticed(conn, first)
             result = self._send_draft(conn, caller, message)
             outbox.remember(conn, self.store, caller.agent, retry_key, fingerprint, result)
-            return result
+            return noticed(conn, result)
 
         sent = await self.store.write(tx, lengthy=lengthy, touches_accounts=False)
         self._will_expire(message)
         return sent
+
+    async def send_with_notices(
+        self, caller: Caller, to: str | Sequence[str], body: str, **options: Any
+    ) -> tuple[SendResult, Notices]:
+        """`send`, and what rides along on its answer (`notices`), read and told in the send's
+        own transaction: an MCP `send` takes one transaction where it took two."""
+        told: list[Notices] = []
+        sent = await self.send(caller, to, body, told=told, **options)
+        return sent, told[0]
 
     def _will_expire(self, message: drafts.Draft) -> None:
         if message.lifetime is not None:
@@ -514,24 +532,7 @@ class Mailbox:
 
     async def notices(self, caller: Caller) -> Notices:
         """Unread count, and urgent mail this session has not been told of (each told once)."""
-
-        def look(conn: Connection) -> tuple[int, list[Any]]:
-            now = self.store.clock()
-            if caller.session_id is None:
-                return mail.unread_count(conn, caller.agent, now), []
-            return mail.notices(conn, caller.agent, caller.session_id, now)
-
-        unread, urgent = await self.store.glance(look)
-        if urgent and caller.session_id is not None:
-            newest = max(r.seq for r in urgent)
-            session_id = caller.session_id
-            # Whoever moves the cursor tells what it moved past; a concurrent call that moved
-            # it before us told the rest, and one that moved it further leaves us nothing.
-            before = await self.store.write(
-                lambda conn: agent_rows.advance_urgent_cursor(conn, session_id, newest)
-            )
-            urgent = [] if before is None else [r for r in urgent if r.seq > before]
-        return Notices(unread, [mail.message_from_row(r, r.delivery_state) for r in urgent])
+        return await piggyback.notices(self.store, caller)
 
     async def arrivals(self, caller: Callable[[], Caller], *, after: int) -> AsyncIterator[int]:
         """Yield the newest `seq` each time mail later than `after` has been delivered to the
