@@ -5,6 +5,7 @@ decides by chance (the end to end cases are in test_http_service.py)."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ import anyio
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
+from agentpost.mcp.adapter import streamable_http
 from agentpost.mcp.adapter.streamable_http import ConnectionClosed, ConnectionGate
 
 pytestmark = pytest.mark.anyio
@@ -193,3 +195,81 @@ async def test_an_opening_still_in_flight_counts_against_the_bound() -> None:
         held.set()
     assert refused[0][0]["status"] == 429
     assert held_answer[0] == bobs[0] == []  # both went through to the SDK, still unanswered
+
+
+def on_connection(principal: str, body: bytes) -> tuple[Scope, Receive]:
+    """A 2025-era message POSTed on a connection that is open, by `principal`."""
+    headers = [(b"mcp-session-id", b"c0"), (b"mcp-protocol-version", b"2025-11-25")]
+    scope = {"type": "http", "method": "POST", "headers": headers, "state": {"who": principal}}
+    chunks = [body[:10], body[10:]]
+
+    async def receive() -> Message:
+        if chunks:
+            chunk = chunks.pop(0)
+            return {"type": "http.request", "body": chunk, "more_body": bool(chunks)}
+        return {"type": "http.disconnect"}
+
+    return scope, receive
+
+
+class Reader:
+    """Stands in for the SDK: reads each request's body whole, answers it or not, and keeps
+    the bodies it was given."""
+
+    def __init__(self, *, answers: bool) -> None:
+        self.answers = answers
+        self.bodies: list[bytes] = []
+
+    def count(self, principal: str) -> int:
+        return 1
+
+    def closed(self, connection: str) -> None:
+        pass
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        self.bodies.append(body)
+        if self.answers:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+
+def call(request_id: int, padding: int = 0) -> bytes:
+    params = {"name": "wait", "arguments": {"note": "x" * padding}}
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+    ).encode()
+
+
+@pytest.mark.parametrize("padding", [0, 40_000])
+async def test_a_request_whose_client_hung_up_is_cancelled_by_its_id(padding: int) -> None:
+    app = Reader(answers=False)
+    gate = ConnectionGate(
+        app, principal_of=lambda s: s.get("who"), connections=app, per_principal=4
+    )
+    scope, receive = on_connection("alice", call(7, padding))
+    await gate(scope, receive, recorder()[1])
+    assert len(app.bodies) == 2
+    cancelled = json.loads(app.bodies[1])
+    assert cancelled["method"] == "notifications/cancelled"
+    assert cancelled["params"]["requestId"] == 7
+
+
+async def test_an_answered_request_is_not_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    read_again: list[bytes] = []
+    monkeypatch.setattr(streamable_http, "_request_id", read_again.append)
+    app = Reader(answers=True)
+    gate = ConnectionGate(
+        app, principal_of=lambda s: s.get("who"), connections=app, per_principal=4
+    )
+    scope, receive = on_connection("alice", call(8))
+    sent, record = recorder()
+    await gate(scope, receive, record)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert len(app.bodies) == 1  # nothing cancelled
+    assert read_again == []  # its body was parsed once, by the SDK

@@ -157,7 +157,9 @@ class ConnectionGate:
         """A message on a 2025-era connection. Its answer goes only to the request it came on
         (no event store keeps it for a reconnect): once that request's client hangs up before
         the answer, the SDK is told the request is cancelled, as if the client had said so, so a
-        `wait` that nobody will read takes no mail (the SDK would run it to the end)."""
+        `wait` that nobody will read takes no mail (the SDK would run it to the end). Which
+        request that was is read from the body only then: an answered request (nearly all)
+        costs no second parse of its JSON, unless its body is too large to keep meanwhile."""
         body = bytearray()
         request_id: int | str | None = None
         answered = False
@@ -167,7 +169,7 @@ class ConnectionGate:
             message = await receive()
             if message["type"] == "http.request":
                 body.extend(message.get("body", b""))
-                if not message.get("more_body", False):
+                if not message.get("more_body", False) and len(body) > _KEPT_BODY_BYTES:
                     request_id = _request_id(bytes(body))
                     body.clear()
             return message
@@ -179,7 +181,11 @@ class ConnectionGate:
             await send(message)
 
         await self._app(scope, reading, watched)
-        if not answered and request_id is not None:
+        if answered:
+            return
+        if body:
+            request_id = _request_id(bytes(body))
+        if request_id is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CANCEL_TIMEOUT_S):
                 await self._app(*_cancelling(scope, request_id))
 
@@ -277,6 +283,9 @@ class NoReplay:
 
 _RETRY_CONNECTION_S: Final = 60
 _CANCEL_TIMEOUT_S: Final = 5
+_KEPT_BODY_BYTES: Final = 16_384
+"""A 2025-era request's body kept until its answer (a `wait` may take minutes), to learn its
+id only if the client hangs up first; a larger one is read at once and let go."""
 
 
 def _legacy(version: str | None) -> bool:
