@@ -21,14 +21,19 @@ pytestmark = pytest.mark.anyio
 class StallingServer:
     """Tells every agent at once, except `stalled`, whose telling hangs until `release`."""
 
-    def __init__(self, stalled: str) -> None:
+    def __init__(self, stalled: str, connected: frozenset[str] | None = None) -> None:
         self.stalled = stalled
+        self.connected = connected
+        """The agents with a connection that may hear news (None: every one)."""
         self.release = anyio.Event()
         self.stalling = anyio.Event()
         self.told: list[str] = []
         self.telling_stalled = 0
         self.most_at_once = 0
         self._told_more = anyio.Event()
+
+    def may_hear(self, audience: str) -> bool:
+        return self.connected is None or audience in self.connected
 
     async def notify_resource_updated(self, uri: str, audience: str | None = None) -> None:
         assert audience is not None
@@ -90,3 +95,16 @@ async def test_news_for_an_agent_being_told_is_told_once_more_after(office: Post
         await anyio.sleep(0.3)
         assert server.told == ["alice", "alice"]
         assert server.most_at_once == 1
+
+
+async def test_news_for_an_agent_without_a_connection_is_told_to_nobody(
+    office: PostOffice,
+) -> None:
+    _, bob, carol = [await office.presence.ensure_agent(n) for n in ("alice", "bob", "carol")]
+    server = StallingServer(stalled="nobody", connected=frozenset({"alice"}))
+    async with pushing(office, server):
+        await office.mailbox.send(bob, "carol", "to one who is not connected")
+        await office.mailbox.send(carol, "alice", "to one who is")
+        assert await server.told_at_least(1) == ["alice"]
+        await anyio.sleep(0.3)
+        assert server.told == ["alice"]

@@ -274,7 +274,9 @@ async def push_news(office: PostOffice, server: MailboxServer) -> None:
 
     async with anyio.create_task_group() as tg:
         async for touched in office.events.touches():
-            pending.update(touched)
             for agent in touched - telling:
-                telling.add(agent)
-                tg.start_soon(tell, agent)
+                if server.may_hear(agent):  # news for nobody connected is told to nobody
+                    pending.add(agent)
+                    telling.add(agent)
+                    tg.start_soon(tell, agent)
+            pending.update(touched & telling)

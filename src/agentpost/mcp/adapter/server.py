@@ -5,6 +5,7 @@ for what was found in the SDK on the way)."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
@@ -132,6 +133,7 @@ class _LegacyPeers:
     def __init__(self) -> None:
         self._uris: dict[Connection, set[str]] = {}
         self._audience: dict[Connection, str | None] = {}
+        self._per_audience: Counter[str | None] = Counter()
         self._joined: anyio.Event | None = None  # made on first use: it needs the event loop
 
     def track(self, connection: Connection, audience: str | None) -> set[str]:
@@ -140,8 +142,22 @@ class _LegacyPeers:
             uris = self._uris[connection] = set()
             connection.exit_stack.callback(self._forget, connection)
             self.joined().set()
-        self._audience[connection] = audience
+        if connection not in self._audience or self._audience[connection] != audience:
+            self._count_out(connection)
+            self._audience[connection] = audience
+            self._per_audience[audience] += 1
         return uris
+
+    def _count_out(self, connection: Connection) -> None:
+        if connection in self._audience:
+            was = self._audience[connection]
+            self._per_audience[was] -= 1
+            if self._per_audience[was] <= 0:
+                del self._per_audience[was]
+
+    def holds(self, audience: str) -> bool:
+        """Whether any connection of `audience` is tracked (a look that costs no scan)."""
+        return audience in self._per_audience
 
     def joined(self) -> anyio.Event:
         """Set once the first connection is tracked (and stays set)."""
@@ -151,6 +167,7 @@ class _LegacyPeers:
 
     def _forget(self, connection: Connection) -> None:
         self._uris.pop(connection, None)
+        self._count_out(connection)
         self._audience.pop(connection, None)
 
     def count(self, audience: str) -> int:
@@ -205,6 +222,10 @@ class _AudienceListen:
             raise MCPError(
                 _rpc_code(err), f"{err.code.value}: {err.message}", err.to_dict()
             ) from err
+
+    def may_hear(self, audience: str) -> bool:
+        """Whether `audience` ever listened here (its bus is made then, and kept)."""
+        return audience in self._buses
 
     async def publish(self, uri: str, audience: str | None) -> None:
         targets = self._buses.values() if audience is None else [self._buses.get(audience)]
@@ -336,6 +357,13 @@ class MailboxServer:
             "notifications/resources/updated",
             {"uri": uri},
         )
+
+    def may_hear(self, audience: str) -> bool:
+        """Whether any connection of `audience` may hear a push: one that listens, or a
+        2025-era one that can take server-initiated messages. False is sure; True may still
+        find nobody subscribed. A push loop skips the others at no cost (the bus, the
+        connections and a task of their own would cost each send's news about 40 µs)."""
+        return self._listen.may_hear(audience) or self._peers.holds(audience)
 
     async def send_custom_notification(
         self, method: str, params: Mapping[str, Any], audience: str | None = None
