@@ -35,14 +35,7 @@ from agentpost.services.heartbeats import Heartbeat, check_standing
 from agentpost.services.presence import check_identity
 from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
-from agentpost.store import (
-    blocks,
-    clearing,
-    expiry,
-    mail,
-    reading,
-    withheld,
-)
+from agentpost.store import blocks, clearing, expiry, mail, reading, withheld
 from agentpost.store.database import Connection, Store
 
 
