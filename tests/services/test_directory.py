@@ -12,7 +12,7 @@ from agentpost.domain.accounts import Usage
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
-from backends import FakeClock, refused_without_change, session_caller
+from backends import FakeClock, OpenOffice, refused_without_change, session_caller
 
 pytestmark = pytest.mark.anyio
 
@@ -249,6 +249,28 @@ async def test_an_agent_cannot_block_itself_nobody_the_owner_or_the_post_office(
 ) -> None:
     (alice,) = await keyed_agents(office, "alice")
     await refused_without_change(office, code, office.directory.block(alice, agent))
+
+
+async def test_blocks_and_unblocks_count_against_the_send_rate_as_each_is_audited(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Each block or unblock that changes something writes an audit row, which no sweep
+    purges: counted against no rate, an agent that blocked and unblocked in a loop grew the
+    store without end. One that changes nothing writes nothing and counts nothing."""
+    clock.now -= clock.now % 60  # every step below falls in one minute's window
+    office = await open_office(send_rate_per_minute=3)
+    alice, _bob = await keyed_agents(office, "alice", "bob")
+    await office.directory.block(alice, "bob")
+    await office.directory.block(alice, "bob")  # blocked already
+    await office.directory.unblock(alice, "bob")
+    await office.mailbox.send(alice, "bob", "one more send")
+    err = await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.directory.block(alice, "bob")
+    )
+    assert err.retry_after_s is not None
+    assert await office.directory.unblock(alice, "bob") == []  # changes nothing: allowed
+    clock.advance(60)
+    assert await office.directory.block(alice, "bob") == ["bob"]
 
 
 async def test_blocks_are_each_agents_own(office: PostOffice) -> None:

@@ -869,3 +869,34 @@ async def test_making_and_deleting_a_webhook_is_audited_with_where_it_posts(
             },
         ),
     ]
+
+
+async def test_making_and_deleting_webhooks_counts_against_the_send_rate_as_each_is_audited(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Each creation and deletion writes an audit row, which no sweep purges: counted against
+    no rate, an agent that made and deleted webhooks in a loop grew the store without end."""
+    clock.now -= clock.now % 60  # every step below falls in one minute's window
+    office = await open_office(send_rate_per_minute=3)
+    bob, _key = await keyed(office, "bob")
+    made, _secret = await office.webhooks.create(
+        bob, "https://hooks.example/a", ["message.created"]
+    )
+    await office.webhooks.delete(bob, made.id)
+    await office.mailbox.send(bob, "bob", "one more send")
+    err = await refused_without_change(
+        office,
+        ErrorCode.RATE_LIMITED,
+        office.webhooks.create(bob, "https://hooks.example/b", ["message.created"]),
+    )
+    assert err.retry_after_s is not None
+    clock.advance(60)
+    made, _secret = await office.webhooks.create(
+        bob, "https://hooks.example/c", ["message.created"]
+    )
+    await office.webhooks.delete(bob, made.id)
+    await office.webhooks.create(bob, "https://hooks.example/d", ["message.created"])
+    kept = await office.webhooks.list(bob)
+    await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.webhooks.delete(bob, kept[0].id)
+    )

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentpost.config import Settings
 from agentpost.domain.accounts import AgentLimits
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid, not_found
 from agentpost.domain.models import Caller
 from agentpost.domain.names import OWNER, POST_OFFICE, SYSTEM
+from agentpost.services import accounts
 from agentpost.services.channels import member_channels, members, require_member
 from agentpost.store import agents as agent_rows
 from agentpost.store import mail, rates, reading
-from agentpost.store.database import Connection
+from agentpost.store.database import Connection, Store
 
 SEND_WINDOW_S = 60
 SEND_RATE_KEY = "send:"
@@ -36,16 +38,29 @@ def admit_sender(
         raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
 
 
-def count_send(conn: Connection, dialect: Any, caller: Caller, now: float, limit: int) -> None:
-    """One more send in the caller's window of a minute; refused past `limit`."""
+def count_send(
+    conn: Connection, dialect: Any, caller: Caller, now: float, limit: int, act: str = ""
+) -> None:
+    """One more send in the caller's window of a minute; refused past `limit`. `act` names
+    what counts as one when it is no message (for the refusal to say)."""
     count, reset_s = rates.hit(conn, dialect, f"{SEND_RATE_KEY}{caller.agent}", now, SEND_WINDOW_S)
     if count > limit:
+        also = f", and {act} counts as one" if act else ""
         raise AgentpostError(
             ErrorCode.RATE_LIMITED,
-            f"{caller.agent} may send {limit} messages a minute",
+            f"{caller.agent} may send {limit} messages a minute{also}",
             details={"limit": limit},
             retry_after_s=max(1.0, round(reset_s, 1)),
         )
+
+
+def count_act(conn: Connection, store: Store, settings: Settings, caller: Caller, act: str) -> None:
+    """An act that leaves a row no sweep purges (an audit row, a notice to many) counts
+    against the caller's send rate as a send would: over it, the act is refused with its
+    transaction, rather than let a loop of them grow the store without end."""
+    limits = accounts.limits_in_effect(conn, settings, [caller.agent])
+    rate = limits[caller.agent].send_rate_per_minute
+    count_send(conn, store.dialect, caller, store.clock(), rate, act)
 
 
 def parent_thread(

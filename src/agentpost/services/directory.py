@@ -21,7 +21,7 @@ from agentpost.domain.errors import forbidden, invalid
 from agentpost.domain.limits import check_limit
 from agentpost.domain.models import Caller
 from agentpost.domain.names import RESERVED, check_name
-from agentpost.services import accounts
+from agentpost.services import accounts, addressing
 from agentpost.services.presence import PresenceService
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
@@ -135,6 +135,8 @@ class Directory:
             if accounts.set_block(
                 conn, self.store, caller.agent, agent, blocked=blocked, by=caller.agent
             ):
+                act = "a block" if blocked else "an unblock"
+                addressing.count_act(conn, self.store, self.settings, caller, act)
                 audit.record(
                     conn,
                     at=self.store.clock(),

@@ -514,10 +514,7 @@ class Leadership:
         as a broadcast does, so it counts against the caller's send rate as one would: over
         it, the change is refused (`rate_limited`) with its transaction, rather than let a loop
         of claims and releases fill every member's inbox."""
-        now = self.store.clock()
-        limits = accounts.limits_in_effect(conn, self.settings, [caller.agent])
-        rate = limits[caller.agent].send_rate_per_minute
-        addressing.count_send(conn, self.store.dialect, caller, now, rate)
+        addressing.count_act(conn, self.store, self.settings, caller, "a change of the seat")
         data = {
             "event": "leader.changed",
             "project": project,

@@ -35,6 +35,7 @@ from agentpost.domain.events import (
 from agentpost.domain.ids import webhook_id as new_webhook_id
 from agentpost.domain.models import Caller
 from agentpost.retries import RetryLog
+from agentpost.services import addressing
 from agentpost.services.outbound import Poster, check_url, origin_of
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
@@ -108,6 +109,7 @@ class Webhooks:
                     f"an agent has at most {MAX_WEBHOOKS} webhooks; delete one first",
                     details={"limit": MAX_WEBHOOKS},
                 )
+            addressing.count_act(conn, self.store, self.settings, caller, "a new webhook")
             webhook_rows.forget_deleted_of(conn, caller.agent)
             hook_id = new_webhook_id(now)
             webhook_rows.insert_webhook(
@@ -145,6 +147,7 @@ class Webhooks:
         def tx(conn: Connection) -> None:
             if webhook_rows.live_webhook(conn, caller.agent, webhook_id) is None:
                 raise _no_webhook(webhook_id)
+            addressing.count_act(conn, self.store, self.settings, caller, "a webhook's deletion")
             now = self.store.clock()
             webhook_rows.delete_webhook(conn, webhook_id, now)
             audit.record(
