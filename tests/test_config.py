@@ -31,6 +31,7 @@ def test_defaults_are_the_limits_table_of_the_design() -> None:
     assert settings.max_unacked == 1000
     assert settings.max_channels_per_agent == 100
     assert settings.retention_days == 30
+    assert settings.audit_retention_days == 365
     assert settings.heartbeat_s == 15
     assert settings.offline_after_s == 45
     assert settings.agents is None

@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     max_wait_s: float = Field(300, gt=0, allow_inf_nan=False)
     default_ttl_s: float | None = Field(None, gt=0, allow_inf_nan=False)
     retention_days: float = Field(30, gt=0, allow_inf_nan=False)
+    audit_retention_days: float = Field(365, gt=0, allow_inf_nan=False)
+    """How long the audit log is kept: longer than mail by default, as who did what (and
+    who failed to get in) is worth looking back on after the mail is gone."""
     heartbeat_s: float = Field(15, gt=0, allow_inf_nan=False)
     offline_after_s: float = Field(45, gt=0, allow_inf_nan=False)
 

@@ -28,9 +28,15 @@ from agentpost.domain.models import (
     Trust,
 )
 from agentpost.domain.names import POST_OFFICE, SYSTEM
-from agentpost.services import accounts, addressing, drafts, outbox, piggyback, short_lived
+from agentpost.services import (
+    accounts,
+    addressing,
+    drafts,
+    outbox,
+    piggyback,
+    retention,
+)
 from agentpost.services.channels import member_channels, members
-from agentpost.services.events import purge_old_events
 from agentpost.services.heartbeats import Heartbeat, check_standing
 from agentpost.services.presence import check_identity
 from agentpost.services.waiting import held_watch
@@ -485,17 +491,7 @@ class Mailbox:
             purged = await self.store.write(tx, lengthy=True)
             total += purged
             if purged < batch:
-                await purge_old_events(self.store, keep_s, batch)  # and webhook deliveries
-                # Every agent start leaves a session: ended long ago, they go.
-                forget = partial(
-                    agent_rows.forget_old_sessions, before=self.store.clock() - keep_s, limit=batch
-                )
-                while await self.store.write(forget, lengthy=True) == batch:
-                    pass
-                await self.store.write(
-                    lambda c: short_lived.forget_old_records(c, self.settings, self.store.clock()),
-                    lengthy=True,
-                )
+                await retention.forget_all_but_mail(self.store, self.settings, batch)
                 await self.store.purge_wiped()  # the purged mail's words leave the file too
                 return total
 

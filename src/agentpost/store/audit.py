@@ -1,4 +1,5 @@
-"""The audit log: append-only rows of administration, failed authentication and sends."""
+"""The audit log: append-only rows of administration, failed authentication and sends, kept
+for `audit_retention_days` (the rows of sends only as long as the mail)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,18 @@ def entries(
     if action is not None:
         query = query.where(audit.c.action == action)
     return list(conn.execute(query))
+
+
+def purge_before(conn: Connection, before: float, limit: int) -> int:
+    """Delete up to `limit` of the oldest rows older than `before`; returns how many went."""
+    seqs = list(
+        conn.execute(
+            select(audit.c.seq).where(audit.c.at < before).order_by(audit.c.at).limit(limit)
+        ).scalars()
+    )
+    if seqs:
+        conn.execute(delete(audit).where(audit.c.seq.in_(seqs)))
+    return len(seqs)
 
 
 def purge(conn: Connection, action: str, before: float) -> int:

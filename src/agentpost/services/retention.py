@@ -1,0 +1,51 @@
+"""Retention: what the hourly sweep forgets besides mail, each in batches of short
+transactions, so a big sweep never holds the writer for long."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from agentpost.config import Settings
+from agentpost.services import short_lived
+from agentpost.services.events import purge_old_events
+from agentpost.store import agents as agent_rows
+from agentpost.store import audit
+from agentpost.store.database import Connection, Store
+
+DAY_S = 86_400
+
+
+async def forget_all_but_mail(store: Store, settings: Settings, batch: int) -> None:
+    """Everything kept for a while but mail: events and webhook deliveries, ended sessions,
+    the short-lived records, and the audit log, each past its retention."""
+    keep_s = settings.retention_days * DAY_S
+    await purge_old_events(store, keep_s, batch)  # and webhook deliveries
+    # Every agent start leaves a session: ended long ago, they go.
+    await _in_batches(
+        store,
+        lambda before: partial(agent_rows.forget_old_sessions, before=before, limit=batch),
+        keep_s,
+        batch,
+    )
+    await store.write(
+        lambda c: short_lived.forget_old_records(c, settings, store.clock()), lengthy=True
+    )
+    await _in_batches(
+        store,
+        lambda before: partial(audit.purge_before, before=before, limit=batch),
+        settings.audit_retention_days * DAY_S,
+        batch,
+    )
+
+
+async def _in_batches(
+    store: Store,
+    purge: Callable[[float], Callable[[Connection], int]],
+    keep_s: float,
+    batch: int,
+) -> None:
+    """`purge(before)` again, each time its own transaction, until it leaves less than a
+    batch (none left)."""
+    while await store.write(purge(store.clock() - keep_s), lengthy=True) == batch:
+        pass
