@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import select
 
 from account_helpers import ADDRESS, keyed_agents, owner
-from agentpost.domain.errors import AgentpostError
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
-from backends import FakeClock, OpenOffice
+from agentpost.store.schema import task_history
+from backends import FakeClock, OpenOffice, agents
 
 pytestmark = pytest.mark.anyio
 
@@ -68,3 +71,52 @@ async def test_a_large_audit_log_is_purged_in_batches_to_the_last_row(
     clock.advance(2 * DAY)
     await office.mailbox.sweep(batch=2)
     assert await audited(office, action="auth.failed") == []
+
+
+# -- tasks --------------------------------------------------------------------------------------
+
+
+async def task_titles(office: PostOffice, caller: Caller) -> list[str]:
+    return sorted(t.title for t in await office.tasks.tasks(caller))
+
+
+async def test_finished_tasks_go_with_their_history_once_finished_for_retention_days(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Tasks and their history were kept forever, finished or not. Finished ones go as
+    handled mail does, counted from when they finished; one still open never goes, however
+    old, nor one finished lately."""
+    boss, worker = await agents(office, "boss", "worker")
+    titles = ["done", "failed", "cancelled", "open", "in progress", "done lately"]
+    made = {title: await office.tasks.delegate(boss, "worker", title) for title in titles}
+    await office.tasks.update_task(worker, made["done"].id, "done", result={"ok": True})
+    await office.tasks.update_task(worker, made["failed"].id, "failed")
+    await office.tasks.update_task(boss, made["cancelled"].id, "cancelled")
+    await office.tasks.update_task(worker, made["in progress"].id, "in_progress")
+    clock.advance(31 * DAY)
+    await office.tasks.update_task(worker, made["done lately"].id, "done")
+    await office.mailbox.sweep()
+    assert await task_titles(office, boss) == ["done lately", "in progress", "open"]
+    assert await task_titles(office, worker) == ["done lately", "in progress", "open"]
+    with pytest.raises(AgentpostError) as gone:
+        await office.tasks.task(boss, made["done"].id)
+    assert gone.value.code is ErrorCode.NOT_FOUND
+    kept = await office.store.read(
+        lambda conn: conn.execute(select(task_history.c.task_id).distinct()).scalars().all()
+    )
+    assert sorted(kept) == sorted(made[t].id for t in ("open", "in progress", "done lately"))
+    clock.advance(31 * DAY)
+    await office.mailbox.sweep()
+    assert await task_titles(office, boss) == ["in progress", "open"]
+
+
+async def test_old_finished_tasks_are_purged_in_batches_to_the_last(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    boss, worker = await agents(office, "boss", "worker")
+    for n in range(5):
+        task = await office.tasks.delegate(boss, "worker", f"task {n}")
+        await office.tasks.update_task(worker, task.id, "done")
+    clock.advance(31 * DAY)
+    await office.mailbox.sweep(batch=2)
+    assert await task_titles(office, boss) == []

@@ -11,6 +11,7 @@ from agentpost.services import short_lived
 from agentpost.services.events import purge_old_events
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
+from agentpost.store import tasks as task_rows
 from agentpost.store.database import Connection, Store
 
 DAY_S = 86_400
@@ -18,13 +19,19 @@ DAY_S = 86_400
 
 async def forget_all_but_mail(store: Store, settings: Settings, batch: int) -> None:
     """Everything kept for a while but mail: events and webhook deliveries, ended sessions,
-    the short-lived records, and the audit log, each past its retention."""
+    finished tasks, the short-lived records, and the audit log, each past its retention."""
     keep_s = settings.retention_days * DAY_S
     await purge_old_events(store, keep_s, batch)  # and webhook deliveries
     # Every agent start leaves a session: ended long ago, they go.
     await _in_batches(
         store,
         lambda before: partial(agent_rows.forget_old_sessions, before=before, limit=batch),
+        keep_s,
+        batch,
+    )
+    await _in_batches(
+        store,
+        lambda before: partial(task_rows.purge_finished, before=before, limit=batch),
         keep_s,
         batch,
     )

@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, false, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, delete, false, func, insert, or_, select, update
 
 from agentpost.domain.limits import never_stored
 from agentpost.domain.models import Priority, Trust
@@ -121,6 +121,27 @@ def next_due(conn: Connection, now: float) -> float | None:
     )
     found = conn.execute(query).scalar()
     return None if found is None else float(found)
+
+
+def purge_finished(conn: Connection, before: float, limit: int) -> int:
+    """Retention: delete up to `limit` tasks that finished before `before`, with their
+    history; returns how many went. Nothing moves out of an end state, so a task chosen here
+    cannot be reopened meanwhile, and one not finished is never chosen."""
+    ids = list(
+        conn.execute(
+            select(tasks.c.id)
+            .where(tasks.c.status.in_(_FINISHED), tasks.c.updated_at < before)
+            .order_by(tasks.c.updated_at)
+            .limit(limit)
+        ).scalars()
+    )
+    if ids:
+        conn.execute(delete(task_history).where(task_history.c.task_id.in_(ids)))
+        conn.execute(delete(tasks).where(tasks.c.id.in_(ids)))
+    return len(ids)
+
+
+_FINISHED = sorted(s.value for s in FINISHED)
 
 
 def task_rows(
