@@ -9,8 +9,9 @@ from account_helpers import ADDRESS, keyed_agents, owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
-from agentpost.store.schema import task_history
-from backends import FakeClock, OpenOffice, agents
+from agentpost.store.database import Connection
+from agentpost.store.schema import leases, task_history
+from backends import FakeClock, OpenOffice, agents, session_caller
 
 pytestmark = pytest.mark.anyio
 
@@ -26,6 +27,11 @@ async def failed_authentication(office: PostOffice) -> None:
 async def audited(office: PostOffice, **options: str) -> list[str]:
     entries = await office.admin.audit_log(await owner(office), limit=500, **options)
     return [e.action for e in entries]
+
+
+def seats(conn: Connection) -> list[str]:
+    query = select(leases.c.name).where(leases.c.name.startswith("leader:"))
+    return sorted(conn.execute(query).scalars())
 
 
 # -- the audit log ----------------------------------------------------------------------------
@@ -120,3 +126,34 @@ async def test_old_finished_tasks_are_purged_in_batches_to_the_last(
     clock.advance(31 * DAY)
     await office.mailbox.sweep(batch=2)
     assert await task_titles(office, boss) == []
+
+
+# -- leader seats -------------------------------------------------------------------------------
+
+
+async def test_a_seat_nobody_took_for_retention_days_is_forgotten_but_its_term_still_grows(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Every project name ever claimed kept its seat's row forever. One nobody has held for
+    `retention_days` goes; a term is a fencing token, so a later claim still gets a greater
+    term than any handed out before, and a seat held all along stays with its holder."""
+    alice = await session_caller(office, "alice")
+    bob = await session_caller(office, "bob", project="blog")
+    await office.leadership.claim(alice)
+    await office.leadership.release(alice)
+    assert (await office.leadership.claim(alice)).term == 2
+    await office.leadership.claim(bob)
+    clock.advance(31 * DAY)
+    await office.presence.heartbeat(bob.session_id or "")
+    await office.mailbox.sweep()
+    assert await office.store.read(lambda conn: seats(conn)) == ["leader:blog"]
+    assert (await office.leadership.leader(bob)).leader == "bob"
+    carol = await session_caller(office, "carol")
+    assert (await office.leadership.leader(carol)).term == 0  # as if never taken
+    assert (await office.leadership.claim(carol)).term == 3
+    await office.leadership.release(carol)
+    clock.advance(31 * DAY)  # bob falls silent too
+    await office.mailbox.sweep()
+    assert await office.store.read(lambda conn: seats(conn)) == []
+    dave = await session_caller(office, "dave", project="blog")
+    assert (await office.leadership.claim(dave)).term == 4

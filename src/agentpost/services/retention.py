@@ -10,7 +10,7 @@ from agentpost.config import Settings
 from agentpost.services import short_lived
 from agentpost.services.events import purge_old_events
 from agentpost.store import agents as agent_rows
-from agentpost.store import audit
+from agentpost.store import audit, leases
 from agentpost.store import tasks as task_rows
 from agentpost.store.database import Connection, Store
 
@@ -18,8 +18,9 @@ DAY_S = 86_400
 
 
 async def forget_all_but_mail(store: Store, settings: Settings, batch: int) -> None:
-    """Everything kept for a while but mail: events and webhook deliveries, ended sessions,
-    finished tasks, the short-lived records, and the audit log, each past its retention."""
+    """Everything kept for a while but mail, each past its retention: events and webhook
+    deliveries, ended sessions, finished tasks, leader seats nobody held, the short-lived
+    records, and the audit log."""
     keep_s = settings.retention_days * DAY_S
     await purge_old_events(store, keep_s, batch)  # and webhook deliveries
     # Every agent start leaves a session: ended long ago, they go.
@@ -32,6 +33,19 @@ async def forget_all_but_mail(store: Store, settings: Settings, batch: int) -> N
     await _in_batches(
         store,
         lambda before: partial(task_rows.purge_finished, before=before, limit=batch),
+        keep_s,
+        batch,
+    )
+    await _in_batches(
+        store,
+        lambda before: partial(
+            leases.forget_lapsed,
+            dialect=store.dialect,
+            before=before,
+            now=store.clock(),
+            ttl_s=settings.offline_after_s,
+            limit=batch,
+        ),
         keep_s,
         batch,
     )

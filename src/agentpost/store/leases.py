@@ -5,6 +5,10 @@ heartbeat within `ttl_s` (the settings' `offline_after_s`): every heartbeat rene
 stopped session or a dead local process (whose session is ended at once) lets it lapse. Claiming
 is one upsert whose condition is checked by the database on the row it locks, so of many
 claimants exactly one wins, with no read-back; the term grows with every new holder.
+
+A lease nobody has held for the retention is forgotten (`forget_lapsed`); the greatest term it
+handed out is kept in the row `TERMS_FLOOR`, and a new lease's first term is above it, so no
+term is ever handed out twice under one name.
 """
 
 from __future__ import annotations
@@ -13,10 +17,14 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, exists, or_, select, update
+from sqlalchemy import Connection, Row, and_, case, delete, exists, or_, select, update
 from sqlalchemy.sql import ColumnElement
 
 from agentpost.store.schema import by_code_point, leases, sessions
+
+TERMS_FLOOR = "terms:forgotten"
+"""The row keeping the greatest term of any lease forgotten: never a lease of anyone's (a
+leader's lease is `leader:<project>`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +75,12 @@ def claim(
     if held is not None and _is_live(conn, name, now - ttl_s):
         return int(held.term)
     free: ColumnElement[bool] = or_(leases.c.holder.is_(None), ~_session_live(now - ttl_s))
+    floor = conn.execute(select(leases.c.term).where(leases.c.name == TERMS_FLOOR)).scalar()
     values = {
         "name": name,
         "holder": holder,
         "session_id": session_id,
-        "term": 1,
+        "term": 1 + (floor or 0),
         "acquired_at": now,
     }
     change = {
@@ -85,6 +94,39 @@ def claim(
     if row is None or row.session_id != session_id:
         return None
     return int(row.term)
+
+
+def forget_lapsed(
+    conn: Connection, dialect: ModuleType, *, before: float, now: float, ttl_s: float, limit: int
+) -> int:
+    """Retention: delete up to `limit` leases taken before `before` and not held since (freed,
+    or their holder's session silent since then); returns how many went. The greatest term
+    among them goes to `TERMS_FLOOR` first."""
+    held_since = exists().where(
+        sessions.c.id == leases.c.session_id, sessions.c.heartbeat_at >= before
+    )
+    held_now = and_(leases.c.holder.is_not(None), _session_live(now - ttl_s))
+    found = list(
+        conn.execute(
+            select(leases.c.name, leases.c.term)
+            .where(
+                leases.c.name != TERMS_FLOOR,
+                leases.c.acquired_at < before,
+                or_(leases.c.holder.is_(None), ~held_since),
+                ~held_now,
+            )
+            .order_by(leases.c.acquired_at)
+            .limit(limit)
+        )
+    )
+    if not found:
+        return 0
+    top = max(int(row.term) for row in found)
+    keep = {"name": TERMS_FLOOR, "holder": None, "session_id": None, "term": top}
+    greater = case((leases.c.term < top, top), else_=leases.c.term)
+    conn.execute(dialect.upsert(leases, ["name"], {**keep, "acquired_at": now}, {"term": greater}))
+    conn.execute(delete(leases).where(leases.c.name.in_([row.name for row in found])))
+    return len(found)
 
 
 def _is_live(conn: Connection, name: str, cutoff: float) -> bool:

@@ -284,7 +284,8 @@ leases = Table(
 )
 """Named locks with a fencing term, held while the holder's session is live: every heartbeat
 renews the lease and a session that ends or goes quiet lets it lapse, with no write of its own.
-A row is never deleted, so its term keeps growing across holders; a release clears the holder."""
+A release clears the holder; the row lives on, so its term keeps growing across holders, until
+nobody has held it for the retention (`leases.forget_lapsed`: the next term still grows)."""
 
 tasks = Table(
     "tasks",
