@@ -157,3 +157,23 @@ async def test_a_seat_nobody_took_for_retention_days_is_forgotten_but_its_term_s
     assert await office.store.read(lambda conn: seats(conn)) == []
     dave = await session_caller(office, "dave", project="blog")
     assert (await office.leadership.claim(dave)).term == 4
+
+
+# -- requests -----------------------------------------------------------------------------------
+
+
+async def test_a_request_both_sides_handled_goes_with_its_answer_as_mail_does(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A request and its answer are messages: handled by both sides, they go with the mail
+    (while either is open, both stay: see test_requests)."""
+    alice, bob = await agents(office, "alice", "bob")
+    asked = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
+    answer = await office.requests.respond(bob, asked.request_id, "yes")
+    await office.mailbox.ack(bob, [asked.request_id])
+    await office.mailbox.ack(alice, [answer.id])
+    clock.advance(31 * DAY)
+    assert await office.mailbox.sweep() == 2
+    with pytest.raises(AgentpostError) as gone:
+        await office.requests.check_request(alice, asked.request_id)
+    assert gone.value.code is ErrorCode.NOT_FOUND
