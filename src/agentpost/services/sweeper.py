@@ -1,6 +1,6 @@
 """Keeping the post office swept: unread mail becomes an `expired` tombstone when its TTL falls
 due, a task's parties are told once when its due passes unfinished, and handled mail past the
-retention is purged hourly.
+retention is purged hourly (with the rest kept for a while: `services.retention`).
 
 A sender who asked for a TTL, or watches `message.expired` on its event stream or a webhook,
 hears of the expiry when it happens, not at the next hourly sweep. Every process that serves
