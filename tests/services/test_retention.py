@@ -159,6 +159,21 @@ async def test_a_seat_nobody_took_for_retention_days_is_forgotten_but_its_term_s
     assert (await office.leadership.claim(dave)).term == 4
 
 
+async def test_a_seat_held_for_weeks_and_just_given_up_is_kept(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Nobody has held it for a minute, not for `retention_days`: its term stays."""
+    alice = await session_caller(office, "alice")
+    await office.leadership.claim(alice)
+    clock.advance(31 * DAY)
+    await office.presence.heartbeat(alice.session_id or "")
+    await office.leadership.release(alice)
+    clock.advance(60)
+    await office.mailbox.sweep()
+    assert await office.store.read(lambda conn: seats(conn)) == ["leader:shop"]
+    assert (await office.leadership.leader(alice)).term == 1
+
+
 # -- requests -----------------------------------------------------------------------------------
 
 

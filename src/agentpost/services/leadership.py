@@ -127,7 +127,7 @@ def unseat(
     for held in leases.holdings(conn, LEASE_PREFIX, now=now, ttl_s=ttl_s):
         if held.holder != agent:
             continue
-        leases.release(conn, held.name, session_ids=[held.session_id or ""])
+        leases.release(conn, held.name, now=now, session_ids=[held.session_id or ""])
         if not held.live:
             continue
         project = held.name.removeprefix(LEASE_PREFIX)
@@ -313,7 +313,12 @@ class Leadership:
             mine = before.leader is not None and before.session_id == caller.session_id
             if not mine:
                 return replace(before, released=False)
-            leases.release(conn, lease_name(name), session_ids=[caller.session_id or ""])
+            leases.release(
+                conn,
+                lease_name(name),
+                now=self.store.clock(),
+                session_ids=[caller.session_id or ""],
+            )
             self._announce(
                 conn,
                 caller,

@@ -136,12 +136,15 @@ def _is_live(conn: Connection, name: str, cutoff: float) -> bool:
     return conn.execute(query).first() is not None
 
 
-def release(conn: Connection, name: str, *, session_ids: list[str] | None = None) -> bool:
-    """Clear the holder (only if one of `session_ids` holds it, when given); True if cleared."""
+def release(
+    conn: Connection, name: str, *, now: float, session_ids: list[str] | None = None
+) -> bool:
+    """Clear the holder (only if one of `session_ids` holds it, when given); True if cleared.
+    `acquired_at` becomes the release's time: retention counts from when it was last held."""
     stmt = update(leases).where(leases.c.name == name, leases.c.holder.is_not(None))
     if session_ids is not None:
         stmt = stmt.where(leases.c.session_id.in_(session_ids))
-    return bool(conn.execute(stmt.values(holder=None, session_id=None)).rowcount)
+    return bool(conn.execute(stmt.values(holder=None, session_id=None, acquired_at=now)).rowcount)
 
 
 _HOLDING = select(
