@@ -168,7 +168,7 @@ agent_limits = Table(
     Column("agent", String(64), ForeignKey("agents.name"), primary_key=True),
     Column("send_rate_per_minute", Integer),
     Column("max_unacked", Integer),
-    Column("max_channels_per_agent", Integer),  # migration 0015
+    Column("max_channels_per_agent", Integer),  # migration 0016
 )
 """The owner's per-agent overrides of the settings' limits; a NULL keeps the default."""
 
@@ -279,7 +279,7 @@ leases = Table(
     Column("holder", String(64)),  # the agent when it claimed; NULL once released
     Column("session_id", String(40)),  # the holder's session: the lease lives while it does
     Column("term", SeqType, nullable=False),  # grows with every new holder, never reused
-    Column("acquired_at", Float, nullable=False),
+    Column("acquired_at", Float, nullable=False),  # taken, or last released
     Index("ix_leases_session", "session_id"),
 )
 """Named locks with a fencing term, held while the holder's session is live: every heartbeat
