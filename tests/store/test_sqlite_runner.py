@@ -321,6 +321,30 @@ async def test_a_run_of_lengthy_writes_keeps_the_wal_small(lite: Store) -> None:
     assert in_the_wal < writes * rows / 2  # each wrote over `rows` pages
 
 
+async def test_a_lengthy_write_that_changed_nothing_asks_for_no_checkpoint(
+    lite: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every process looks once a minute for mail and tasks falling due, in a lengthy write
+    that mostly finds none: it wrote no page, and a checkpoint (RESTART holds writers off,
+    other processes' too) would be for nothing. One that changed a row asks for one."""
+    runner = lite._sqlite
+    assert runner is not None
+    asked = 0
+
+    def due() -> None:
+        nonlocal asked
+        asked += 1
+
+    monkeypatch.setattr(runner.checkpoints, "due", due)
+    await lite.write(lambda conn: conn.execute(select(rate_windows.c.key)).all(), lengthy=True)
+    assert asked == 0
+    await lite.write(
+        lambda conn: conn.execute(rate_windows.insert().values(key="k", window_start=0.0, count=1)),
+        lengthy=True,
+    )
+    assert asked == 1
+
+
 async def test_a_write_let_in_just_before_close_is_refused_not_left_waiting(
     tmp_path: Path,
 ) -> None:

@@ -54,7 +54,7 @@ READERS = 2
 GLANCE_BUSY_MS = 50
 CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints, which run on a thread of their own (`store.checkpoints`);
-a lengthy write's commit has one of its own."""
+a lengthy write's commit that changed anything has one of its own."""
 HERE_UP_TO = 4
 """The most writes of one batch that run right there on the event loop (`_write_here`)."""
 
@@ -485,6 +485,8 @@ class SqliteRunner:
         committed = None
         wakeups.take(conn)  # nothing left over from a failed batch
         looked = False
+        raw = conn.connection.driver_connection
+        changes_before = raw.total_changes if raw is not None else 0
         try:
             self._waiting(conn, not here)  # the loop never waits: the thread does, if it must
             with transaction(conn, immediate=True):
@@ -514,7 +516,9 @@ class SqliteRunner:
                 committed = self._committed(wakeups.take(conn))
                 self._commits += 1
                 # A lengthy write may write thousands of pages: it is not one commit of many.
-                if self._commits % CHECKPOINT_EVERY == 0 or batch[0].lengthy:
+                # One that changed nothing (a sweeper's look, once a minute) wrote none.
+                large = batch[0].lengthy and raw is not None and raw.total_changes != changes_before
+                if self._commits % CHECKPOINT_EVERY == 0 or large:
                     self.checkpoints.due()
         if here:  # on the results' loop: handed back now, in this very turn
             _apply(outcomes, None if committed is None else committed[1])
