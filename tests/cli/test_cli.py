@@ -544,6 +544,48 @@ def test_a_configuration_mistake_with_json_is_a_json_error() -> None:
     assert error["message"].startswith("configuration: agents (AGENTPOST_AGENTS): ")
 
 
+USAGE_MISTAKES = [
+    pytest.param(["ack"], "Missing argument", "agentpost ack --help", id="missing-argument"),
+    pytest.param(
+        ["inbox", "--limit", "ten"], "'--limit'", "agentpost inbox --help", id="bad-value"
+    ),
+    pytest.param(["inbox", "--bogus"], "--bogus", "agentpost inbox --help", id="unknown-option"),
+    pytest.param(["inbx"], "'inbx'", "agentpost --help", id="unknown-command"),
+    pytest.param(
+        ["install", "clod"], "'clod'", "agentpost install --help", id="unknown-subcommand"
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "names", "help_at"), USAGE_MISTAKES)
+def test_a_usage_mistake_is_an_invalid_argument_in_one_line(
+    args: list[str], names: str, help_at: str
+) -> None:
+    done = agentpost(*args)
+    refused(done, "invalid_argument")
+    assert names in done.stderr
+    assert done.stderr.count("\n") == 1, f"one line, no boxed panel: {done.stderr}"
+    assert f"(see {help_at})" in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_usage_mistake_with_json_is_a_json_error() -> None:
+    done = agentpost("inbox", "--limit", "ten", "--json")
+    assert done.returncode == EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
+    error = json.loads(done.stdout)["error"]
+    assert error["code"] == "invalid_argument"
+    assert "'--limit'" in error["message"]
+
+
+def test_help_and_no_arguments_still_show_the_help() -> None:
+    helped = agentpost("inbox", "--help")
+    assert helped.returncode == 0
+    assert "Read your mail" in helped.stdout
+    bare = agentpost()
+    assert "Usage: agentpost" in bare.stdout
+    assert bare.returncode == EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
+
+
 # -- demo and tail ----------------------------------------------------------------------------
 
 

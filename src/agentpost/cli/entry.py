@@ -99,6 +99,6 @@ def main() -> None:
         from agentpost.cli.guard import check
 
         raise SystemExit(check(os.environ))
-    from agentpost.cli.main import app
+    from agentpost.cli.main import command_line
 
-    app()
+    raise SystemExit(command_line(sys.argv[1:]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -536,3 +537,29 @@ def hook(
 app.add_typer(install_app, name="install")
 app.add_typer(uninstall_app, name="uninstall")
 app.add_typer(guard_app, name="guard")
+
+
+def command_line(args: list[str]) -> int:
+    """Run the command line on `args`; returns the exit status.
+
+    A usage mistake (a missing argument, an unknown option or command, a value of the wrong
+    type) is a refusal as any other: `error: invalid_argument: …` in one line (JSON with
+    `--json`) and status 2, where Typer would draw a boxed panel a script cannot read.
+    """
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError  # Typer's own Click
+
+    from agentpost.cli.render import refusal
+
+    try:
+        status = app(args, prog_name="agentpost", standalone_mode=False)
+    except NoArgsIsHelpError:  # the help is shown already
+        return EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
+    except UsageError as exc:
+        see = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        mistake = AgentpostError(ErrorCode.INVALID_ARGUMENT, exc.format_message() + see)
+        options = args[: args.index("--")] if "--" in args else args
+        return refusal(mistake, as_json="--json" in options).exit_code
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        return 1
+    return status if isinstance(status, int) else 0
