@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from agentpost.cli.literal import visible
-from agentpost.cli.render import show_presence, show_task
+from agentpost.cli.render import show_presence, show_sent, show_task
 from agentpost.domain.models import Presence, Priority, Status, Trust
 from agentpost.domain.tasks import Task, TaskChange, TaskStatus
 from cli.test_cli import _at_work, agentpost, agentpost_json, arrange
@@ -146,3 +146,19 @@ def test_a_tasks_result_says_when_it_was_written_untrusted(
     assert 'result (untrusted): {"ok": true}' in lines
     show_task(replace(task, result_trust=Trust.VERIFIED))
     assert 'result: {"ok": true}' in [line.strip() for line in capsys.readouterr().out.splitlines()]
+
+
+def test_who_with_nobody_to_show_says_so_rather_than_draw_an_empty_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    show_presence([])
+    assert capsys.readouterr().out == "Nobody at work (--all shows offline agents too).\n"
+    show_presence([], include_offline=True)
+    assert capsys.readouterr().out == "No agents.\n"
+
+
+def test_sent_with_nothing_sent_says_so_rather_than_print_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    show_sent([])
+    assert capsys.readouterr().out == "Nothing sent.\n"

@@ -89,7 +89,7 @@ def who(
     if as_json:
         emit_json({"agents": [p.to_dict() for p in found]})
     else:
-        show_presence(found)
+        show_presence(found, include_offline=all_)
 
 
 @app.command()

@@ -119,7 +119,13 @@ def show_messages(messages: Sequence[Message], empty: str = "No messages.") -> N
         console.print(message_line(m))
 
 
-def show_presence(agents: Sequence[Presence]) -> None:
+def show_presence(agents: Sequence[Presence], include_offline: bool = False) -> None:
+    if not agents:
+        empty = (
+            "No agents." if include_offline else "Nobody at work (--all shows offline agents too)."
+        )
+        console.print(styled((empty, "dim")))
+        return
     table = Table("agent", "project", "branch", "status", "objective", "seen")
     for p in agents:
         seen = "online" if p.online else "never"
@@ -131,6 +137,8 @@ def show_presence(agents: Sequence[Presence]) -> None:
 
 
 def show_sent(sent: Sequence[SentMessage]) -> None:
+    if not sent:
+        console.print(styled(("Nothing sent.", "dim")))
     for s in sent:
         console.print(message_line(s.message))
         for r in s.receipts:
