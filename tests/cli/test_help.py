@@ -47,3 +47,18 @@ def test_a_commands_help_shows_its_description_as_written(
     )
     assert done.exit_code == 0, done.output
     assert description in shown(done.output)
+
+
+GROUPS = [p for p, _ in COMMANDS if any(q[:-1] == p for q, _ in COMMANDS)]
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=[" ".join(p) or "agentpost" for p in GROUPS])
+def test_each_commands_summary_fits_on_its_row_of_the_command_list(group: tuple[str, ...]) -> None:
+    """A line break in a docstring's first paragraph would break the row mid-sentence."""
+    done = CliRunner().invoke(
+        app, [*group, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
+    )
+    rows = [" ".join(line.replace("│", " ").split()) for line in done.output.splitlines()]
+    for path, description in COMMANDS:
+        if len(path) == len(group) + 1 and path[: len(group)] == group:
+            assert f"{path[-1]} {description}" in rows, done.output

@@ -466,8 +466,7 @@ def tail(
     url: UrlOption = None,
     key: KeyOption = None,
 ) -> None:
-    """Follow every new message of the post office, live, until Ctrl-C (with --url: your mail
-    on that service)."""
+    """Follow new messages live until Ctrl-C: all of the post office's (--url: your mail there)."""
     from agentpost.cli.literal import json_text
     from agentpost.cli.render import console, message_line, refusal
 
