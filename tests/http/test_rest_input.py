@@ -232,3 +232,26 @@ async def test_mcp_in_2026_07_28_refuses_arguments_holding_half_a_pair(service: 
         assert result["isError"] is True
         assert result["content"][0]["text"].startswith("invalid_argument: "), (name, result)
     assert table_counts(service.home) == before
+
+
+async def test_a_body_that_is_no_json_object_is_refused_saying_what_is_wanted(
+    service: Service,
+) -> None:
+    """curl's `-d` without `-H "Content-Type: application/json"` sends a form, and a typo
+    breaks the JSON: each answer says so, not a character position posing as a field."""
+    alice = await service.agent("alice")
+    await service.create_agent("bob")
+    assert (await alice.get("/v1/inbox")).status_code == 200  # alice's session, made at first
+    before = table_counts(service.home)
+    json_type = {"Content-Type": "application/json"}
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    for content, headers, says in (
+        (b'{"to": "bob", "body": "x",}', json_type, "body: not JSON: Expecting property name"),
+        (b'{"to": "bob", "body": "x"}', form, "body: should be a JSON object, sent with"),
+    ):
+        answer = await alice.post("/v1/messages", content=content, headers=headers)
+        refused_as_invalid(answer)
+        error = answer.json()["error"]
+        assert error["message"].startswith(says), error
+        assert [f["field"] for f in error["details"]["fields"]] == ["body"]
+    assert table_counts(service.home) == before

@@ -52,12 +52,23 @@ def error_response(err: AgentpostError) -> JSONResponse:
     return JSONResponse({"error": body}, status_code=STATUS[err.code], headers=headers)
 
 
+def _problem(error: Any) -> tuple[str, str]:
+    """Where and why only: the rejected values are the caller's data.
+
+    A body that is no JSON object is told in words a person with curl can act on: FastAPI puts
+    a decoding error's character position where a field goes, and reads a body sent without
+    `Content-Type: application/json` (curl's `-d` alone sends a form) as no object at all."""
+    where = tuple(error["loc"])
+    if error["type"] == "json_invalid":
+        why = error.get("ctx", {}).get("error", "cannot be decoded")
+        return "body", f"not JSON: {why} (at character {where[-1]})"
+    if error["type"] == "model_attributes_type" and where == ("body",):
+        return "body", "should be a JSON object, sent with Content-Type: application/json"
+    return ".".join(str(part) for part in where if part != "body") or "body", error["msg"]
+
+
 def _validation_problems(exc: RequestValidationError) -> AgentpostError:
-    # Where and why only: the rejected values are the caller's data.
-    problems = [
-        (".".join(str(part) for part in e["loc"] if part != "body") or "body", e["msg"])
-        for e in exc.errors()
-    ]
+    problems = [_problem(e) for e in exc.errors()]
     return AgentpostError(
         ErrorCode.INVALID_ARGUMENT,
         "; ".join(f"{field}: {msg}" for field, msg in problems) or "invalid request",
