@@ -544,6 +544,24 @@ def test_a_configuration_mistake_with_json_is_a_json_error() -> None:
     assert error["message"].startswith("configuration: agents (AGENTPOST_AGENTS): ")
 
 
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        pytest.param(["send", "bob", "x", "--ttl", "-1"], "--ttl must be", id="ttl"),
+        pytest.param(["send", "bob", "x", "--thread", ""], "--thread must be", id="send-thread"),
+        pytest.param(["send", "bob", "x", "--reply-to", ""], "--reply-to must be", id="reply-to"),
+        pytest.param(["inbox", "--thread", ""], "--thread must be", id="inbox-thread"),
+    ],
+)
+def test_a_refused_option_is_named_as_the_command_line_spells_it(
+    args: list[str], says: str
+) -> None:
+    arrange("bob")
+    done = agentpost(*args)
+    refused(done, "invalid_argument")
+    assert done.stderr.startswith(f"error: invalid_argument: {says} "), done.stderr
+
+
 USAGE_MISTAKES = [
     pytest.param(["ack"], "Missing argument", "agentpost ack --help", id="missing-argument"),
     pytest.param(

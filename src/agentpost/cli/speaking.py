@@ -50,6 +50,24 @@ class Speaker:
     key: str | None
 
 
+OPTIONS = {"ttl_s": "--ttl", "thread_id": "--thread", "reply_to": "--reply-to"}
+"""The services' names of arguments the command line spells otherwise."""
+
+
+def as_spelled(err: AgentpostError) -> AgentpostError:
+    """`err` naming the option the person typed (`--ttl must be…`), not the argument the
+    services know it by (`ttl_s must be…`), which appears nowhere on the command line."""
+    field, _, rest = err.message.partition(" ")
+    if err.code is not ErrorCode.INVALID_ARGUMENT or field not in OPTIONS:
+        return err
+    return AgentpostError(
+        err.code,
+        f"{OPTIONS[field]} {rest}",
+        details=err.details,
+        retry_after_s=err.retry_after_s,
+    )
+
+
 def run(speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender: bool = False) -> T:
     """Act as the speaker, on the local post office or a remote one; refusals (a configuration
     mistake among them) become an exit status.
@@ -90,7 +108,7 @@ def run(speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender:
     try:
         return anyio.run(main)
     except AgentpostError as err:
-        raise refusal(err, as_json=speaker.as_json) from None
+        raise refusal(as_spelled(err), as_json=speaker.as_json) from None
 
 
 async def remote_run(url: str, speaker: Speaker, settings: Settings, action: Remote[T]) -> T:
