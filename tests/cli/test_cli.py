@@ -635,6 +635,13 @@ def test_demo_refuses_a_pause_that_is_no_length_of_time(pause: str) -> None:
     assert done.returncode == EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
 
 
+@pytest.mark.parametrize("where", [[], ["--url", "http://127.0.0.1:9", "--key", "ap_x"]])
+def test_tail_refuses_a_negative_backlog_rather_than_follow(where: list[str]) -> None:
+    done = agentpost("tail", "--backlog", "-1", *where)
+    refused(done, "invalid_argument")
+    assert "'--backlog'" in done.stderr
+
+
 @pytest.mark.anyio
 async def test_tail_json_prints_a_message_another_process_sends() -> None:
     await arrange_async("alice", "bob", mail=("alice", "bob", "before tail started"))

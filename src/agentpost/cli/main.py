@@ -461,7 +461,9 @@ def _members(count: int) -> str:
 
 @app.command()
 def tail(
-    backlog: Annotated[int, typer.Option(help="Show this many earlier messages first.")] = 10,
+    backlog: Annotated[
+        int, typer.Option(min=0, help="Show this many earlier messages first.")
+    ] = 10,
     as_json: JsonOption = False,
     url: UrlOption = None,
     key: KeyOption = None,
