@@ -162,3 +162,17 @@ def test_sent_with_nothing_sent_says_so_rather_than_print_nothing(
 ) -> None:
     show_sent([])
     assert capsys.readouterr().out == "Nothing sent.\n"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "seen"),
+    [(59.7, "59s ago"), (60, "1m ago"), (1042, "17m ago"), (7300, "2h ago"), (259200, "3d ago")],
+)
+def test_who_says_how_long_ago_in_the_unit_a_person_reads(
+    seconds: float, seen: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`259200s ago` makes a person do arithmetic; `3d ago` does not."""
+    left = Presence("alice", "", "shop", "main", None, "", Status.DONE, False, seconds, 0)
+    show_presence([left])
+    row = next(line for line in capsys.readouterr().out.splitlines() if "alice" in line)
+    assert row.split("│")[-2].strip() == seen

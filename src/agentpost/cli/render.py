@@ -119,6 +119,14 @@ def show_messages(messages: Sequence[Message], empty: str = "No messages.") -> N
         console.print(message_line(m))
 
 
+def _ago(seconds: float) -> str:
+    """How long ago, in the largest whole unit: `17m ago`, not `1042s ago`."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds)}s ago"
+
+
 def show_presence(agents: Sequence[Presence], include_offline: bool = False) -> None:
     if not agents:
         empty = (
@@ -130,7 +138,7 @@ def show_presence(agents: Sequence[Presence], include_offline: bool = False) -> 
     for p in agents:
         seen = "online" if p.online else "never"
         if not p.online and p.last_seen_s is not None:  # 0.0 is a moment ago
-            seen = f"{p.last_seen_s:.0f}s ago"
+            seen = _ago(p.last_seen_s)
         name = p.name if p.trust is Trust.VERIFIED else f"{p.name} ({p.trust.value})"
         table.add_row(name, p.project or "", p.branch or "", p.status.value, p.objective, seen)
     console.print(table)  # plain strings in cells: the console reads no markup
