@@ -752,3 +752,11 @@ def test_tasks_lists_pages_and_shows_one_task_with_its_history() -> None:
     assert "worker open → done\n    green\n    again" in shown.stdout
     refused(agentpost("task", "t_nope", "--as", "boss"), "not_found")
     refused(agentpost("tasks", "--as", "boss", "--role", "mine"), "invalid_argument")
+
+
+def test_version_prints_the_installed_version() -> None:
+    from agentpost import __version__
+
+    done = agentpost("--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"agentpost {__version__}\n"

@@ -37,6 +37,26 @@ app = typer.Typer(
 )
 
 
+def _show_version(shown: bool) -> None:
+    if shown:
+        from agentpost import __version__
+
+        print(f"agentpost {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", is_eager=True, callback=_show_version, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
 @app.command()
 def mcp(
     url: Annotated[
