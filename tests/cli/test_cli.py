@@ -203,6 +203,15 @@ def test_search_finds_the_words_of_messages_you_may_see() -> None:
     assert agentpost_json("search", "tokenizer", "--as", "carol") == {"messages": []}
 
 
+def test_names_separated_by_commas_may_have_spaces_after_the_commas() -> None:
+    arrange("alice", "bob", "carol")
+    sent = agentpost_json("send", "bob, carol", "standup in 5", "--as", "alice")
+    assert sent["to"] == ["bob", "carol"]
+    assert [m["body"] for m in agentpost_json("inbox", "--as", "carol")["messages"]] == [
+        "standup in 5"
+    ]
+
+
 def test_channels_and_a_broadcast_to_general() -> None:
     arrange("alice", "bob")
     channels = agentpost_json("channels", "--as", "alice")["channels"]

@@ -179,7 +179,9 @@ def send(
     """Send a message to agents or a #channel."""
     from agentpost.cli.render import console, emit_json
 
-    targets: str | list[str] = to if to.startswith("#") or "," not in to else to.split(",")
+    targets: str | list[str] = to
+    if not to.startswith("#") and "," in to:  # "bob, carol" as a person writes a list
+        targets = [name.strip() for name in to.split(",")]
 
     def fields() -> dict[str, Any]:
         """Read inside `_run`, so that `--data` that is not JSON is refused like any input."""
