@@ -212,6 +212,27 @@ def test_names_separated_by_commas_may_have_spaces_after_the_commas() -> None:
     ]
 
 
+async def _ask(asker: str, to: str, question: str) -> str:
+    """`asker` asks `to` a question and stops waiting at once; the request's id."""
+    office = await PostOffice.open(Settings())
+    try:
+        await office.presence.ensure_agent(asker)
+        await office.presence.ensure_agent(to)
+        asked = await office.requests.request(Caller(asker), to, question, timeout_s=0.01)
+        return asked.request_id
+    finally:
+        await office.aclose()
+
+
+def test_a_message_of_another_kind_than_message_says_its_kind() -> None:
+    """A person reading a request must see that its asker waits for an answer."""
+    request_id = anyio.run(_ask, "alice", "owner", "may I deploy?")
+    shown = flat(agentpost("inbox").stdout)
+    assert f"{request_id} alice → owner request" in shown
+    arrange("bob", mail=("alice", "bob", "plain"))
+    assert "alice → bob (read)" in flat(agentpost("inbox", "--as", "bob").stdout)
+
+
 def test_channels_and_a_broadcast_to_general() -> None:
     arrange("alice", "bob")
     channels = agentpost_json("channels", "--as", "alice")["channels"]
