@@ -233,6 +233,27 @@ def test_a_message_of_another_kind_than_message_says_its_kind() -> None:
     assert "alice → bob (read)" in flat(agentpost("inbox", "--as", "bob").stdout)
 
 
+async def _answer(asker: str, request_id: str) -> tuple[str | None, object]:
+    office = await PostOffice.open(Settings())
+    try:
+        found = await office.requests.check_request(Caller(asker), request_id)
+        assert found.answered
+        assert found.response is not None
+        return found.response.body, found.response.data
+    finally:
+        await office.aclose()
+
+
+def test_a_person_answers_a_request_from_the_command_line_once() -> None:
+    request_id = anyio.run(_ask, "alice", "owner", "may I deploy?")
+    done = agentpost("respond", request_id, "yes, go", "--data", '{"window": "now"}')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"answered {request_id} for alice: m_"), done.stdout
+    assert anyio.run(_answer, "alice", request_id) == ("yes, go", {"window": "now"})
+    refused(agentpost("respond", request_id, "no, wait"), "conflict")
+    assert anyio.run(_answer, "alice", request_id) == ("yes, go", {"window": "now"})
+
+
 def test_channels_and_a_broadcast_to_general() -> None:
     arrange("alice", "bob")
     channels = agentpost_json("channels", "--as", "alice")["channels"]

@@ -8,7 +8,6 @@ refusal prints `error: <code>: <message>` and exits with the code's status (see 
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,13 +15,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
+from agentpost.cli.answering import respond
 from agentpost.cli.entry import EXIT_CODES, key_for, serve_mcp
 from agentpost.cli.guard import guard_app
 from agentpost.cli.install import install_app, uninstall_app
-from agentpost.cli.speaking import AsOption, JsonOption, KeyOption, Speaker, UrlOption, run
+from agentpost.cli.speaking import (
+    AsOption,
+    JsonOption,
+    KeyOption,
+    Speaker,
+    UrlOption,
+    parse_data,
+    run,
+)
 from agentpost.config import load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.domain.limits import MAX_DATA_DEPTH
 from agentpost.domain.models import Caller, Inbox, Message
 
 if TYPE_CHECKING:  # the services are imported when a command runs: --help is quick
@@ -145,19 +152,6 @@ def leader(
         show_leaders(seats)
 
 
-def _parse_data(data: str | None) -> Any:
-    if data is None:
-        return None
-    try:
-        return json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"--data is not JSON: {exc}") from None
-    except RecursionError:  # far past the limit the send would hold it to
-        raise AgentpostError(
-            ErrorCode.INVALID_ARGUMENT, f"--data nests deeper than {MAX_DATA_DEPTH} levels"
-        ) from None
-
-
 @app.command()
 def send(
     to: Annotated[str, typer.Argument(help="A name, names separated by commas, or #channel.")],
@@ -187,7 +181,7 @@ def send(
         """Read inside `_run`, so that `--data` that is not JSON is refused like any input."""
         return {
             "subject": subject,
-            "data": _parse_data(data),
+            "data": parse_data(data),
             "thread_id": thread,
             "reply_to": reply_to,
             "priority": "urgent" if urgent else "normal",
@@ -263,6 +257,9 @@ def ack(
         console.print(f"acked {len(done.acked)}; not found: {', '.join(done.not_found) or '-'}")
     if done.not_found and not done.acked:
         raise typer.Exit(EXIT_CODES[ErrorCode.NOT_FOUND])
+
+
+app.command()(respond)
 
 
 @app.command()

@@ -87,7 +87,7 @@ def _named(name: str, trust: Trust, style: str = "cyan") -> list[Part]:
 
 
 def message_line(m: Message) -> Text:
-    # A request's asker waits for an answer; a task's, a response's
+    # A request's asker waits for an answer (`agentpost respond`); a task's, a response's
     # and the post office's own messages read differently from a colleague's note too.
     flags: list[Part] = [] if m.kind.value == "message" else [(f" {m.kind.value}", "magenta")]
     if m.priority.value == "urgent":

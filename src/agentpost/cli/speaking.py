@@ -3,9 +3,10 @@ agent on a remote service through the Python client; the options every such comm
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
@@ -13,6 +14,7 @@ import typer
 from agentpost.cli.entry import key_for
 from agentpost.config import Settings, load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import MAX_DATA_DEPTH
 from agentpost.domain.models import Caller
 from agentpost.domain.names import OWNER
 
@@ -48,6 +50,20 @@ class Speaker:
     as_json: bool
     url: str | None
     key: str | None
+
+
+def parse_data(data: str | None) -> Any:
+    """`--data` as JSON; called inside `run`, so that JSON it is not is refused as any input."""
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"--data is not JSON: {exc}") from None
+    except RecursionError:  # far past the limit the send would hold it to
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT, f"--data nests deeper than {MAX_DATA_DEPTH} levels"
+        ) from None
 
 
 OPTIONS = {"ttl_s": "--ttl", "thread_id": "--thread", "reply_to": "--reply-to"}
