@@ -19,7 +19,12 @@ from typing import Any
 import anyio
 import anyio.abc
 import httpx
+import httpx2
 import pytest
+from mcp.client.client import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from stdio_agents import LEGACY
 
 AGENTPOST = Path(sys.executable).with_name("agentpost")
 START_TIMEOUT_S = 30
@@ -144,3 +149,17 @@ async def eventually(check: Callable[[], Awaitable[bool]], within_s: float = 10)
             if await check():
                 return
             await anyio.sleep(0.05)
+
+
+@asynccontextmanager
+async def over_http(service: Service, key: str, revision: str) -> AsyncIterator[Client]:
+    """An MCP client of the service's `/mcp`, speaking with `key` in protocol `revision`."""
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
+        Client(
+            streamable_http_client(f"{service.url}/mcp", http_client=http),
+            mode="legacy" if revision == LEGACY else "auto",
+            read_timeout_seconds=30,
+        ) as client,
+    ):
+        yield client

@@ -7,13 +7,9 @@ import json
 import re
 from pathlib import Path
 
-import httpx2
 import pytest
-from mcp.client.client import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from service_process import running_service
-from stdio_agents import LEGACY
+from service_process import over_http, running_service
 
 pytestmark = pytest.mark.anyio
 
@@ -41,14 +37,7 @@ async def test_a_tasks_words_written_unvouched_read_untrusted_after_the_owner_vo
         vouched = await service.admin.post("/v1/admin/agents/drifter/vouch")
         assert vouched.status_code == 200, vouched.text
         read = (await alice.get(f"/v1/tasks/{given_id}")).json()
-        async with (
-            httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
-            Client(
-                streamable_http_client(f"{service.url}/mcp", http_client=http),
-                mode="legacy" if revision == LEGACY else "auto",
-                read_timeout_seconds=30,
-            ) as agent,
-        ):
+        async with over_http(service, key, revision) as agent:
             one = await agent.call_tool("task", {"task_id": given_id})
             other = await agent.call_tool("task", {"task_id": asked_id})
 

@@ -11,24 +11,20 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import pytest
 from mcp.client.client import Client
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from agentpost.client.desk import AGENT_UNKNOWN
 from git_repo import git, make_repo
 from remote_office import Office
-from service_process import Service, eventually, serve_command
-from stdio_agents import INBOX_URI, LEGACY, WAKE_TIMEOUT_S, Agent, Agents
+from service_process import Service, eventually, over_http, serve_command
+from stdio_agents import INBOX_URI, WAKE_TIMEOUT_S, Agent, Agents
 
 pytestmark = pytest.mark.anyio
 
@@ -58,20 +54,6 @@ async def start_remote(
         await agents.group.start(agent.run, params)
     agents.running.append(agent)
     return agent
-
-
-@asynccontextmanager
-async def over_http(service: Service, key: str, revision: str) -> AsyncIterator[Client]:
-    """An MCP client of the service's `/mcp`, speaking with `key`."""
-    async with (
-        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
-        Client(
-            streamable_http_client(f"{service.url}/mcp", http_client=http),
-            mode="legacy" if revision == LEGACY else "auto",
-            read_timeout_seconds=30,
-        ) as client,
-    ):
-        yield client
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
