@@ -35,8 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, text
 
 from agentpost.services import PostOffice
@@ -193,10 +191,7 @@ def _to_0013(path: Path) -> None:
     engine = sqlite.make_engine(path, pooled=False)
     try:
         with engine.connect() as conn, sqlite.transaction(conn, immediate=True):
-            config = Config()
-            config.set_main_option("script_location", str(migrate.MIGRATIONS))
-            config.attributes["connection"] = conn
-            command.downgrade(config, "0013")
+            migrate.downgrade(conn, "0013")
     finally:
         engine.dispose()
 

@@ -11,8 +11,6 @@ from pathlib import Path
 
 import anyio
 import pytest
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import Connection, create_engine, text
 
 from agentpost.store import clearing, database, fulltext, mail, migrate, sqlite
@@ -120,10 +118,7 @@ def alembic_on(path: Path, verb: str, revision: str) -> None:
     engine = sqlite.make_engine(path, pooled=False)
     try:
         with engine.connect() as conn, sqlite.transaction(conn, immediate=True):
-            config = Config()
-            config.set_main_option("script_location", str(migrate.MIGRATIONS))
-            config.attributes["connection"] = conn
-            getattr(command, verb)(config, revision)
+            getattr(migrate, verb)(conn, revision)
     finally:
         engine.dispose()
 

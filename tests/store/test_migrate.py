@@ -386,13 +386,7 @@ async def migrate_to(url: str, target: str) -> None:
         return
 
     def upgrade(conn: Connection) -> None:
-        from alembic import command
-        from alembic.config import Config
-
-        config = Config()
-        config.set_main_option("script_location", str(migrate.MIGRATIONS))
-        config.attributes["connection"] = conn
-        command.upgrade(config, target)
+        migrate.upgrade(conn, target)
 
     async_engine = create_async_engine(async_url(url))
     try:

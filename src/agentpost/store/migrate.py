@@ -19,6 +19,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import sqlite
 
 if TYPE_CHECKING:
+    from alembic.config import Config
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 SCHEMA_HEAD = "0016"
@@ -51,15 +52,28 @@ def _refuse_unknown(found: str | None) -> None:
         )
 
 
-def upgrade(conn: Connection) -> None:
-    """Apply every pending revision on `conn`, inside the caller's transaction."""
+def upgrade(conn: Connection, target: str = "head") -> None:
+    """Apply every pending revision up to `target` on `conn`, inside the caller's transaction."""
     from alembic import command
+
+    command.upgrade(_config(conn), target)
+
+
+def downgrade(conn: Connection, target: str) -> None:
+    """Undo the revisions past `target` on `conn`, inside the caller's transaction (tests
+    and benchmarks take a file back to what an older agentpost left)."""
+    from alembic import command
+
+    command.downgrade(_config(conn), target)
+
+
+def _config(conn: Connection) -> Config:
     from alembic.config import Config
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = conn
-    command.upgrade(config, "head")
+    return config
 
 
 def _lock_file(path: Path) -> IO[str]:
