@@ -151,3 +151,16 @@ async def test_moving_project_leaves_a_registered_sessions_own_project(service: 
     bob = await service.agent("bob")
     # A session registered in a worktree says where it works, whatever the directory says.
     assert [p["project"] for p in await presence_of(bob, "alice")] == ["gamma"]
+
+
+async def test_a_method_a_route_does_not_take_is_refused_naming_the_ones_it_does(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    answer = await alice.delete("/v1/me")
+    assert answer.status_code == 405
+    assert {"GET", "PATCH"} <= set(answer.headers["allow"].replace(" ", "").split(","))
+    error = answer.json()["error"]
+    assert error["code"] == "not_found"
+    assert error["message"] == "/v1/me takes GET, PATCH, not DELETE"
+    assert (await alice.get("/v1/me")).status_code == 200

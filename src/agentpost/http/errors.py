@@ -4,12 +4,14 @@ DESIGN.md gives each stable code, and `Retry-After` where waiting helps."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
@@ -76,6 +78,23 @@ def _validation_problems(exc: RequestValidationError) -> AgentpostError:
     )
 
 
+def _methods_taken(request: Request) -> str | None:
+    """Every method the request's path takes: Starlette names only the first route's, and a
+    path's methods are often routes of their own (`GET /v1/me` beside `PATCH /v1/me`)."""
+    methods: set[str] = set()
+    for route in _routes(request.app.router.routes):
+        match, _ = route.matches(request.scope)
+        if match is Match.PARTIAL:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods)) or None
+
+
+def _routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
+    for route in routes:
+        included = getattr(route, "original_router", None)  # FastAPI keeps included routers
+        yield from _routes(included.routes) if included is not None else (route,)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def refused(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, AgentpostError)
@@ -85,13 +104,18 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         return error_response(_validation_problems(exc))
 
-    async def http_error(_request: Request, exc: Exception) -> Response:
+    async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         code = _FROM_STATUS.get(exc.status_code, ErrorCode.INVALID_ARGUMENT)
         message = exc.detail if isinstance(exc.detail, str) else code.value
+        allowed = _methods_taken(request) if exc.status_code == 405 else None
+        if allowed:
+            message = f"{request.url.path} takes {allowed}, not {request.method}"
         response = error_response(AgentpostError(code, message))
-        if exc.status_code == 405:  # keep the method's truth, in our shape
+        if exc.status_code == 405:  # keep the method's truth, and what to use instead
             response.status_code = 405
+            if allowed:
+                response.headers["Allow"] = allowed
         return response
 
     app.add_exception_handler(AgentpostError, refused)
