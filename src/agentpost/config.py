@@ -102,6 +102,8 @@ class Settings(BaseSettings):
     """Let agents create themselves (`POST /v1/register`); their mail is `untrusted`."""
     register_rate_per_hour: int = Field(10, ge=1)
     """Self-registrations per client IP per hour."""
+    register_total_per_hour: int = Field(100, ge=1)
+    """Self-registrations from all addresses together per hour."""
     lockout_failures: int = Field(10, ge=1)
     """Failed authentications from one IP, within `lockout_s`, that lock it out."""
     lockout_s: float = Field(900, gt=0, allow_inf_nan=False)

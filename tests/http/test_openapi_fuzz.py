@@ -40,6 +40,7 @@ def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "AGENTPOST_LOCKOUT_FAILURES": "1000000",
         "AGENTPOST_OPEN_REGISTRATION": "true",
         "AGENTPOST_REGISTER_RATE_PER_HOUR": "1000000",
+        "AGENTPOST_REGISTER_TOTAL_PER_HOUR": "1000000",
     }
     log = home / "serve.log"
     with log.open("wb") as out:

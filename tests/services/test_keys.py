@@ -485,8 +485,9 @@ async def test_the_sweep_forgets_registration_and_send_windows_that_ended(
     await office.keys.self_register("third", ip="198.51.100.2")  # a window that still counts
     await office.mailbox.sweep()
     windows = [row[0] for row in (await snapshot(office.store))["rate_windows"]]
-    assert [key.partition("|")[0] for key in windows if not key.startswith("auth")] == [
-        "register:198.51.100.2"
+    assert sorted(key.partition("|")[0] for key in windows if not key.startswith("auth")) == [
+        "register:*",  # all addresses together: the third still counts there
+        "register:198.51.100.2",
     ]
 
 
@@ -930,6 +931,51 @@ async def test_registrations_are_limited_over_any_hour_not_per_clock_hour(
     assert limited.retry_after_s == 3600 - 2 * MINUTE
     clock.advance(limited.retry_after_s)
     await office.keys.self_register("third", ip=ADDRESS)
+
+
+async def test_registrations_from_every_address_together_are_limited_too(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """Self-registered agents are never deleted: without a cap over all addresses, a client
+    with many addresses could fill the directory for good."""
+    office = await open_office(
+        open_registration=True, register_rate_per_hour=5, register_total_per_hour=3
+    )
+    clock.now -= clock.now % 3600
+    for n in range(3):
+        await office.keys.self_register(f"agent-{n}", ip=f"198.51.100.{n + 1}")
+    limited = await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.keys.self_register("agent-3", ip="203.0.113.9")
+    )
+    assert limited.details["limit"] == 3
+    assert "all addresses" in limited.message
+    assert limited.retry_after_s == 3600
+    clock.advance(3600)
+    await office.keys.self_register("agent-3", ip="203.0.113.9")
+
+
+async def test_a_registration_one_address_may_not_make_counts_for_no_one_else(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(
+        open_registration=True, register_rate_per_hour=1, register_total_per_hour=2
+    )
+    await office.keys.self_register("first", ip=ADDRESS)
+    await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.keys.self_register("second", ip=ADDRESS)
+    )
+    await office.keys.self_register("elsewhere", ip="198.51.100.1")
+
+
+async def test_the_default_registration_cap_is_a_hundred_an_hour_in_all(
+    open_office: OpenOffice,
+) -> None:
+    office = await open_office(open_registration=True)
+    for n in range(100):
+        await office.keys.self_register(f"agent-{n}", ip=f"198.51.100.{n // 10 + 1}")
+    await refused_without_change(
+        office, ErrorCode.RATE_LIMITED, office.keys.self_register("late", ip="203.0.113.9")
+    )
 
 
 async def test_the_default_registration_rate_is_ten_an_hour(open_office: OpenOffice) -> None:

@@ -65,6 +65,8 @@ ANONYMOUS = "-"
 """The audit's actor before anyone is authenticated."""
 REGISTER_WINDOW_S = 3600.0
 REGISTER_RATE_KEY = "register:"
+REGISTER_TOTAL_KEY = f"{REGISTER_RATE_KEY}*"
+"""All addresses together: no address is spelt with `*`."""
 """Prefix of each address's self-registration window in the store."""
 MAX_BOUND_CONNECTIONS = 10_000
 """Connections remembered with their session; past this, the longest unused is forgotten (its
@@ -517,7 +519,9 @@ class Keys:
     ) -> IssuedKey:
         """An agent creating itself, when the owner opened registration: its mail is
         `untrusted` until the owner vouches for it. Limited per client address (an IPv6
-        client's /64) over the last hour; an attempt refused as a name taken counts too."""
+        client's /64) and over all addresses together, each over the last hour (agents are
+        never deleted: a client of many addresses would fill the directory for good); an
+        attempt refused as a name taken counts too."""
         if not self.settings.open_registration:
             raise forbidden("registration is closed; ask the owner for a key")
         accounts.check_new_name(name, self.settings)
@@ -525,19 +529,24 @@ class Keys:
         accounts.check_project(project)
         address = _address(ip)
         counted = _counted(address)
-        limit = self.settings.register_rate_per_hour
+        limits = (
+            (f"{REGISTER_RATE_KEY}{counted}", self.settings.register_rate_per_hour, "one address"),
+            (REGISTER_TOTAL_KEY, self.settings.register_total_per_hour, "all addresses"),
+        )
 
         def tx(conn: Connection) -> IssuedKey | AgentpostError:
             now = self.store.clock()
-            key = f"{REGISTER_RATE_KEY}{counted}"
-            wait_s = rates.hit_sliding(conn, self.store.dialect, key, now, REGISTER_WINDOW_S, limit)
-            if wait_s is not None:
-                raise AgentpostError(
-                    ErrorCode.RATE_LIMITED,
-                    f"at most {limit} registrations an hour from one address",
-                    details={"limit": limit},
-                    retry_after_s=float(math.ceil(wait_s)),
+            for key, limit, source in limits:  # a refusal rolls back what was counted before
+                wait_s = rates.hit_sliding(
+                    conn, self.store.dialect, key, now, REGISTER_WINDOW_S, limit
                 )
+                if wait_s is not None:
+                    raise AgentpostError(
+                        ErrorCode.RATE_LIMITED,
+                        f"at most {limit} registrations an hour from {source}",
+                        details={"limit": limit},
+                        retry_after_s=float(math.ceil(wait_s)),
+                    )
             try:
                 accounts.create_account(
                     conn,
