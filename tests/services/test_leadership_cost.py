@@ -23,7 +23,7 @@ def count_writes(office: PostOffice, monkeypatch: pytest.MonkeyPatch) -> list[st
     write = office.store.write
 
     async def counted(fn: Any, *args: Any, **kwargs: Any) -> Any:
-        writes.append(fn.__qualname__)
+        writes.append(getattr(fn, "__qualname__", repr(fn)))  # a partial has none
         return await write(fn, *args, **kwargs)
 
     monkeypatch.setattr(office.store, "write", counted)

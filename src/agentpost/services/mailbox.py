@@ -499,13 +499,23 @@ class Mailbox:
         """Turn everyone's unread mail past its TTL into tombstones now (their senders' events
         and webhooks go out with it), and say when the next unread mail falls due (store
         clock; None: none has a TTL). One reading of the clock for both, so mail that falls
-        due meanwhile is either expired or still to come, never passed over."""
+        due meanwhile is either expired or still to come, never passed over.
+
+        A read looks first: most looks find nothing due, and a write would hold the write lock
+        against every writer (on SQLite, every process's) to change nothing."""
+
+        def look(conn: Connection) -> tuple[bool, float | None]:
+            now = self.store.clock()
+            return expiry.any_due(conn, now), expiry.next_expiry(conn, now)
 
         def tx(conn: Connection) -> float | None:
             now = self.store.clock()
             self.expire_due_in(conn, now)
             return expiry.next_expiry(conn, now)
 
+        due, next_at = await self.store.read(look)
+        if not due:
+            return next_at
         # A broadcast's deliveries fall due together: never on the event loop.
         return await self.store.write(tx, lengthy=True, touches_accounts=False)
 

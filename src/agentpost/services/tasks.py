@@ -304,8 +304,19 @@ class Tasks:
         """Tell the creator and assignee of each task whose due passed unfinished, once, by
         `system` in the task's thread (the sweeper's look). Which of the processes looking at
         once tells of a task is decided by the statement that marks it. Returns when the
-        next due of an unfinished task passes (store clock); None: none is to pass."""
+        next due of an unfinished task passes (store clock); None: none is to pass.
+
+        A read looks first, and the write lock is taken only when a due has passed, as
+        `Mailbox.expire_due` does: most looks find none."""
         rules.check_limit(batch, name="batch")
+
+        def look(conn: Connection) -> tuple[bool, float | None]:
+            now = self.store.clock()
+            return task_rows.any_due_passed(conn, now), task_rows.next_due(conn, now)
+
+        passed_any, next_due = await self.store.read(look)
+        if not passed_any:
+            return next_due
 
         def tx(conn: Connection) -> tuple[int, float | None]:
             now = self.store.clock()

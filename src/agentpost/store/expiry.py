@@ -16,8 +16,10 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
+    exists,
     func,
     insert,
+    or_,
     select,
     update,
 )
@@ -78,6 +80,17 @@ def expire_due(conn: Connection, now: float, recipient: str | None = None) -> li
     for name, seqs in by_recipient.items():
         events.record_for_senders(conn, EventType.MESSAGE_EXPIRED, name, seqs, now)
     return [seq for _name, seq in rows]
+
+
+_ANY_DUE = Prepared(
+    select(or_(exists().where(_DUE), exists().where(_SILENT_DUE)))  # each by its expiry index
+)
+
+
+def any_due(conn: Connection, now: float) -> bool:
+    """Whether everyone's `expire_due` would find anything at `now`: a read, so the sweeper's
+    look takes the write lock only when there is mail to expire (mostly there is none)."""
+    return bool(_ANY_DUE.scalar(conn, {"now": now}))
 
 
 def withhold(conn: Connection, seq: int, recipients: Sequence[str], expires_at: float) -> None:

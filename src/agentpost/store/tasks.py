@@ -10,7 +10,20 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, delete, false, func, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    delete,
+    exists,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from agentpost.domain.limits import never_stored
 from agentpost.domain.models import Priority, Trust
@@ -80,24 +93,26 @@ def move(
     return bool(conn.execute(stmt.values(**values)).rowcount)
 
 
+def _passing(now: float) -> ColumnElement[bool]:
+    """The tasks whose due passed before `now` and that no sweep has marked yet."""
+    return and_(tasks.c.due_passed_at.is_(None), tasks.c.due < now)  # ix_tasks_due serves it
+
+
+def any_due_passed(conn: Connection, now: float) -> bool:
+    """Whether `pass_dues` would mark any task at `now`: a read, so the sweeper's look takes
+    the write lock only when a due has passed (mostly none has)."""
+    return bool(conn.execute(select(exists().where(_passing(now)))).scalar())
+
+
 def pass_dues(conn: Connection, now: float, limit: int) -> list[Row[Any]]:
     """Mark up to `limit` tasks whose due passed before `now` as past it, and return them
     (those to tell of, and those finished already). The statement that marks decides: it marks
     a task only while it is unmarked, so of processes sweeping at once exactly one marks each
     task (on PostgreSQL the others wait on its row, then find it marked and pass it by)."""
-    pending = (
-        select(tasks.c.id)
-        .where(tasks.c.due_passed_at.is_(None), tasks.c.due < now)
-        .order_by(tasks.c.due)
-        .limit(limit)
-    )
+    pending = select(tasks.c.id).where(_passing(now)).order_by(tasks.c.due).limit(limit)
     stmt = (
         update(tasks)
-        .where(
-            tasks.c.id.in_(pending.scalar_subquery()),
-            tasks.c.due_passed_at.is_(None),
-            tasks.c.due < now,
-        )
+        .where(tasks.c.id.in_(pending.scalar_subquery()), _passing(now))
         .values(due_passed_at=now)
         .returning(
             tasks.c.id,
