@@ -6,8 +6,10 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -340,3 +342,110 @@ async def test_a_purge_asked_for_while_one_runs_waits_for_it_and_takes_no_step_o
     assert queued == 0
     assert not await lite.read(fulltext.wiped)
     assert len(steps) == 2  # the first purge's two
+
+
+async def test_an_indexing_asked_for_while_one_runs_waits_for_it_and_takes_no_step_of_its_own(
+    lite: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search and the background (or two searches) ask at once: run together, their steps
+    would fill each other's pauses, and another process's writer would find the lock taken
+    again whenever it tried."""
+    monkeypatch.setattr(database, "INDEX_AFTER_S", 3600.0)  # no background indexing meanwhile
+    monkeypatch.setattr(fulltext, "BATCH", 2)
+    seqs = [(await put(lite, "alice", ["bob"], f"backlog {i}"))[1] for i in range(5)]
+    asked: list[str] = []  # the steps asked of the writer, as they are asked
+    in_step, release = threading.Event(), threading.Event()
+    real_step = fulltext.index_new
+
+    def held_step(conn: Connection) -> bool:
+        if not in_step.is_set():
+            in_step.set()
+            release.wait(10)
+        return real_step(conn)
+
+    runner = lite._sqlite
+    assert runner is not None
+    write = runner.write
+
+    async def asking(fn: Callable[[Connection], Any], **options: Any) -> Any:
+        asked.append(getattr(fn, "__name__", ""))
+        return await write(fn, **options)
+
+    monkeypatch.setattr(fulltext, "index_new", held_step)
+    monkeypatch.setattr(runner, "write", asking)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lite.index_for_search)
+        await anyio.to_thread.run_sync(in_step.wait, 10)
+        tg.start_soon(lite.index_for_search)  # while the first one's step runs
+        for _ in range(50):  # half a second for the second one to ask for a step, if it would
+            if len(asked) > 1:
+                break
+            await anyio.sleep(0.01)
+        asked_meanwhile = len(asked)
+        release.set()
+    assert asked_meanwhile == 1
+    assert asked == ["held_step"] * 3  # one indexing of five messages, two at a time
+    assert await lite.read(fulltext.indexed_up_to) == seqs[-1]
+    await lite.write(integrity_check)
+
+
+SEND_WHEN_TOLD = """
+import anyio, sys
+sys.path.insert(0, sys.argv[2])
+from agentpost.store.database import Store
+from store.test_mail import put
+
+async def main():
+    store = await Store.open(sys.argv[1])
+    print("ready", flush=True)
+    sys.stdin.readline()
+    await put(store, "carol", ["bob"], "sent while a backlog was indexed")
+    await store.aclose()
+
+anyio.run(main)
+"""
+
+
+async def test_another_process_sends_between_the_steps_of_a_long_backlog_indexing(
+    lite: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step holds the write lock of every process: with the steps back to back, another
+    process's send, trying again every so often, all but never found the lock free and
+    waited out the whole backlog. The index ends complete, that send's mail in it too."""
+    monkeypatch.setattr(database, "INDEX_AFTER_S", 3600.0)  # only the indexing asked for here
+    for i in range(3):
+        await put(lite, "alice", ["bob"], f"backlog {i}")
+    most = 20
+    steps: list[bool] = []  # each step: whether the other process's mail was stored before it
+    first_step = threading.Event()
+    real_step = fulltext.index_new
+    sent_before = text("SELECT EXISTS (SELECT 1 FROM messages WHERE sender = 'carol')")
+
+    def long_step(conn: Connection) -> bool:  # a step of a long backlog, BATCH messages
+        sent = bool(conn.execute(sent_before).scalar_one())
+        steps.append(sent)
+        first_step.set()
+        if sent or len(steps) == most:
+            return real_step(conn)  # the rest of the backlog, and that mail
+        time.sleep(0.1)
+        return True
+
+    monkeypatch.setattr(fulltext, "index_new", long_step)
+    tests = Path(__file__).parents[1]
+    command = [sys.executable, "-c", SEND_WHEN_TOLD, lite.url, str(tests)]
+    with anyio.fail_after(60):
+        async with await anyio.open_process(command) as other:
+            assert other.stdin is not None
+            assert other.stdout is not None
+            assert b"ready" in await other.stdout.receive()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lite.index_for_search)
+                await anyio.to_thread.run_sync(first_step.wait, 10)
+                await other.stdin.send(b"send\n")
+            assert await other.wait() == 0
+    assert steps[-1]  # the other process sent between two steps,
+    assert len(steps) < most  # while steps were left
+    assert await lite.read(fulltext.indexed_up_to) == await lite.read(mail.newest_seq)
+    found = await search(lite, "bob", ["backlog"])
+    assert len(found) == 4
+    await lite.write(integrity_check)

@@ -46,6 +46,10 @@ LOOK_AFTER_S = 0.005
 for another process's commit taken in with it, before a look is taken anyway."""
 INDEX_AFTER_S = 1.0
 """How soon after this process's commits of news the full-text index takes in their mail."""
+INDEX_PAUSE_S = 0.1
+"""Between two steps of indexing a backlog (`fulltext.BATCH` messages each), the write lock is
+left free this long, as between purge steps (`PURGE_PAUSE_S`): sends write meanwhile, this
+process's at once, another process's writer at its next try."""
 PURGE_EVERY_S = 300.0
 """How often at most the background merges the full-text index until no wiped word is left in
 it: each merge rewrites the whole index, and with `clear_on_ack` every ack wipes."""
@@ -87,6 +91,18 @@ class ReplicaSignal:
         """Nothing to release."""
 
 
+async def _in_steps(
+    runner: SqliteRunner, step: Callable[[Connection], bool], pause_s: float
+) -> None:
+    """`step`, each a lengthy write of its own, until it says none is left, with the write lock
+    left free `pause_s` between two: writers here and in other processes go meanwhile."""
+    more = True
+    while more:
+        more = await runner.write(step, lengthy=True, touches_accounts=False)
+        if more:
+            await asyncio.sleep(pause_s)
+
+
 class Store:
     """Open with `await Store.open(url)`; close with `await store.aclose()`."""
 
@@ -105,6 +121,7 @@ class Store:
         self._changed_at = 0.0
         self._index_timer: asyncio.TimerHandle | None = None
         self._indexing: asyncio.Task[None] | None = None
+        self._indexing_one = asyncio.Lock()  # one indexing at a time (see `index_for_search`)
         self._purge_timer: asyncio.TimerHandle | None = None
         self._purging = asyncio.Lock()  # one purge at a time (see `purge_wiped`)
         self._purged_at = -math.inf  # loop time of the background's last purge
@@ -255,12 +272,18 @@ class Store:
         """Bring the full-text index up to the newest message: a search that follows finds
         all mail stored before it. (SQLite indexes in batches, see `store.fulltext`;
         PostgreSQL matches unindexed until scale-out.) With nothing new, it only glances:
-        a search never waits for another process's write lock for nothing."""
-        if self._sqlite is not None and await self._sqlite.glance(fulltext.behind):
-            while await self._sqlite.write(
-                fulltext.index_new, lengthy=True, touches_accounts=False
-            ):
-                pass
+        a search never waits for another process's write lock for nothing.
+
+        One at a time: asked for while another runs (a search's and the background's), it
+        waits for that one, which takes in the mail stored meanwhile too, and then mostly
+        finds nothing left; run together, their steps would fill each other's pauses."""
+        runner = self._sqlite
+        if runner is None or not await runner.glance(fulltext.behind):
+            return
+        async with self._indexing_one:
+            if not await runner.glance(fulltext.behind):
+                return
+            await _in_steps(runner, fulltext.index_new, INDEX_PAUSE_S)
 
     async def purge_wiped(self) -> None:
         """Merge the full-text index until no word of wiped or purged mail is left in the
@@ -276,13 +299,7 @@ class Store:
     async def _purge_alone(self) -> None:
         if self._sqlite is not None and await self._sqlite.glance(fulltext.wiped):
             # Each step, a lengthy write, has a checkpoint after it: the WAL stays small.
-            more = True
-            while more:
-                more = await self._sqlite.write(
-                    fulltext.purge_step, lengthy=True, touches_accounts=False
-                )
-                if more:
-                    await asyncio.sleep(PURGE_PAUSE_S)  # other processes write meanwhile
+            await _in_steps(self._sqlite, fulltext.purge_step, PURGE_PAUSE_S)
             self._sqlite.checkpoints.truncate_soon()  # the WAL holds the pages as they were
 
     async def _purge_in_turn(self) -> None:

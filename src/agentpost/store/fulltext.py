@@ -33,7 +33,8 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.schema import Table
 
 BATCH = 5_000
-"""Messages indexed per transaction, so a long backlog never holds the write lock for long."""
+"""Messages indexed per transaction, so a long backlog never holds the write lock for long; the
+store leaves it free a moment between two (`database.INDEX_PAUSE_S`), for the sends."""
 PURGE_PAGES = 500
 """Index pages (4 KB) after which a purge step ends, for the same reason; but FTS5 ends a step
 only between two words, so a step is at least the whole list of the word it is in, however
