@@ -385,10 +385,12 @@ async def test_per_agent_limits_override_the_settings_and_none_restores_them(
         20,
         3,
     )
+    assert usage.own_limits == ["max_unacked", "max_channels_per_agent"]
     assert await office.admin.set_limits(
         admin, "bob", send_rate_per_minute=None, max_unacked=None
     ) == AgentLimits("bob", 60, 1000, 100)
     assert (await snapshot(office.store))["agent_limits"] == []
+    assert [u.own_limits for u in await office.admin.usage(admin, "bob")] == [[]]
 
 
 @pytest.mark.parametrize(

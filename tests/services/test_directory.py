@@ -288,7 +288,9 @@ async def test_an_agent_sees_its_own_usage_and_limits(office: PostOffice) -> Non
     await office.admin.set_limits(admin, "alice", send_rate_per_minute=10, max_unacked=None)
     await office.mailbox.send(alice, "bob", "one")
     await office.mailbox.send(bob, "alice", "two")
-    assert await office.directory.usage(alice) == Usage("alice", 1, 1, 1, 1, 1, 10, 1000, 100)
+    assert await office.directory.usage(alice) == Usage(
+        "alice", 1, 1, 1, 1, 1, 10, 1000, 100, own_limits=["send_rate_per_minute"]
+    )
 
 
 async def test_a_capability_stored_with_half_a_surrogate_pair_is_left_out_not_fatal(

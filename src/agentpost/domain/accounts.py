@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Self, TypeGuard
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
@@ -213,10 +213,15 @@ class Usage:
     max_unacked: int
     max_channels_per_agent: int | None = None
     """None only from an older service, which caps no channels."""
+    own_limits: list[str] | None = field(default_factory=list)
+    """Which of the limits above the owner set for this agent, by name; the others follow the
+    settings (so a change of a setting reaches them). None from an older service, which does
+    not say: a tool that keeps an agent's limits must then keep their values."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Usage:
-        return from_fields(cls, data)
+        own = data.get("own_limits")
+        return from_fields(cls, data, own_limits=None if own is None else list(own))

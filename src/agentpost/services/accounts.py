@@ -27,6 +27,8 @@ from agentpost.store import usage as usage_rows
 from agentpost.store.database import Connection, Row, Store
 
 DAY_S = 86_400.0
+LIMITS = ("send_rate_per_minute", "max_unacked", "max_channels_per_agent")
+"""The per-agent limits by name, in the order the store keeps an override's."""
 INTERNAL = (SYSTEM, POST_OFFICE)
 """The post office's own identities: never listed, never account holders."""
 
@@ -183,18 +185,19 @@ def limits_in_effect(
 ) -> dict[str, AgentLimits]:
     """Each agent's limits: the owner's overrides where set, the settings' elsewhere."""
     overrides = limit_rows.overrides(conn, names)
-    out = {}
-    for name in names:
-        rate, cap, channels = overrides.get(name, limit_rows.NONE)
-        out[name] = AgentLimits(
-            agent=name,
-            send_rate_per_minute=settings.send_rate_per_minute if rate is None else rate,
-            max_unacked=settings.max_unacked if cap is None else cap,
-            max_channels_per_agent=(
-                settings.max_channels_per_agent if channels is None else channels
-            ),
-        )
-    return out
+    return {
+        name: _in_effect(settings, name, overrides.get(name, limit_rows.NONE)) for name in names
+    }
+
+
+def _in_effect(settings: Settings, name: str, override: limit_rows.Override) -> AgentLimits:
+    rate, cap, channels = override
+    return AgentLimits(
+        agent=name,
+        send_rate_per_minute=settings.send_rate_per_minute if rate is None else rate,
+        max_unacked=settings.max_unacked if cap is None else cap,
+        max_channels_per_agent=settings.max_channels_per_agent if channels is None else channels,
+    )
 
 
 def usage(
@@ -205,9 +208,11 @@ def usage(
         names = [a.name for a in accounts(conn, settings, now, include_disabled=True)]
     sent = usage_rows.sent_counts(conn, names, now - DAY_S)
     received = usage_rows.received_counts(conn, names, now)
-    limits = limits_in_effect(conn, settings, names)
+    overrides = limit_rows.overrides(conn, names)
     out = []
     for name in names:
+        override = overrides.get(name, limit_rows.NONE)
+        limits = _in_effect(settings, name, override)
         sent_total, sent_day = sent.get(name, (0, 0))
         received_total, unread, unacked = received.get(name, (0, 0, 0))
         out.append(
@@ -218,9 +223,14 @@ def usage(
                 received_total=received_total,
                 unread=unread,
                 unacked=unacked,
-                send_rate_per_minute=limits[name].send_rate_per_minute,
-                max_unacked=limits[name].max_unacked,
-                max_channels_per_agent=limits[name].max_channels_per_agent,
+                send_rate_per_minute=limits.send_rate_per_minute,
+                max_unacked=limits.max_unacked,
+                max_channels_per_agent=limits.max_channels_per_agent,
+                own_limits=[
+                    limit
+                    for limit, value in zip(LIMITS, override, strict=True)
+                    if value is not None
+                ],
             )
         )
     return out
