@@ -68,3 +68,12 @@ def test_the_clients_section_names_every_command_that_takes_url() -> None:
         if any("--url" in param.opts for param in command.params)
     }
     assert documented == taking_url - {"mcp"}  # `agentpost mcp --url` has its own entry
+
+
+def test_the_admin_command_table_lists_exactly_the_admin_commands() -> None:
+    rows = table(section(SERVICE_DOC, "Administration from the command line"))
+    documented = {
+        name for row in rows for name in re.findall(r"agentpost admin ([a-z-]+)", row["command"])
+    }
+    group = typer.main.get_command(app).commands["admin"]  # type: ignore[attr-defined]
+    assert documented == set(group.commands)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
+from agentpost.cli.admin import admin_app
 from agentpost.cli.answering import respond
 from agentpost.cli.entry import EXIT_CODES, key_for, serve_mcp
 from agentpost.cli.guard import guard_app
@@ -557,6 +558,7 @@ def hook(
 app.add_typer(install_app, name="install")
 app.add_typer(uninstall_app, name="uninstall")
 app.add_typer(guard_app, name="guard")
+app.add_typer(admin_app, name="admin")
 
 
 def command_line(args: list[str]) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
@@ -84,7 +84,14 @@ def as_spelled(err: AgentpostError) -> AgentpostError:
     )
 
 
-def run(speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender: bool = False) -> T:
+def run(
+    speaker: Speaker,
+    local: Local[T],
+    remote: Remote[T],
+    *,
+    creates_sender: bool = False,
+    as_admin: bool = False,
+) -> T:
     """Act as the speaker, on the local post office or a remote one; refusals (a configuration
     mistake among them) become an exit status.
 
@@ -92,6 +99,11 @@ def run(speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender:
     transaction that stores the message (`creates_sender`: the caller is passed on unchecked):
     a refused send, like a read as a name nobody has used (`not_found`), leaves no agent
     behind. Remotely the key says who speaks, so `--as` is refused there rather than ignored.
+
+    `as_admin` (the `admin` commands) speaks locally as the owner holding admin rights: whoever
+    opens the post office's own files holds its admin key too (`admin.key` lives beside the
+    database), so the services' admin gate lets the act through as it would that key. Remotely
+    the key decides, and the service refuses a key that is not an admin's.
     """
     from agentpost.cli.render import refusal
 
@@ -111,7 +123,10 @@ def run(speaker: Speaker, local: Local[T], remote: Remote[T], *, creates_sender:
         office = await PostOffice.open(settings)
         try:
             name = speaker.as_ or settings.agent or OWNER
-            if creates_sender:
+            if as_admin:
+                owner = await office.presence.ensure_agent(OWNER)
+                caller = replace(owner, admin=True)
+            elif creates_sender:
                 caller = Caller(agent=name)
             elif name == OWNER:
                 caller = await office.presence.ensure_agent(name)
