@@ -67,6 +67,7 @@ def test_the_first_start_note_gives_urls_a_client_can_open(
     tmp_path: Path, host: str, base: str
 ) -> None:
     note = first_start_note(Settings(home=tmp_path), "ap_k", host, 8470)
+    assert f"agentpost admin create-agent alice --url {base} --key ap_k\n" in note
     assert f"curl -s -X POST {base}/v1/admin/agents " in note
     assert f"agentpost {base}/mcp " in note
     for url in re.findall(r"http://\S+", note):

@@ -88,12 +88,16 @@ agentpost: created the admin key, stored in {admin_key_path(settings)} (0600):
 
     {key}
 
-Create an agent and its key:
+Create an agent and its key (the command prints the key alone):
+
+    agentpost admin create-agent alice --url {base} --key {key}
+
+or over REST (the key is in the answer):
 
     curl -s -X POST {base}/v1/admin/agents -H "Authorization: Bearer {key}" \\
          -H "Content-Type: application/json" -d '{{"name": "alice"}}'
 
-Connect Claude Code as that agent, with the key from the answer:
+Connect Claude Code as that agent, with its key:
 
     claude mcp add --transport http agentpost {base}/mcp --header "Authorization: Bearer ap_…"
 """
