@@ -35,8 +35,8 @@ def respond(
 
     answered = run(
         Speaker(as_, as_json, url, key),
-        lambda o, c: o.requests.respond(c, request_id, answer, parse_data(data)),
-        lambda client: client.respond(request_id, answer, data=parse_data(data)),
+        lambda o, c: o.requests.respond(c, request_id, answer, parse_data(data, "--data")),
+        lambda client: client.respond(request_id, answer, data=parse_data(data, "--data")),
     )
     if as_json:
         emit_json(answered.to_dict())

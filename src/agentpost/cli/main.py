@@ -8,7 +8,6 @@ refusal prints `error: <code>: <message>` and exits with the code's status (see 
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,6 +16,7 @@ import typer
 
 from agentpost.cli.admin import admin_app
 from agentpost.cli.answering import respond
+from agentpost.cli.coordinating import ask, check_request, delegate, reservations, update_task
 from agentpost.cli.entry import EXIT_CODES, key_for, serve_mcp
 from agentpost.cli.guard import guard_app
 from agentpost.cli.install import install_app, uninstall_app
@@ -28,6 +28,7 @@ from agentpost.cli.speaking import (
     UrlOption,
     parse_data,
     run,
+    seconds,
 )
 from agentpost.config import load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
@@ -182,7 +183,7 @@ def send(
         """Read inside `_run`, so that `--data` that is not JSON is refused like any input."""
         return {
             "subject": subject,
-            "data": parse_data(data),
+            "data": parse_data(data, "--data"),
             "thread_id": thread,
             "reply_to": reply_to,
             "priority": "urgent" if urgent else "normal",
@@ -475,6 +476,10 @@ def task(
         show_task(found)
 
 
+for coordinating in (delegate, update_task, ask, check_request, reservations):
+    app.command()(coordinating)
+
+
 def _members(count: int) -> str:
     return f"{count} member{'' if count == 1 else 's'}"
 
@@ -538,9 +543,7 @@ def demo(
     from agentpost.cli.render import refusal
 
     try:
-        if not (math.isfinite(pause) and pause >= 0):
-            raise AgentpostError(ErrorCode.INVALID_ARGUMENT, "--pause must be seconds, 0 or more")
-        anyio.run(run_demo, pause)
+        anyio.run(run_demo, seconds(pause, "--pause"))
     except AgentpostError as err:
         raise refusal(err) from None
 

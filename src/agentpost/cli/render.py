@@ -25,6 +25,8 @@ from agentpost.cli.literal import json_text, visible
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Message, Presence, SentMessage, Trust
+from agentpost.domain.requests import RequestAnswer
+from agentpost.domain.reservations import Reservation
 from agentpost.domain.tasks import Task
 
 
@@ -129,6 +131,11 @@ def _ago(seconds: float) -> str:
     return f"{int(seconds)}s ago"
 
 
+def _tagged(name: str, trust: Trust) -> str:
+    """An agent's name in a table's cell, marked when the owner has not vouched for it."""
+    return name if trust is Trust.VERIFIED else f"{name} ({trust.value})"
+
+
 def show_presence(agents: Sequence[Presence], include_offline: bool = False) -> None:
     if not agents:
         empty = (
@@ -141,8 +148,8 @@ def show_presence(agents: Sequence[Presence], include_offline: bool = False) -> 
         seen = "online" if p.online else "never"
         if not p.online and p.last_seen_s is not None:  # 0.0 is a moment ago
             seen = _ago(p.last_seen_s)
-        name = p.name if p.trust is Trust.VERIFIED else f"{p.name} ({p.trust.value})"
-        table.add_row(name, p.project or "", p.branch or "", p.status.value, p.objective, seen)
+        where = (p.project or "", p.branch or "")
+        table.add_row(_tagged(p.name, p.trust), *where, p.status.value, p.objective, seen)
     console.print(table)  # plain strings in cells: the console reads no markup
 
 
@@ -210,3 +217,22 @@ def show_task(t: Task) -> None:
         note = "\n    " + c.note.replace("\n", "\n    ") if c.note else ""
         actor = _named(c.actor, c.trust)
         console.print(styled((f"  {_when(c.at)} ", "dim"), *actor, f" {moved}{note}"))
+
+
+def show_answer(found: RequestAnswer) -> None:
+    """A question's answer as the mail that carries it, or that none came yet."""
+    if found.response is None:
+        console.print(styled((f"No answer to {found.request_id} yet.", "dim")))
+    else:
+        console.print(message_line(found.response))
+
+
+def show_reservations(held: Sequence[Reservation], project: str) -> None:
+    if not held:
+        console.print(styled((f"No live reservations in {project}.", "dim")))
+        return
+    table = Table("path", "agent", "kind", "until", "reason", title=f"reservations in {project}")
+    for r in held:
+        kind = "exclusive" if r.exclusive else "shared"
+        table.add_row(r.path, _tagged(r.agent, r.trust), kind, _when(r.expires_at), r.reason)
+    console.print(table)

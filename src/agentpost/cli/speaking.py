@@ -4,6 +4,7 @@ agent on a remote service through the Python client; the options every such comm
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -52,18 +53,26 @@ class Speaker:
     key: str | None
 
 
-def parse_data(data: str | None) -> Any:
-    """`--data` as JSON; called inside `run`, so that JSON it is not is refused as any input."""
-    if data is None:
+def parse_data(value: str | None, option: str) -> Any:
+    """An option's JSON (`--data`, `--result`); called inside `run`, so that JSON it is not is
+    refused as any input, naming the option typed."""
+    if value is None:
         return None
     try:
-        return json.loads(data)
+        return json.loads(value)
     except json.JSONDecodeError as exc:
-        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"--data is not JSON: {exc}") from None
-    except RecursionError:  # far past the limit the send would hold it to
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{option} is not JSON: {exc}") from None
+    except RecursionError:  # far past the limit the service would hold it to
         raise AgentpostError(
-            ErrorCode.INVALID_ARGUMENT, f"--data nests deeper than {MAX_DATA_DEPTH} levels"
+            ErrorCode.INVALID_ARGUMENT, f"{option} nests deeper than {MAX_DATA_DEPTH} levels"
         ) from None
+
+
+def seconds(value: float, option: str) -> float:
+    """A length of time an option gives: finite, 0 or more."""
+    if not (math.isfinite(value) and value >= 0):
+        raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{option} must be seconds, 0 or more")
+    return value
 
 
 OPTIONS = {"ttl_s": "--ttl", "thread_id": "--thread", "reply_to": "--reply-to"}

@@ -1,0 +1,263 @@
+"""The coordination commands: `delegate`, `update-task`, `ask`, `check-request`, `reservations`.
+
+What the MCP tools and REST let an agent do, for a person or a script at the command line,
+locally (`--as`) or remotely (`--url/--key`), as every mailbox command (agentpost.cli.speaking).
+
+`ask` asks first with no wait at all, so that it knows the request's id before it blocks: a
+person who stops waiting (Ctrl-C), or whose `--timeout` runs out, is told the id to follow up
+with. It then waits by asking again under the same idempotency key, which asks nothing twice
+(services.requests) and, asked again after the service's own ceiling on one wait, lets the
+command wait as long as `--timeout` says.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+import anyio
+import typer
+
+from agentpost.cli.speaking import (
+    AsOption,
+    JsonOption,
+    KeyOption,
+    Speaker,
+    UrlOption,
+    parse_data,
+    run,
+    seconds,
+)
+from agentpost.config import load_settings
+from agentpost.domain.requests import RequestAnswer
+
+if TYPE_CHECKING:  # the services are imported when a command runs: --help is quick
+    from agentpost.client import AsyncClient
+    from agentpost.domain.models import Caller
+    from agentpost.domain.reservations import Reservation
+    from agentpost.services import PostOffice
+
+TIMED_OUT = 124
+"""`ask`'s exit status when no answer came in time, as timeout(1) exits."""
+INTERRUPTED = 130
+"""`ask`'s exit status when stopped with Ctrl-C, as a shell reports SIGINT."""
+
+DataOption = Annotated[str | None, typer.Option("--data", help="Structured data as JSON.")]
+
+
+def delegate(
+    agent: Annotated[str, typer.Argument(help="The agent to hand the task to.")],
+    title: Annotated[str, typer.Argument(help="The task in one line.")],
+    detail: Annotated[str | None, typer.Option(help="What to do, in full.")] = None,
+    data: DataOption = None,
+    urgent: Annotated[bool, typer.Option(help="Mark urgent.")] = False,
+    due_in: Annotated[
+        float | None, typer.Option("--due-in", help="Due this many seconds from now.")
+    ] = None,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Hand a task to an agent; prints its id. Each change the assignee makes is told to you."""
+    import time
+
+    from agentpost.cli.render import console, emit_json
+
+    def fields() -> dict[str, Any]:
+        """Read inside `run`, so that a bad `--data` or `--due-in` is refused as any input."""
+        due = None if due_in is None else time.time() + seconds(due_in, "--due-in")
+        return {
+            "detail": detail,
+            "priority": "urgent" if urgent else "normal",
+            "data": parse_data(data, "--data"),
+            "due": due,
+        }
+
+    task = run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.tasks.delegate(c, agent, title, **fields()),
+        lambda client: client.delegate(agent, title, **fields()),
+    )
+    if as_json:
+        emit_json(task.to_dict())
+    else:
+        console.print(f"delegated {task.id} to {task.assignee}", soft_wrap=True)
+
+
+def update_task(
+    task_id: Annotated[str, typer.Argument(help="The task's id.")],
+    status: Annotated[
+        str,
+        typer.Argument(help="accepted, in_progress, done, failed; or cancelled (the creator)."),
+    ],
+    note: Annotated[str | None, typer.Option(help="A word on the change.")] = None,
+    result: Annotated[
+        str | None, typer.Option(help="The work's result as JSON (not on a cancel).")
+    ] = None,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Move a task you were given (or cancel one you made); the other side is told."""
+    from agentpost.cli.render import console, emit_json, task_line
+
+    task = run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.tasks.update_task(
+            c, task_id, status, note=note, result=parse_data(result, "--result")
+        ),
+        lambda client: client.update_task(
+            task_id,
+            status,  # type: ignore[arg-type]  # the service names the statuses it knows
+            note=note,
+            result=parse_data(result, "--result"),
+        ),
+    )
+    if as_json:
+        emit_json(task.to_dict())
+    else:
+        console.print(task_line(task))
+
+
+Ask = Callable[[float], Awaitable[RequestAnswer]]
+"""The question asked (again) under one idempotency key, waiting at most this many seconds."""
+
+
+def ask(
+    agent: Annotated[str, typer.Argument(help="The agent to ask.")],
+    question: Annotated[str, typer.Argument(help="The question.")],
+    data: DataOption = None,
+    timeout: Annotated[
+        float, typer.Option(help="Wait at most this many seconds (0: do not wait).")
+    ] = 60,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Ask an agent a question and wait for its answer (exit 124 when none came in time)."""
+    from agentpost.cli.render import emit_json, errors, show_answer, styled
+
+    asked: list[str] = []  # the request's id once it is known: what a Ctrl-C names
+    once = f"cli-ask-{secrets.token_hex(16)}"
+
+    async def asking(again: Ask) -> RequestAnswer:
+        waiting = seconds(timeout, "--timeout")
+        until = anyio.current_time() + waiting
+        found = await again(0)
+        asked.append(found.request_id)
+        if not found.answered and waiting > 0:
+            errors.print(
+                styled(f"asked {agent}: {found.request_id}; waiting for the answer…"), style="dim"
+            )
+        while not found.answered and (left := until - anyio.current_time()) > 0:
+            found = await again(left)
+        return found
+
+    async def local(office: PostOffice, caller: Caller) -> RequestAnswer:
+        def again(wait_s: float) -> Awaitable[RequestAnswer]:
+            return office.requests.request(
+                caller, agent, question, parse_data(data, "--data"), wait_s, once
+            )
+
+        return await asking(again)
+
+    async def remote(client: AsyncClient) -> RequestAnswer:
+        def again(wait_s: float) -> Awaitable[RequestAnswer]:
+            return client.request(
+                agent,
+                question,
+                data=parse_data(data, "--data"),
+                timeout_s=wait_s,
+                idempotency_key=once,
+            )
+
+        return await asking(again)
+
+    try:
+        found = run(Speaker(as_, as_json, url, key), local, remote)
+    except KeyboardInterrupt:
+        if asked:
+            stopped = RequestAnswer(asked[0], answered=False)
+            _follow_up(stopped, f"stopped waiting for the answer to {asked[0]}", as_json)
+        else:
+            errors.print("stopped while asking: `agentpost sent` shows whether the question went")
+        raise typer.Exit(INTERRUPTED) from None
+    if not found.answered:
+        _follow_up(found, f"no answer to {found.request_id} within {timeout:g} s", as_json)
+        raise typer.Exit(TIMED_OUT)
+    if as_json:
+        emit_json(found.to_dict())
+    else:
+        show_answer(found)
+
+
+def _follow_up(found: RequestAnswer, why: str, as_json: bool) -> None:
+    """Tell how to fetch the answer later: an unanswered question stays open."""
+    from agentpost.cli.render import emit_json, errors, styled
+
+    if as_json:
+        emit_json(found.to_dict())
+    later = f"agentpost check-request {found.request_id}"
+    errors.print(styled(f"{why}; `{later}` shows it once it comes"))
+
+
+def check_request(
+    request_id: Annotated[str, typer.Argument(help="The request's id (`ask` printed it).")],
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Whether a question you asked has been answered, and the answer."""
+    from agentpost.cli.render import emit_json, show_answer
+
+    found = run(
+        Speaker(as_, as_json, url, key),
+        lambda o, c: o.requests.check_request(c, request_id),
+        lambda client: client.check_request(request_id),
+    )
+    if as_json:
+        emit_json(found.to_dict())
+    else:
+        show_answer(found)
+
+
+def reservations(
+    project: Annotated[
+        str | None, typer.Option(help="This project (default: the current directory's).")
+    ] = None,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """The live file reservations of a project: who holds which paths, until when."""
+    from agentpost.cli.render import emit_json, show_reservations
+
+    chosen: list[str] = []
+
+    def here() -> str:
+        """--project, else the project the current directory belongs to, as `agentpost mcp`
+        and the commit guard name it (AGENTPOST_PROJECT first)."""
+        from agentpost.services.local_identity import detect
+
+        if not chosen:
+            chosen.append(project or detect(project_override=load_settings().project).project)
+        return chosen[0]
+
+    async def local(office: PostOffice, caller: Caller) -> list[Reservation]:
+        return await office.reservations.reservations(caller, here())
+
+    found = run(
+        Speaker(as_, as_json, url, key),
+        local,
+        lambda client: client.reservations(project=here()),
+    )
+    if as_json:
+        emit_json({"project": here(), "reservations": [r.to_dict() for r in found]})
+    else:
+        show_reservations(found, here())
