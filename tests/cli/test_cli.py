@@ -11,12 +11,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import sqlite3
 import subprocess
-import sys
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -27,10 +23,19 @@ from agentpost.config import Settings
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
+from command_line import (
+    AGENTPOST,
+    WAIT_S,
+    agentpost,
+    agentpost_json,
+    arrange,
+    arrange_async,
+    database,
+    refused,
+    workdir,  # noqa: F401 - an autouse fixture, registered by being imported
+)
 from rate_window import inside_one_rate_window
 
-AGENTPOST = Path(sys.executable).with_name("agentpost")
-WAIT_S = 30
 MESSAGE_FIELDS = {
     "id",
     "from",
@@ -49,64 +54,6 @@ MESSAGE_FIELDS = {
     "trust",
     "state",
 }
-
-
-@pytest.fixture(autouse=True)
-def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Run every command from a scratch folder, outside this repository's git context."""
-    folder = tmp_path / "work"
-    folder.mkdir()
-    monkeypatch.chdir(folder)
-    return folder
-
-
-def agentpost(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    assert AGENTPOST.exists(), f"the console script is not installed at {AGENTPOST}"
-    return subprocess.run(
-        [str(AGENTPOST), *args],
-        capture_output=True,
-        text=True,
-        timeout=WAIT_S,
-        env={**os.environ, **env},
-    )
-
-
-def agentpost_json(*args: str, **env: str) -> Any:
-    done = agentpost(*args, "--json", **env)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
-
-
-async def arrange_async(*names: str, mail: tuple[str, str, str] | None = None) -> None:
-    """Create these agents (and send `mail` = (sender, recipient, body)) through the services."""
-    office = await PostOffice.open(Settings())
-    try:
-        for name in names:
-            await office.presence.ensure_agent(name)
-        if mail is not None:
-            sender, to, body = mail
-            await office.mailbox.send(Caller(sender), to, body)
-    finally:
-        await office.aclose()
-
-
-def arrange(*names: str, mail: tuple[str, str, str] | None = None) -> None:
-    anyio.run(partial(arrange_async, *names, mail=mail))
-
-
-def refused(done: subprocess.CompletedProcess[str], code: str) -> None:
-    """`done` is a refusal as the README promises: `error: <code>: …` and the code's status."""
-    assert done.stderr.startswith(f"error: {code}: "), done.stderr
-    assert done.returncode == EXIT_CODES[ErrorCode(code)]
-
-
-def database(home: Path) -> list[str]:
-    """Every row of the post office, as SQL: equal dumps mean nothing changed."""
-    conn = sqlite3.connect(home / "agentpost.db")
-    try:
-        return list(conn.iterdump())
-    finally:
-        conn.close()
 
 
 # -- messaging --------------------------------------------------------------------------------

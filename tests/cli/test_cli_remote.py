@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,32 +14,10 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agentpost.client.async_client import AsyncClient
+from command_line import AGENTPOST, Remote
 from service_process import Service
 
 pytestmark = pytest.mark.anyio
-
-AGENTPOST = Path(sys.executable).with_name("agentpost")
-
-
-class Remote:
-    """The command line of one agent of the test's service."""
-
-    def __init__(self, service: Service, key: str) -> None:
-        self.url = service.url
-        self.key = key
-
-    async def run(self, *args: str, env: dict[str, str] | None = None) -> Any:
-        """Run with `--url/--key` (or none, given `env`); the finished process."""
-        where = [] if env else ["--url", self.url, "--key", self.key]
-        with anyio.fail_after(30):
-            return await anyio.run_process(
-                [str(AGENTPOST), *args, *where], check=False, env={**os.environ, **(env or {})}
-            )
-
-    async def json(self, *args: str, env: dict[str, str] | None = None) -> Any:
-        done = await self.run(*args, "--json", env=env)
-        assert done.returncode == 0, done.stderr.decode()
-        return json.loads(done.stdout)
 
 
 async def test_the_mailbox_commands_act_on_the_remote_service(service: Service) -> None:

@@ -1,0 +1,411 @@
+"""The coordination commands end to end: `delegate`, `update-task`, `ask`, `check-request` and
+`reservations`, run as the installed script on a real SQLite post office, and against a real
+`agentpost serve` with `--url/--key`. A question is answered by another `agentpost` process
+while the asker waits; nothing sleeps: a waiting process is read line by line under a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.abc
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from agentpost.cli.coordinating import INTERRUPTED, TIMED_OUT
+from agentpost.config import Settings
+from agentpost.domain.models import Caller
+from agentpost.services import PostOffice
+from agentpost.services.local_identity import LocalContext, this_host
+from command_line import (
+    AGENTPOST,
+    WAIT_S,
+    Remote,
+    agentpost,
+    agentpost_json,
+    arrange,
+    arrange_async,
+    database,
+    refused,
+    workdir,  # noqa: F401 - an autouse fixture, registered by being imported
+)
+from service_process import Service
+
+# -- delegate and update-task -----------------------------------------------------------------
+
+
+def _delegated(*options: str) -> str:
+    """alice delegates "Fix the build" to bob; the task's id."""
+    arrange("alice", "bob")
+    return str(agentpost_json("delegate", "bob", "Fix the build", *options, "--as", "alice")["id"])
+
+
+def test_delegate_prints_the_task_id_and_the_assignee_finds_the_task() -> None:
+    task_id = _delegated("--detail", "CI is red", "--data", '{"pr": 7}', "--urgent")
+    assert task_id.startswith("t_")
+    [given] = agentpost_json("tasks", "--role", "assigned", "--as", "bob")["tasks"]
+    assert given["id"] == task_id
+    assert (given["creator"], given["title"], given["detail"]) == (
+        "alice",
+        "Fix the build",
+        "CI is red",
+    )
+    assert (given["status"], given["priority"], given["data"]) == ("open", "urgent", {"pr": 7})
+    [told] = agentpost_json("inbox", "--as", "bob")["messages"]
+    assert (told["kind"], told["subject"], told["data"]["task_id"]) == (
+        "task",
+        "Fix the build",
+        task_id,
+    )
+
+
+def test_delegate_without_json_says_which_task_it_made() -> None:
+    arrange("alice", "bob")
+    done = agentpost("delegate", "bob", "Write the docs", "--as", "alice")
+    assert done.returncode == 0, done.stderr
+    [task] = agentpost_json("tasks", "--as", "alice")["tasks"]
+    assert done.stdout == f"delegated {task['id']} to bob\n"
+
+
+def test_the_assignee_reports_done_with_a_result_and_the_delegator_sees_it() -> None:
+    task_id = _delegated()
+    moved = agentpost_json(
+        "update-task", task_id, "done", "--note", "green again", "--result", '{"pr": 8}',
+        "--as", "bob",
+    )  # fmt: skip
+    assert (moved["status"], moved["result"]) == ("done", {"pr": 8})
+    seen = agentpost_json("task", task_id, "--as", "alice")
+    assert (seen["status"], seen["result"]) == ("done", {"pr": 8})
+    assert [(c["actor"], c["to_status"], c["note"]) for c in seen["history"]] == [
+        ("alice", "open", ""),
+        ("bob", "done", "green again"),
+    ]
+    news = agentpost_json("inbox", "--as", "alice")["messages"]
+    assert [m["from"] for m in news] == ["bob"], "the delegator is told of the change"
+
+
+def test_update_task_without_json_shows_the_tasks_new_line() -> None:
+    task_id = _delegated()
+    done = agentpost("update-task", task_id, "in_progress", "--as", "bob", COLUMNS="200")
+    assert done.returncode == 0, done.stderr
+    assert f"{task_id} [in_progress] alice → bob Fix the build" in done.stdout
+
+
+def test_delegate_due_in_sets_the_due_time_from_now() -> None:
+    before = time.time()
+    task_id = _delegated("--due-in", "3600")
+    due = agentpost_json("task", task_id, "--as", "alice")["due"]
+    assert before + 3600 <= due <= time.time() + 3600
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--data", "{not json"], "--data is not JSON"),
+        (["--due-in", "-5"], "--due-in must be seconds, 0 or more"),
+        (["--due-in", "nan"], "--due-in must be seconds, 0 or more"),
+    ],
+    ids=["data", "due-in", "due-in-nan"],
+)
+def test_a_bad_delegation_is_refused_naming_the_option_and_delegates_nothing(
+    options: list[str], says: str, isolated_home: Path
+) -> None:
+    arrange("alice", "bob")
+    before = database(isolated_home)
+    done = agentpost("delegate", "bob", "Fix the build", *options, "--as", "alice")
+    refused(done, "invalid_argument")
+    assert says in done.stderr
+    assert database(isolated_home) == before
+
+
+@pytest.mark.parametrize(
+    ("who", "args", "code", "says"),
+    [
+        ("bob", ["finished"], "invalid_argument", "status must be one of"),
+        ("bob", ["done", "--result", "{x"], "invalid_argument", "--result is not JSON"),
+        ("alice", ["cancelled", "--result", "1"], "invalid_argument", "a cancel takes no result"),
+        ("alice", ["done"], "forbidden", "only the task's assignee"),
+        ("carol", ["accepted"], "forbidden", "creator and assignee"),
+    ],
+    ids=["unknown-status", "result-not-json", "cancel-with-result", "creator-done", "stranger"],
+)
+def test_an_update_the_task_cannot_take_is_refused_with_its_code_and_changes_nothing(
+    who: str, args: list[str], code: str, says: str, isolated_home: Path
+) -> None:
+    task_id = _delegated()
+    arrange("carol")
+    before = database(isolated_home)
+    done = agentpost("update-task", task_id, *args, "--as", who)
+    refused(done, code)
+    assert says in done.stderr
+    assert database(isolated_home) == before
+
+
+def test_a_finished_task_moves_no_more_a_conflict() -> None:
+    task_id = _delegated()
+    agentpost_json("update-task", task_id, "failed", "--as", "bob")
+    refused(agentpost("update-task", task_id, "in_progress", "--as", "bob"), "conflict")
+    assert agentpost_json("task", task_id, "--as", "alice")["status"] == "failed"
+
+
+# -- ask and check-request --------------------------------------------------------------------
+
+REQUEST_ID = re.compile(r"m_[0-9a-z]+")
+
+
+@dataclass
+class Asking:
+    """An `agentpost ask` process that has asked and waits; `request_id` is the one it names."""
+
+    process: anyio.abc.Process
+    errors: BufferedByteReceiveStream
+    request_id: str
+
+    async def finished(self) -> tuple[int, str, str]:
+        """(exit status, stdout, the rest of stderr) once the process is done."""
+        assert self.process.stdout is not None
+        with anyio.fail_after(WAIT_S):
+            out = b"".join([chunk async for chunk in self.process.stdout])
+            rest = []
+            while True:
+                try:
+                    rest.append(await self.errors.receive())
+                except anyio.EndOfStream:
+                    break
+            status = await self.process.wait()
+        return status, out.decode(), b"".join(rest).decode()
+
+
+@asynccontextmanager
+async def asking(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Asking]:
+    """`agentpost ask ARGS`, running until it says it waits for the answer."""
+    process = await anyio.open_process(
+        [str(AGENTPOST), "ask", *args], env={**os.environ, **(env or {})}
+    )
+    try:
+        assert process.stderr is not None
+        errors = BufferedByteReceiveStream(process.stderr)
+        with anyio.fail_after(WAIT_S):
+            first = (await errors.receive_until(b"\n", 1 << 20)).decode()
+        found = REQUEST_ID.search(first)
+        assert "waiting for the answer" in first, first
+        assert found is not None, first
+        yield Asking(process, errors, found.group(0))
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.aclose()
+
+
+async def _respond(request_id: str, *where: str) -> None:
+    """bob answers, from the command line, as another process."""
+    done = await anyio.run_process(
+        [str(AGENTPOST), "respond", request_id, "yes, deploy", "--data", '{"at": "noon"}', *where],
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+
+
+@pytest.mark.anyio
+async def test_ask_waits_for_the_answer_another_process_gives_and_prints_it() -> None:
+    await arrange_async("alice", "bob")
+    async with asking("bob", "may I deploy?", "--as", "alice", "--json") as asked:
+        await _respond(asked.request_id, "--as", "bob")
+        status, out, _ = await asked.finished()
+    assert status == 0
+    found = json.loads(out)
+    assert (found["request_id"], found["answered"]) == (asked.request_id, True)
+    assert (found["answer"], found["data"]) == ("yes, deploy", {"at": "noon"})
+    assert found["response"]["from"] == "bob"
+
+
+@pytest.mark.anyio
+async def test_ask_without_json_shows_the_answer_as_the_message_that_carries_it() -> None:
+    await arrange_async("alice", "bob")
+    env = {"COLUMNS": "200"}
+    async with asking("bob", "may I deploy?", "--as", "alice", env=env) as asked:
+        await _respond(asked.request_id, "--as", "bob")
+        status, out, _ = await asked.finished()
+    assert status == 0
+    assert f"(thread {asked.request_id}, re {asked.request_id}) bob → alice response" in out
+    assert "\n  yes, deploy\n" in out
+
+
+def test_ask_that_times_out_exits_124_and_says_how_to_check_later() -> None:
+    arrange("alice", "bob")
+    done = agentpost("ask", "bob", "may I deploy?", "--timeout", "0.2", "--as", "alice")
+    assert done.returncode == TIMED_OUT, done.stderr
+    assert done.stdout == ""
+    [request_id] = set(REQUEST_ID.findall(done.stderr))
+    assert f"no answer to {request_id} within 0.2 s" in done.stderr
+    assert f"`agentpost check-request {request_id}`" in done.stderr
+
+    still = agentpost_json("check-request", request_id, "--as", "alice")
+    assert (still["answered"], still["answer"]) == (False, None)
+    shown = agentpost("check-request", request_id, "--as", "alice")
+    assert shown.stdout == f"No answer to {request_id} yet.\n"
+
+    assert agentpost("respond", request_id, "yes", "--as", "bob").returncode == 0
+    later = agentpost_json("check-request", request_id, "--as", "alice")
+    assert (later["answered"], later["answer"], later["response"]["from"]) == (True, "yes", "bob")
+
+
+def test_ask_with_no_wait_prints_the_open_request_as_json() -> None:
+    arrange("alice", "bob")
+    done = agentpost("ask", "bob", "lunch?", "--timeout", "0", "--as", "alice", "--json")
+    assert done.returncode == TIMED_OUT
+    found = json.loads(done.stdout)
+    assert (found["answered"], found["timed_out"]) == (False, True)
+    [asked] = agentpost_json("inbox", "--as", "bob")["messages"]
+    assert (asked["id"], asked["kind"], asked["body"]) == (found["request_id"], "request", "lunch?")
+    assert "waiting" not in done.stderr, "no wait was asked for"
+
+
+def test_ask_waits_as_long_as_its_timeout_past_the_services_ceiling_on_one_wait() -> None:
+    arrange("alice", "bob")
+    started = time.monotonic()
+    done = agentpost(
+        "ask",
+        "bob",
+        "still there?",
+        "--timeout",
+        "1.5",
+        "--as",
+        "alice",
+        AGENTPOST_MAX_WAIT_S="0.3",
+    )
+    assert done.returncode == TIMED_OUT, done.stderr
+    assert time.monotonic() - started >= 1.5
+    assert len(agentpost_json("inbox", "--as", "bob")["messages"]) == 1, "asked once"
+
+
+@pytest.mark.anyio
+async def test_ctrl_c_while_asking_stops_waiting_and_names_the_request_to_follow_up() -> None:
+    await arrange_async("alice", "bob")
+    async with asking("bob", "may I deploy?", "--as", "alice") as asked:
+        asked.process.send_signal(signal.SIGINT)
+        status, out, rest = await asked.finished()
+    assert status == INTERRUPTED
+    assert out == ""
+    assert f"stopped waiting for the answer to {asked.request_id}" in rest
+    assert f"`agentpost check-request {asked.request_id}`" in rest
+    assert "Traceback" not in rest
+    still = agentpost_json("check-request", asked.request_id, "--as", "alice")
+    assert still["answered"] is False
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["nobody", "hello?"], "unknown_recipient"),
+        (["bob", "hello?", "--timeout", "-1"], "invalid_argument"),
+        (["bob", "hello?", "--data", "[1,"], "invalid_argument"),
+        (["bob", " "], "invalid_argument"),
+    ],
+    ids=["unknown-agent", "negative-timeout", "data-not-json", "blank-question"],
+)
+def test_a_question_that_cannot_be_asked_is_refused_and_asks_nothing(
+    args: list[str], code: str, isolated_home: Path
+) -> None:
+    arrange("alice", "bob")
+    before = database(isolated_home)
+    refused(agentpost("ask", *args, "--as", "alice"), code)
+    assert database(isolated_home) == before
+
+
+def test_check_request_is_for_the_asker_only() -> None:
+    arrange("alice", "bob", "carol")
+    done = agentpost("ask", "bob", "lunch?", "--timeout", "0", "--as", "alice", "--json")
+    request_id = json.loads(done.stdout)["request_id"]
+    refused(agentpost("check-request", request_id, "--as", "carol"), "forbidden")
+    refused(agentpost("check-request", "m_nope", "--as", "alice"), "not_found")
+
+
+# -- reservations -------------------------------------------------------------------------------
+
+
+async def _reserve(project: str, name: str, paths: Sequence[str], reason: str) -> None:
+    """A local session of `name` (this test's live process) in `project` reserves `paths`."""
+    office = await PostOffice.open(Settings())
+    try:
+        context = LocalContext(this_host(), os.getpid(), project, f"/src/{project}", "main")
+        session = await office.presence.open_local_session(context, name=name)
+        await office.reservations.reserve(Caller(name, session.id), list(paths), reason=reason)
+    finally:
+        await office.aclose()
+
+
+def test_reservations_lists_those_of_the_current_directorys_project() -> None:
+    anyio.run(_reserve, "work", "alice", ["src/parser.py"], "rewriting the parser")
+    anyio.run(_reserve, "shop", "bob", ["docs/guide.md"], "docs week")
+    found = agentpost_json("reservations")
+    assert found["project"] == "work"  # the scratch folder the command runs in
+    assert [
+        (r["agent"], r["path"], r["exclusive"], r["reason"]) for r in found["reservations"]
+    ] == [("alice", "src/parser.py", True, "rewriting the parser")]
+    shown = agentpost("reservations", COLUMNS="200")
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(
+        r"src/parser\.py\s+│\s+alice\s+│\s+exclusive\s+│.*rewriting the parser", shown.stdout
+    )
+
+    other = agentpost_json("reservations", "--project", "shop")["reservations"]
+    assert [(r["agent"], r["path"]) for r in other] == [("bob", "docs/guide.md")]
+    assert agentpost_json("reservations", AGENTPOST_PROJECT="shop")["project"] == "shop"
+    none = agentpost("reservations", "--project", "elsewhere")
+    assert none.stdout == "No live reservations in elsewhere.\n"
+    refused(agentpost("reservations", "--project", "not a name"), "invalid_argument")
+
+
+# -- on a remote post office --------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_delegate_and_update_task_act_on_the_remote_service(service: Service) -> None:
+    alice = Remote(service, await service.create_agent("alice"))
+    bob = Remote(service, await service.create_agent("bob"))
+    made = await alice.json("delegate", "bob", "Fix the build", "--data", '{"pr": 7}')
+    listed = await bob.json("tasks", "--role", "assigned")
+    assert [(t["id"], t["data"]) for t in listed["tasks"]] == [(made["id"], {"pr": 7})]
+
+    moved = await bob.json("update-task", made["id"], "done", "--result", '{"merged": true}')
+    assert moved["status"] == "done"
+    seen = await alice.json("task", made["id"])
+    assert (seen["status"], seen["result"]) == ("done", {"merged": True})
+    bad = await bob.run("update-task", made["id"], "finished")
+    assert bad.returncode == 2
+    assert bad.stderr.startswith(b"error: invalid_argument: status")
+    assert (await alice.json("task", made["id"]))["status"] == "done"
+
+
+@pytest.mark.anyio
+async def test_ask_on_the_remote_service_gets_the_answer_and_check_request_finds_it(
+    service: Service,
+) -> None:
+    alice = Remote(service, await service.create_agent("alice"))
+    bob = Remote(service, await service.create_agent("bob"))
+    where = ["--url", alice.url, "--key", alice.key]
+    async with asking("bob", "may I deploy?", "--json", *where) as asked:
+        await _respond(asked.request_id, "--url", bob.url, "--key", bob.key)
+        status, out, _ = await asked.finished()
+    assert status == 0
+    assert json.loads(out)["answer"] == "yes, deploy"
+    again = await alice.json("check-request", asked.request_id)
+    assert (again["answered"], again["data"]) == (True, {"at": "noon"})
+
+    late = await alice.run("ask", "bob", "and tomorrow?", "--timeout", "0")
+    assert late.returncode == TIMED_OUT
+    assert b"agentpost check-request m_" in late.stderr
+    assert (await alice.json("reservations", "--project", "shop")) == {
+        "project": "shop",
+        "reservations": [],
+    }
