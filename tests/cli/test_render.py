@@ -10,10 +10,12 @@ import anyio
 import pytest
 
 from agentpost.cli.literal import visible
-from agentpost.cli.render import show_presence, show_sent, show_task
+from agentpost.cli.render import show_presence, show_reservations, show_sent, show_task
 from agentpost.domain.models import Presence, Priority, Status, Trust
+from agentpost.domain.reservations import Reservation
 from agentpost.domain.tasks import Task, TaskChange, TaskStatus
-from cli.test_cli import _at_work, agentpost, agentpost_json, arrange
+from cli.test_cli import _at_work
+from command_line import agentpost, agentpost_json, arrange
 
 ESCAPES = [
     ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),  # retitles the terminal
@@ -146,6 +148,26 @@ def test_a_tasks_result_says_when_it_was_written_untrusted(
     assert 'result (untrusted): {"ok": true}' in lines
     show_task(replace(task, result_trust=Trust.VERIFIED))
     assert 'result: {"ok": true}' in [line.strip() for line in capsys.readouterr().out.splitlines()]
+
+
+def test_reservations_mark_an_unvouched_holder_and_write_out_its_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A reason is the holder's words: a stranger's when it is unvouched, and never a way to
+    drive the terminal of whoever lists the reservations."""
+    taken = Reservation(
+        "r_1", "shop", "drifter", "src/app.py", True, "\x1b[2Jmine now", 1.0, 2.0,
+        trust=Trust.UNTRUSTED,
+    )  # fmt: skip
+    shared = replace(taken, id="r_2", agent="alice", path="docs/*", exclusive=False, reason="")
+    show_reservations([taken, replace(shared, trust=Trust.VERIFIED)], "shop")
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
+    taken_row, shared_row = [row for row in rows if row]
+    assert taken_row[:3] == ["src/app.py", "drifter (untrusted)", "exclusive"], out
+    assert taken_row[4] == "\\x1b[2Jmine now", out
+    assert shared_row[:3] == ["docs/*", "alice", "shared"], out
 
 
 def test_who_with_nobody_to_show_says_so_rather_than_draw_an_empty_table(
