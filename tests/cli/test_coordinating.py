@@ -39,6 +39,7 @@ from command_line import (
     workdir,  # noqa: F401 - an autouse fixture, registered by being imported
 )
 from service_process import Service
+from stdio_agents import MODERN, Agents
 
 # -- delegate and update-task -----------------------------------------------------------------
 
@@ -328,6 +329,39 @@ def test_check_request_is_for_the_asker_only() -> None:
     request_id = json.loads(done.stdout)["request_id"]
     refused(agentpost("check-request", request_id, "--as", "carol"), "forbidden")
     refused(agentpost("check-request", "m_nope", "--as", "alice"), "not_found")
+
+
+@pytest.mark.anyio
+async def test_an_agent_in_an_mcp_session_takes_the_task_and_answers_the_person(
+    tmp_path: Path,
+) -> None:
+    """The use the commands are for: a person at the command line delegates to, and asks, an
+    agent working through `agentpost mcp`."""
+    async with anyio.create_task_group() as group:
+        agents = Agents(group, MODERN, tmp_path)
+        try:
+            bob = await agents.start("bob")
+            done = await anyio.run_process(
+                [str(AGENTPOST), "delegate", "bob", "Fix the build", "--json"], check=False
+            )
+            assert done.returncode == 0, done.stderr.decode()
+            task_id = json.loads(done.stdout)["id"]
+            given = await bob.call("tasks", role="assigned")
+            assert [(t["id"], t["creator"]) for t in given["tasks"]] == [(task_id, "owner")]
+            await bob.call("update_task", task_id=task_id, status="done", result={"pr": 9})
+            seen = json.loads(
+                (await anyio.run_process([str(AGENTPOST), "task", task_id, "--json"])).stdout
+            )
+            assert (seen["status"], seen["result"]) == ("done", {"pr": 9})
+
+            async with asking("bob", "may I deploy?", "--json") as asked:
+                await bob.call("respond", request_id=asked.request_id, answer="not yet")
+                status, out, _ = await asked.finished()
+            assert status == 0
+            assert json.loads(out)["answer"] == "not yet"
+        finally:
+            agents.stop_all()
+    assert "Traceback" not in bob.stderr(), bob.stderr()
 
 
 # -- reservations -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ command wait as long as `--timeout` says.
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any
@@ -238,16 +239,14 @@ def reservations(
     """The live file reservations of a project: who holds which paths, until when."""
     from agentpost.cli.render import emit_json, show_reservations
 
-    chosen: list[str] = []
-
+    @functools.cache
     def here() -> str:
         """--project, else the project the current directory belongs to, as `agentpost mcp`
-        and the commit guard name it (AGENTPOST_PROJECT first)."""
+        and the commit guard name it (AGENTPOST_PROJECT first); asked inside `run`, so that a
+        configuration mistake is refused as any."""
         from agentpost.services.local_identity import detect
 
-        if not chosen:
-            chosen.append(project or detect(project_override=load_settings().project).project)
-        return chosen[0]
+        return project or detect(project_override=load_settings().project).project
 
     async def local(office: PostOffice, caller: Caller) -> list[Reservation]:
         return await office.reservations.reservations(caller, here())
