@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.test_cli import agentpost, agentpost_json, database, refused
-from cli.test_cli_remote import Remote
+from command_line import Remote, agentpost, agentpost_json, database, refused
 from service_process import Service
 
 
