@@ -439,6 +439,7 @@ async def test_ask_on_the_remote_service_gets_the_answer_and_check_request_finds
     late = await alice.run("ask", "bob", "and tomorrow?", "--timeout", "0")
     assert late.returncode == TIMED_OUT
     assert b"agentpost check-request m_" in late.stderr
+    assert (await alice.json("reservations"))["project"] == "work", "the current directory's"
     assert (await alice.json("reservations", "--project", "shop")) == {
         "project": "shop",
         "reservations": [],
