@@ -37,6 +37,14 @@ def too_large(what: str, size: int, limit: int, unit: str) -> AgentpostError:
     )
 
 
+def check_cap(kept: int, limit: int, refusal: str, *, adding: int = 1) -> None:
+    """Refuse (`conflict`, `details.limit`) `adding` more of a thing an agent keeps when it
+    would then keep more than `limit`: every cap on things kept (channels joined, webhooks,
+    live reservations, open tasks) refuses alike. `refusal` says the cap and how to make room."""
+    if kept + adding > limit:
+        raise AgentpostError(ErrorCode.CONFLICT, refusal, details={"limit": limit})
+
+
 def check_text(text: str, what: str) -> str:
     """Free text must be storable everywhere: PostgreSQL holds no NUL character, and neither
     database nor any JSON answer holds half of a surrogate pair (which a JSON `\\ud800` or

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
-from agentpost.domain.limits import check_text, is_one_line, too_large
+from agentpost.domain.errors import invalid
+from agentpost.domain.limits import check_cap, check_text, is_one_line, too_large
 from agentpost.domain.models import Trust, trust_read
 from agentpost.domain.wildmatch import Glob
 
@@ -135,13 +135,13 @@ def check_ids(ids: Sequence[str]) -> list[str]:
 def check_room(holding: int, adding: int) -> None:
     """Refuse (`conflict`, `details.limit`) a call that would leave the agent holding more
     than `MAX_LIVE` live reservations: `holding` now, `adding` new ones (renewals are none)."""
-    if holding + adding > MAX_LIVE:
-        raise AgentpostError(
-            ErrorCode.CONFLICT,
-            f"an agent holds at most {MAX_LIVE} live reservations; you hold {holding} and asked "
-            f"for {adding} more: release some first",
-            details={"limit": MAX_LIVE},
-        )
+    check_cap(
+        holding,
+        MAX_LIVE,
+        f"an agent holds at most {MAX_LIVE} live reservations; you hold {holding} and asked "
+        f"for {adding} more: release some first",
+        adding=adding,
+    )
 
 
 def is_glob(path: str) -> bool:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from agentpost.config import Settings
-from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, not_found
-from agentpost.domain.limits import check_id, check_limit
+from agentpost.domain.errors import forbidden, not_found
+from agentpost.domain.limits import check_cap, check_id, check_limit
 from agentpost.domain.models import Caller, ChannelInfo, Message
 from agentpost.domain.names import GENERAL, check_channel
 from agentpost.services.accounts import limits_in_effect
@@ -51,13 +51,11 @@ def check_room(conn: Connection, agent: str, project: str | None, cap: int) -> N
     """Refuse a join that would take `agent` past `cap` channels joined: each join of a new
     name makes a channel, so joins alone must not be able to fill the store."""
     count = channel_rows.joined_count(conn, agent, project)
-    if count >= cap:
-        raise AgentpostError(
-            ErrorCode.CONFLICT,
-            f"{agent} may have joined at most {cap} channels and has joined {count}; "
-            "leave one first",
-            details={"limit": cap},
-        )
+    check_cap(
+        count,
+        cap,
+        f"{agent} may have joined at most {cap} channels and has joined {count}; leave one first",
+    )
 
 
 class Channels:

@@ -103,12 +103,11 @@ class Webhooks:
         def tx(conn: Connection) -> Webhook:
             now = self.store.clock()
             _check_agent(conn, caller)
-            if webhook_rows.live_count(conn, caller.agent) >= MAX_WEBHOOKS:
-                raise AgentpostError(
-                    ErrorCode.CONFLICT,
-                    f"an agent has at most {MAX_WEBHOOKS} webhooks; delete one first",
-                    details={"limit": MAX_WEBHOOKS},
-                )
+            rules.check_cap(
+                webhook_rows.live_count(conn, caller.agent),
+                MAX_WEBHOOKS,
+                f"an agent has at most {MAX_WEBHOOKS} webhooks; delete one first",
+            )
             addressing.count_act(conn, self.store, self.settings, caller, "a new webhook")
             webhook_rows.forget_deleted_of(conn, caller.agent)
             hook_id = new_webhook_id(now)
