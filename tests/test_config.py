@@ -30,6 +30,7 @@ def test_defaults_are_the_limits_table_of_the_design() -> None:
     assert settings.send_rate_per_minute == 60
     assert settings.max_unacked == 1000
     assert settings.max_channels_per_agent == 100
+    assert settings.max_open_tasks_per_agent == 200
     assert settings.retention_days == 30
     assert settings.audit_retention_days == 365
     assert settings.heartbeat_s == 15

@@ -126,6 +126,11 @@ class Settings(BaseSettings):
     it belongs to without joining): each join of a new name makes a channel, so without a cap
     an agent could fill the store by joining. Another is refused (`conflict`) until it leaves
     one."""
+    max_open_tasks_per_agent: int = Field(200, ge=1)
+    """Tasks one agent may have delegated and not yet seen finished (open, accepted or in
+    progress): each delegation stores a task and a message that never expires unread, so
+    without a cap an agent could fill the store, and its assignees' lists, by delegating.
+    Another is refused (`conflict`) until one is done, failed or cancelled."""
     max_mcp_connections: int = Field(32, ge=1)
     """2025-era MCP connections one agent may hold open over HTTP at once; another is refused
     (429) until one closes or idles out (after 30 minutes without a request)."""

@@ -209,11 +209,33 @@ async def test_the_owner_sets_one_agents_channel_cap_over_rest(service: Service)
         "send_rate_per_minute": 60,
         "max_unacked": 1000,
         "max_channels_per_agent": 1,
+        "max_open_tasks_per_agent": 200,
     }
     assert (await alice.put("/v1/channels/ops/members/me")).status_code == 200
     refused = await alice.put("/v1/channels/release/members/me")
     assert refused.status_code == 409
     assert refused.json()["error"]["details"] == {"limit": 1}
+
+
+async def test_the_owner_sets_one_agents_open_task_cap_over_rest(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    limits = await service.admin.put(
+        "/v1/admin/agents/alice/limits", json={"max_open_tasks_per_agent": 1}
+    )
+    assert limits.json()["max_open_tasks_per_agent"] == 1
+    first = await alice.post("/v1/tasks", json={"to": "bob", "title": "One"})
+    assert first.status_code == 201
+    refused = await alice.post("/v1/tasks", json={"to": "bob", "title": "Two"})
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "conflict"
+    assert refused.json()["error"]["details"] == {"limit": 1}
+    assert [t["title"] for t in (await bob.get("/v1/tasks")).json()["tasks"]] == ["One"]
+    assert (await bob.post("/v1/tasks", json={"to": "alice", "title": "Back"})).status_code == 201
+    done = await bob.patch(f"/v1/tasks/{first.json()['id']}", json={"status": "done"})
+    assert done.status_code == 200
+    again = await alice.post("/v1/tasks", json={"to": "bob", "title": "Two"})
+    assert again.status_code == 201
 
 
 async def test_an_unknown_recipient_is_404(service: Service) -> None:

@@ -375,10 +375,10 @@ async def test_per_agent_limits_override_the_settings_and_none_restores_them(
     office, admin = world.office, world.admin
     assert await office.admin.set_limits(
         admin, "bob", send_rate_per_minute=5, max_unacked=None
-    ) == AgentLimits("bob", 5, 1000, 100)
+    ) == AgentLimits("bob", 5, 1000, 100, 200)
     assert await office.admin.set_limits(
         admin, "bob", send_rate_per_minute=None, max_unacked=20, max_channels_per_agent=3
-    ) == AgentLimits("bob", 60, 20, 3)
+    ) == AgentLimits("bob", 60, 20, 3, 200)
     (usage,) = await office.admin.usage(admin, "bob")
     assert (usage.send_rate_per_minute, usage.max_unacked, usage.max_channels_per_agent) == (
         60,
@@ -388,7 +388,7 @@ async def test_per_agent_limits_override_the_settings_and_none_restores_them(
     assert usage.own_limits == ["max_unacked", "max_channels_per_agent"]
     assert await office.admin.set_limits(
         admin, "bob", send_rate_per_minute=None, max_unacked=None
-    ) == AgentLimits("bob", 60, 1000, 100)
+    ) == AgentLimits("bob", 60, 1000, 100, 200)
     assert (await snapshot(office.store))["agent_limits"] == []
     assert [u.own_limits for u in await office.admin.usage(admin, "bob")] == [[]]
 
@@ -404,6 +404,11 @@ async def test_per_agent_limits_override_the_settings_and_none_restores_them(
         (
             "bob",
             {"send_rate_per_minute": None, "max_unacked": None, "max_channels_per_agent": 0},
+            ErrorCode.INVALID_ARGUMENT,
+        ),
+        (
+            "bob",
+            {"send_rate_per_minute": None, "max_unacked": None, "max_open_tasks_per_agent": 0},
             ErrorCode.INVALID_ARGUMENT,
         ),
         ("nobody", {"send_rate_per_minute": 5, "max_unacked": None}, ErrorCode.NOT_FOUND),
@@ -490,8 +495,8 @@ async def test_usage_counts_what_each_agent_sent_and_received(
     await office.mailbox.ack(bob, [first.id])
     clock.advance(61)  # "just now" expires unread
     usage = {u.agent: u for u in await office.admin.usage(admin)}
-    assert usage["alice"] == Usage("alice", 3, 2, 1, 1, 1, 60, 1000, 100)
-    assert usage["bob"] == Usage("bob", 1, 1, 3, 1, 1, 60, 1000, 100)
+    assert usage["alice"] == Usage("alice", 3, 2, 1, 1, 1, 60, 1000, 100, 200)
+    assert usage["bob"] == Usage("bob", 1, 1, 3, 1, 1, 60, 1000, 100, 200)
     assert set(usage) == {"alice", "bob", "owner"}
     assert await office.admin.usage(admin, "bob") == [usage["bob"]]
     await refused_without_change(office, ErrorCode.NOT_FOUND, office.admin.usage(admin, "nobody"))

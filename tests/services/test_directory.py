@@ -289,7 +289,7 @@ async def test_an_agent_sees_its_own_usage_and_limits(office: PostOffice) -> Non
     await office.mailbox.send(alice, "bob", "one")
     await office.mailbox.send(bob, "alice", "two")
     assert await office.directory.usage(alice) == Usage(
-        "alice", 1, 1, 1, 1, 1, 10, 1000, 100, own_limits=["send_rate_per_minute"]
+        "alice", 1, 1, 1, 1, 1, 10, 1000, 100, 200, own_limits=["send_rate_per_minute"]
     )
 
 

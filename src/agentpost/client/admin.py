@@ -67,9 +67,10 @@ def admin_set_limits(
     send_rate_per_minute: int | None = None,
     max_unacked: int | None = None,
     max_channels_per_agent: int | None = None,
+    max_open_tasks_per_agent: int | None = None,
 ) -> Request[AgentLimits]:
-    """An agent's send rate, inbox cap and channel cap; None goes back to the configured
-    default."""
+    """An agent's send rate, inbox cap, channel cap and open-task cap; None goes back to the
+    configured default."""
     return Request(
         AgentLimits.from_dict,
         path_args=_agent(name),
@@ -77,6 +78,7 @@ def admin_set_limits(
             "send_rate_per_minute": send_rate_per_minute,
             "max_unacked": max_unacked,
             "max_channels_per_agent": max_channels_per_agent,
+            "max_open_tasks_per_agent": max_open_tasks_per_agent,
         },
     )
 

@@ -192,6 +192,8 @@ class AgentLimits:
     max_unacked: int
     max_channels_per_agent: int | None = None
     """None only from an older service, which caps no channels."""
+    max_open_tasks_per_agent: int | None = None
+    """None only from an older service, which caps no tasks."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,6 +215,8 @@ class Usage:
     max_unacked: int
     max_channels_per_agent: int | None = None
     """None only from an older service, which caps no channels."""
+    max_open_tasks_per_agent: int | None = None
+    """None only from an older service, which caps no tasks."""
     own_limits: list[str] | None = field(default_factory=list)
     """Which of the limits above the owner set for this agent, by name; the others follow the
     settings (so a change of a setting reaches them). None from an older service, which does

@@ -62,14 +62,15 @@ async def unvouch(name: str, office: Office, me: Me) -> dict[str, Any]:
 
 @router.put("/agents/{name}/limits", operation_id="admin_set_limits")
 async def set_limits(name: str, body: LimitsBody, office: Office, me: Me) -> dict[str, Any]:
-    """Per-agent send rate, inbox cap and channel cap; a null goes back to the configured
-    default."""
+    """Per-agent send rate, inbox cap, channel cap and open-task cap; a null goes back to the
+    configured default."""
     limits = await office.admin.set_limits(
         me,
         name,
         send_rate_per_minute=body.send_rate_per_minute,
         max_unacked=body.max_unacked,
         max_channels_per_agent=body.max_channels_per_agent,
+        max_open_tasks_per_agent=body.max_open_tasks_per_agent,
     )
     return limits.to_dict()
 

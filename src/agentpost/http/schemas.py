@@ -93,6 +93,7 @@ class LimitsBody(Body):
     send_rate_per_minute: int | None = None
     max_unacked: int | None = None
     max_channels_per_agent: int | None = None
+    max_open_tasks_per_agent: int | None = None
 
 
 class ReserveBody(Body):

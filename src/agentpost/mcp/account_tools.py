@@ -151,14 +151,17 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
         send_rate_per_minute: int | None = None,
         max_unacked: int | None = None,
         max_channels_per_agent: int | None = None,
+        max_open_tasks_per_agent: int | None = None,
     ) -> ToolOutput:
-        """Per-agent send rate, inbox cap and channel cap; omitted goes back to the default."""
+        """Per-agent send rate, inbox cap, channel cap and open-task cap; omitted goes back to
+        the default."""
         limits = await admin.set_limits(
             desk.caller,
             name,
             send_rate_per_minute=send_rate_per_minute,
             max_unacked=max_unacked,
             max_channels_per_agent=max_channels_per_agent,
+            max_open_tasks_per_agent=max_open_tasks_per_agent,
         )
         return await reply(limits.to_dict(), f"Limits of {name} set.")
 

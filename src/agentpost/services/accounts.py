@@ -27,7 +27,7 @@ from agentpost.store import usage as usage_rows
 from agentpost.store.database import Connection, Row, Store
 
 DAY_S = 86_400.0
-LIMITS = ("send_rate_per_minute", "max_unacked", "max_channels_per_agent")
+LIMITS = limit_rows.COLUMNS
 """The per-agent limits by name, in the order the store keeps an override's."""
 INTERNAL = (SYSTEM, POST_OFFICE)
 """The post office's own identities: never listed, never account holders."""
@@ -191,12 +191,13 @@ def limits_in_effect(
 
 
 def _in_effect(settings: Settings, name: str, override: limit_rows.Override) -> AgentLimits:
-    rate, cap, channels = override
+    rate, cap, channels, tasks = override
     return AgentLimits(
         agent=name,
         send_rate_per_minute=settings.send_rate_per_minute if rate is None else rate,
         max_unacked=settings.max_unacked if cap is None else cap,
         max_channels_per_agent=settings.max_channels_per_agent if channels is None else channels,
+        max_open_tasks_per_agent=settings.max_open_tasks_per_agent if tasks is None else tasks,
     )
 
 
@@ -226,6 +227,7 @@ def usage(
                 send_rate_per_minute=limits.send_rate_per_minute,
                 max_unacked=limits.max_unacked,
                 max_channels_per_agent=limits.max_channels_per_agent,
+                max_open_tasks_per_agent=limits.max_open_tasks_per_agent,
                 own_limits=[
                     limit
                     for limit, value in zip(LIMITS, override, strict=True)

@@ -210,6 +210,7 @@ class Admin:
         send_rate_per_minute: int | None,
         max_unacked: int | None,
         max_channels_per_agent: int | None = None,
+        max_open_tasks_per_agent: int | None = None,
     ) -> AgentLimits:
         """The agent's own limits; None puts one back to the setting. Returns what holds."""
         await self._gate.require(admin, "set_limits", name)
@@ -218,22 +219,15 @@ class Admin:
             check_limit_value(send_rate_per_minute, "send_rate_per_minute"),
             check_limit_value(max_unacked, "max_unacked"),
             check_limit_value(max_channels_per_agent, "max_channels_per_agent"),
+            check_limit_value(max_open_tasks_per_agent, "max_open_tasks_per_agent"),
         )
 
         def tx(conn: Connection) -> AgentLimits:
             accounts.existing(conn, name)
             if limit_rows.overrides(conn, [name]).get(name, limit_rows.NONE) != override:
                 limit_rows.set_overrides(conn, self.store.dialect, name, override)
-                rate, cap, channels = override
-                self._record(
-                    conn,
-                    admin,
-                    "limits.set",
-                    name,
-                    send_rate_per_minute=rate,
-                    max_unacked=cap,
-                    max_channels_per_agent=channels,
-                )
+                detail = dict(zip(limit_rows.COLUMNS, override, strict=True))
+                self._record(conn, admin, "limits.set", name, **detail)
             return accounts.limits_in_effect(conn, self.settings, [name])[name]
 
         return await self.store.write(tx)

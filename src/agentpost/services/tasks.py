@@ -137,6 +137,7 @@ class Tasks:
             first = None if retry is None else retry.first(conn, caller.agent, now)
             if first is not None:
                 return self._one(conn, first["task_id"])
+            self._check_room(conn, caller)
             project = self._project(conn, caller)
             if self.settings.delegate_requires_leader:
                 self._check_leader(conn, caller, project, now)
@@ -357,6 +358,19 @@ class Tasks:
                 return str(session.project)
         agent = agent_rows.get_agent(conn, caller.agent)
         return str(agent.project) if agent is not None and agent.project else None
+
+    def _check_room(self, conn: Connection, caller: Caller) -> None:
+        """Refuse a task past the caller's cap on open tasks delegated: each one stores a task
+        and a message that never expires unread, so delegating alone must not fill the store."""
+        limits = accounts.limits_in_effect(conn, self.settings, [caller.agent])[caller.agent]
+        cap = limits.max_open_tasks_per_agent or self.settings.max_open_tasks_per_agent
+        count = task_rows.open_count(conn, caller.agent)
+        rules.check_cap(
+            count,
+            cap,
+            f"{caller.agent} may have at most {cap} open tasks delegated and has {count}; "
+            "cancel one, or wait until one is done or failed",
+        )
 
     def _check_leader(
         self, conn: Connection, caller: Caller, project: str | None, now: float

@@ -1,4 +1,4 @@
-"""Per-agent limits: the owner's overrides of the settings' send rate, inbox cap and channel cap."""
+"""Per-agent limits: the owner's overrides of the settings' send rate and counted caps."""
 
 from __future__ import annotations
 
@@ -17,9 +17,17 @@ from agentpost.store.prepared import (
 )
 from agentpost.store.schema import agent_limits
 
-Override = tuple[int | None, int | None, int | None]
-"""(send_rate_per_minute, max_unacked, max_channels_per_agent); None keeps the setting."""
-NONE: Override = (None, None, None)
+Override = tuple[int | None, int | None, int | None, int | None]
+"""(send_rate_per_minute, max_unacked, max_channels_per_agent, max_open_tasks_per_agent);
+None keeps the setting."""
+NONE: Override = (None, None, None, None)
+COLUMNS = (
+    "send_rate_per_minute",
+    "max_unacked",
+    "max_channels_per_agent",
+    "max_open_tasks_per_agent",
+)
+"""The columns of an `Override`, in its order."""
 
 _MANY = select(agent_limits).where(agent_limits.c.agent.in_(bindparam("agents", expanding=True)))
 
@@ -39,7 +47,12 @@ def overrides(conn: Connection, names: Sequence[str]) -> dict[str, Override]:
     else:
         rows = [row for part in in_parts(names) for row in conn.execute(_MANY, {"agents": part})]
     return {
-        row.agent: (row.send_rate_per_minute, row.max_unacked, row.max_channels_per_agent)
+        row.agent: (
+            row.send_rate_per_minute,
+            row.max_unacked,
+            row.max_channels_per_agent,
+            row.max_open_tasks_per_agent,
+        )
         for row in rows
     }
 
@@ -49,6 +62,5 @@ def set_overrides(conn: Connection, dialect: ModuleType, agent: str, override: O
     if override == NONE:
         conn.execute(delete(agent_limits).where(agent_limits.c.agent == agent))
         return
-    rate, cap, channels = override
-    values = {"send_rate_per_minute": rate, "max_unacked": cap, "max_channels_per_agent": channels}
+    values = dict(zip(COLUMNS, override, strict=True))
     conn.execute(dialect.upsert(agent_limits, ["agent"], {"agent": agent, **values}, values))

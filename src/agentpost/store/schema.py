@@ -169,6 +169,7 @@ agent_limits = Table(
     Column("send_rate_per_minute", Integer),
     Column("max_unacked", Integer),
     Column("max_channels_per_agent", Integer),  # migration 0016
+    Column("max_open_tasks_per_agent", Integer),  # migration 0017
 )
 """The owner's per-agent overrides of the settings' limits; a NULL keeps the default."""
 

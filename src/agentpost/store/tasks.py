@@ -104,6 +104,13 @@ def any_due_passed(conn: Connection, now: float) -> bool:
     return bool(conn.execute(select(exists().where(_passing(now)))).scalar())
 
 
+def open_count(conn: Connection, creator: str) -> int:
+    """How many tasks `creator` delegated that are not finished (those withheld from their
+    assignee too: the creator sees them as delegated, so they count as any other)."""
+    query = select(func.count()).where(tasks.c.creator == creator, tasks.c.status.not_in(_FINISHED))
+    return int(conn.execute(query).scalar_one())
+
+
 def pass_dues(conn: Connection, now: float, limit: int) -> list[Row[Any]]:
     """Mark up to `limit` tasks whose due passed before `now` as past it, and return them
     (those to tell of, and those finished already). The statement that marks decides: it marks
