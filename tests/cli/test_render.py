@@ -170,6 +170,23 @@ def test_reservations_mark_an_unvouched_holder_and_write_out_its_reason(
     assert shared_row[:3] == ["docs/*", "alice", "shared"], out
 
 
+def test_a_task_shows_its_blocker_where_words_were_withheld(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    done = TaskChange(
+        2.0, "pest", TaskStatus.OPEN, TaskStatus.DONE, "", Trust.VERIFIED, withheld=True
+    )
+    task = Task(
+        "t_1", "shop", "alice", "pest", "Tidy", "", Priority.NORMAL, TaskStatus.DONE,
+        None, None, None, "m_1", 1.0, 2.0, [done], result_withheld=True,
+    )  # fmt: skip
+    show_task(task)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    assert "result withheld: given while you blocked its assignee" in lines
+    # A narrow terminal may wrap the line.
+    assert "open → done (note withheld: written while you blocked its writer)" in " ".join(lines)
+
+
 def test_who_with_nobody_to_show_says_so_rather_than_draw_an_empty_table(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -108,8 +108,9 @@ def test_an_unknown_status_is_invalid() -> None:
     assert check_status("in_progress") is S.IN_PROGRESS
 
 
-def test_a_task_reads_itself_back_from_its_json() -> None:
-    task = Task(
+def done_task(*, withheld: bool = False) -> Task:
+    """boss's task, done by worker with a note and a result (`withheld` from boss)."""
+    return Task(
         id="t_1",
         project="shop",
         creator="boss",
@@ -126,10 +127,17 @@ def test_a_task_reads_itself_back_from_its_json() -> None:
         updated_at=1_800_000_050.0,
         history=[
             TaskChange(1_800_000_000.0, "boss", None, S.OPEN, "", Trust.VERIFIED),
-            TaskChange(1_800_000_050.0, "worker", S.OPEN, S.DONE, "fixed", Trust.UNTRUSTED),
+            TaskChange(
+                1_800_000_050.0, "worker", S.OPEN, S.DONE, "fixed", Trust.UNTRUSTED, withheld
+            ),
         ],
         result_trust=Trust.UNTRUSTED,
+        result_withheld=withheld,
     )
+
+
+def test_a_task_reads_itself_back_from_its_json() -> None:
+    task = done_task()
     as_json = task.to_dict()
     assert as_json["status"] == "done"
     assert as_json["history"][0]["from_status"] is None
@@ -140,10 +148,27 @@ def test_a_task_reads_itself_back_from_its_json() -> None:
         "to_status": "done",
         "note": "fixed",
         "trust": "untrusted",
+        "withheld": False,
     }
     assert as_json["result_trust"] == "untrusted"
+    assert as_json["result_withheld"] is False
     assert Task.from_dict(as_json) == task
     assert task.finished
+
+
+def test_words_withheld_from_the_blocker_are_left_out_for_it_alone() -> None:
+    """The notes and result written while the creator blocked the assignee: the creator sees
+    the moves without them; the assignee sees its words, and no sign of the block."""
+    task = done_task(withheld=True)
+    blocker = task.seen_by("boss")
+    assert [(c.to_status, c.note, c.withheld) for c in blocker.history] == [
+        (S.OPEN, "", False),
+        (S.DONE, "", True),
+    ]
+    assert (blocker.result, blocker.result_trust, blocker.result_withheld) == (None, None, True)
+    assert Task.from_dict(blocker.to_dict()) == blocker
+    writer = task.seen_by("worker")
+    assert writer == done_task()
 
 
 def test_words_an_older_service_gives_no_trust_for_read_as_a_strangers() -> None:

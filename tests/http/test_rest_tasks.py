@@ -65,6 +65,22 @@ async def test_a_task_is_delegated_reported_on_and_read_back_over_rest(service: 
             assert caught.value.code is code
 
 
+async def test_a_blocked_assignees_note_and_result_reach_the_creator_withheld_over_rest(
+    service: Service,
+) -> None:
+    async with clients(service, "boss", "worker") as (boss, worker):
+        task = await boss.delegate("worker", "Fix the build")
+        await boss.block("worker")
+        await worker.update_task(task.id, "done", note="see my link", result={"url": "x"})
+        seen = await boss.task(task.id)
+        assert seen.status is TaskStatus.DONE
+        assert [(c.note, c.withheld) for c in seen.history] == [("", False), ("", True)]
+        assert (seen.result, seen.result_withheld) == (None, True)  # as the wire said it
+        own = await worker.task(task.id)
+        assert [(c.note, c.withheld) for c in own.history][-1] == ("see my link", False)
+        assert (own.result, own.result_withheld) == ({"url": "x"}, False)
+
+
 async def test_task_listings_page_back_with_before_over_rest(service: Service) -> None:
     async with clients(service, "boss", "worker") as (boss, worker):
         made = [await boss.delegate("worker", f"task {n}") for n in range(3)]

@@ -569,53 +569,6 @@ async def test_of_a_finish_and_a_cancel_at_once_the_result_is_the_winners(
         assert len(final.history) == 3
 
 
-async def test_a_task_from_a_sender_the_assignee_blocks_is_withheld_from_the_assignee(
-    office: PostOffice,
-) -> None:
-    """As a block drops mail silently: the assignee never sees the task, and the creator sees
-    it delegated, as any task nobody took up yet."""
-    pest, worker = await agents(office, "pest", "worker")
-    await office.directory.block(worker, "pest")
-    task = await office.tasks.delegate(pest, "worker", "Do my homework", "all of it")
-    assert task.status is TaskStatus.OPEN
-
-    assert await office.tasks.tasks(worker) == []
-    assert await office.tasks.tasks(worker, role="assigned") == []
-    assert (await office.mailbox.inbox(worker)).messages == []
-    for refused in (
-        office.tasks.task(worker, task.id),
-        office.tasks.update_task(worker, task.id, "accepted"),
-    ):
-        await refused_without_change(office, ErrorCode.NOT_FOUND, refused)
-
-    assert [t.id for t in await office.tasks.tasks(pest)] == [task.id]
-    assert (await office.tasks.task(pest, task.id)).status is TaskStatus.OPEN
-    cancelled = await office.tasks.update_task(pest, task.id, "cancelled")
-    assert cancelled.status is TaskStatus.CANCELLED
-    assert (await office.mailbox.inbox(worker)).messages == []
-
-
-async def test_tasks_given_before_a_block_stay_with_the_assignee(office: PostOffice) -> None:
-    boss, worker = await agents(office, "boss", "worker")
-    task = await office.tasks.delegate(boss, "worker", "Before the falling-out")
-    await office.directory.block(worker, "boss")
-    assert [t.id for t in await office.tasks.tasks(worker)] == [task.id]
-    assert (await office.tasks.update_task(worker, task.id, "accepted")).status is (
-        TaskStatus.ACCEPTED
-    )
-
-
-async def test_news_of_a_withheld_task_never_reaches_the_assignee_even_once_unblocked(
-    office: PostOffice,
-) -> None:
-    pest, worker = await agents(office, "pest", "worker")
-    await office.directory.block(worker, "pest")
-    task = await office.tasks.delegate(pest, "worker", "Do my homework")
-    await office.directory.unblock(worker, "pest")
-    await office.tasks.update_task(pest, task.id, "cancelled")
-    assert (await office.mailbox.inbox(worker)).messages == []
-
-
 async def test_a_tasks_data_and_result_may_nest_as_deep_as_any_messages(
     office: PostOffice,
 ) -> None:

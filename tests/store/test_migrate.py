@@ -374,24 +374,25 @@ def test_0009_keeps_every_webhook_and_its_downgrade_keeps_them_and_their_deliver
         assert "key_id" not in [row[1] for row in db.execute("PRAGMA table_info(webhooks)")]
 
 
-async def migrate_to(url: str, target: str) -> None:
-    """Alembic's upgrade to `target` on the database at `url`, as a start would run it."""
+async def migrate_to(url: str, target: str, *, back: bool = False) -> None:
+    """Alembic's upgrade to `target` on the database at `url`, as a start would run it (its
+    downgrade, going `back`)."""
     if url.startswith("sqlite"):
         from agentpost.store import sqlite
         from store.test_fulltext import alembic_on
 
         path = Path(url.removeprefix("sqlite:///"))
         sqlite.prepare_file(path)
-        alembic_on(path, "upgrade", target)
+        alembic_on(path, "downgrade" if back else "upgrade", target)
         return
 
-    def upgrade(conn: Connection) -> None:
-        migrate.upgrade(conn, target)
+    def move(conn: Connection) -> None:
+        (migrate.downgrade if back else migrate.upgrade)(conn, target)
 
     async_engine = create_async_engine(async_url(url))
     try:
         async with async_engine.begin() as conn:
-            await conn.run_sync(upgrade)
+            await conn.run_sync(move)
     finally:
         await async_engine.dispose()
 
@@ -554,3 +555,62 @@ async def test_0015_gives_tasks_words_their_authors_trust_and_marks_past_dues_pa
 def _dues_passed(conn: Connection) -> list[tuple[str, bool]]:
     rows = conn.execute(text("SELECT id, due_passed_at FROM tasks ORDER BY id"))
     return [(row.id, row.due_passed_at is not None) for row in rows]
+
+
+def _a_task_with_words(conn: Connection) -> None:
+    """boss gave worker a task; worker finished it with a note and a result."""
+    conn.execute(
+        text(
+            "INSERT INTO tasks (id, creator, assignee, title, priority, status, result,"
+            " message_id, created_at, updated_at) VALUES ('t_1', 'boss', 'worker', 'T',"
+            " 'normal', 'done', '\"fixed\"', 'm_1', 1.0, 1.0)"
+        )
+    )
+    conn.execute(
+        text(
+            "INSERT INTO task_history (task_id, at, actor, to_status, note)"
+            " VALUES ('t_1', 1.0, 'worker', 'done', 'all good')"
+        )
+    )
+    conn.commit()
+
+
+def _task_words(conn: Connection) -> list[tuple[Any, ...]]:
+    result = conn.execute(text("SELECT id, result FROM tasks")).all()
+    notes = conn.execute(text("SELECT task_id, note FROM task_history")).all()
+    return [tuple(row) for row in [*result, *notes]]
+
+
+def _withheld(conn: Connection) -> list[bool]:
+    result = conn.execute(text("SELECT result_withheld FROM tasks")).scalar_one()
+    note = conn.execute(text("SELECT withheld FROM task_history")).scalar_one()
+    return [bool(result), bool(note)]
+
+
+def _task_columns(conn: Connection) -> set[str]:
+    """The columns of tasks and of their history, each as `table.column`."""
+    found = inspect(conn)
+    return {
+        f"{table}.{c['name']}"
+        for table in ("tasks", "task_history")
+        for c in found.get_columns(table)
+    }
+
+
+async def test_0018_withholds_no_words_written_before_it_and_its_downgrade_keeps_them(
+    fresh_database_url: str,
+) -> None:
+    """Nobody knows who blocked whom when earlier words were written: they stay in view, as
+    mail delivered before a block does. Going back drops only the two new columns."""
+    await migrate_to(fresh_database_url, "0017")
+    await inspected(fresh_database_url, _a_task_with_words)
+    await migrate_to(fresh_database_url, "0018")
+    assert await inspected(fresh_database_url, _withheld) == [False, False]
+    await migrate_to(fresh_database_url, "0017", back=True)
+    assert await inspected(fresh_database_url, _task_words) == [
+        ("t_1", '"fixed"'),
+        ("t_1", "all good"),
+    ]
+    columns = await inspected(fresh_database_url, _task_columns)
+    assert {"tasks.result_withheld", "task_history.withheld"} & columns == set()
+    assert {"tasks.withheld", "tasks.result_trust", "task_history.trust"} <= columns

@@ -120,7 +120,7 @@ async def test_a_downgrade_and_the_upgrade_keep_every_row_index_and_trigger(
     await a_post_office(path)
     at_head = contents(path)
     # 0014 adds a column and remakes the index's triggers (0015 touches only tasks and their
-    # history, 0016 and 0017 agent_limits): the schema 0005 knew is 0013's.
+    # history, and 0018 too; 0016 and 0017 agent_limits): the schema 0005 knew is 0013's.
     alembic_on(path, "downgrade", "0013")
     before = contents(path)
     assert len(before["deliveries"]) == 4

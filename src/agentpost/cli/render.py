@@ -209,12 +209,16 @@ def show_task(t: Task) -> None:
     for name, value in (("data", t.data), (result, t.result)):
         if value is not None:
             parts += ["\n  ", (f"{name}: {json.dumps(value, ensure_ascii=False)}", "dim")]
+    if t.result_withheld:
+        parts += ["\n  ", ("result withheld: given while you blocked its assignee", "dim")]
     console.print(styled(*parts))
     for c in t.history:
         moved = c.to_status.value
         if c.from_status is not None:
             moved = f"{c.from_status.value} → {moved}"
         note = "\n    " + c.note.replace("\n", "\n    ") if c.note else ""
+        if c.withheld:
+            note = " (note withheld: written while you blocked its writer)"
         actor = _named(c.actor, c.trust)
         console.print(styled((f"  {_when(c.at)} ", "dim"), *actor, f" {moved}{note}"))
 

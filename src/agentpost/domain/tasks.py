@@ -9,7 +9,7 @@ to the other party, or anyone who is no party, gets `forbidden`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Literal, get_args
 
@@ -109,6 +109,18 @@ class TaskChange:
     trust: Trust = Trust.UNTRUSTED
     """The actor's when it made the change, as a message keeps its sender's: whether the note
     is a colleague's words or a stranger's, however the owner's vouch has changed since."""
+    withheld: bool = False
+    """The note was written while the other party blocked the actor: to them it reads as
+    withheld, its `note` empty, as a blocked sender's mail is dropped (unblocking later shows
+    it no more than it delivers that mail). Its actor sees it as written, never the flag."""
+
+    def seen_by(self, viewer: str) -> TaskChange:
+        """The change as `viewer` may see it: without a note withheld from them."""
+        if not self.withheld:
+            return self
+        if viewer == self.actor:
+            return replace(self, withheld=False)
+        return replace(self, note="", withheld=True)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -164,6 +176,21 @@ class Task:
     """Past its `due` and not finished, by the post office's clock when it was read."""
     result_trust: Trust | None = None
     """The assignee's when it gave the result; None while there is no result."""
+    result_withheld: bool = False
+    """The assignee gave its result while the creator blocked it: to the creator the result
+    reads as withheld (`result` and `result_trust` null), as the notes then are."""
+
+    def seen_by(self, viewer: str) -> Task:
+        """The task as `viewer` may see it: without the words withheld from them, and without
+        telling the writer of those words that anything was withheld."""
+        withheld = self.result_withheld and viewer != self.assignee
+        return replace(
+            self,
+            history=[change.seen_by(viewer) for change in self.history],
+            result=None if withheld else self.result,
+            result_trust=None if withheld else self.result_trust,
+            result_withheld=withheld,
+        )
 
     @property
     def finished(self) -> bool:
@@ -190,6 +217,7 @@ class Task:
             "assignee_trust": self.assignee_trust.value,
             "overdue": self.overdue,
             "result_trust": None if self.result_trust is None else self.result_trust.value,
+            "result_withheld": self.result_withheld,
         }
 
     @classmethod

@@ -64,6 +64,8 @@ def _change(change: TaskChange) -> str:
     if change.from_status is not None:
         moved = f"{change.from_status.value} -> {moved}"
     note = f": {presenting.quoted(change.note)}" if change.note else ""
+    if change.withheld:
+        note = " (its note is withheld: written while you blocked its writer)"
     return f"  {presenting.by(change.actor, change.trust)}: {moved}{note}"
 
 
@@ -122,6 +124,8 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
         found = await desk.task(task_id)
         lines = [_line(found)[2:], f"{_thread_and_due(found)}; history:"]
         lines += [_change(c) for c in found.history]
+        if found.result_withheld:
+            lines.append("Its result is withheld: given while you blocked its assignee.")
         return await reply(found.to_dict(), _framed("\n".join(lines), _words(found)))
 
     async def update_task(

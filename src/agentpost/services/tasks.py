@@ -3,6 +3,10 @@ agentpost.domain.tasks, every change kept with its time and note and told to the
 
 A task and the message that tells of it are written in one transaction (`Mailbox.send_in`):
 there is never a task nobody was told of, nor a message about a task that is not there.
+
+A block between the two parties holds back words as it drops mail: a task delegated by an
+agent its assignee blocks is withheld from the assignee, and a note or result written while
+the other party blocks its writer is withheld from that party (`Task.seen_by`).
 """
 
 from __future__ import annotations
@@ -78,6 +82,13 @@ def _repeats(
     )
 
 
+def _blocked_by_other(conn: Connection, caller: Caller, row: Row[Any]) -> bool:
+    """Whether the task's other party blocks the caller now: the words it writes now (a note,
+    a result) are then withheld from them, as its mail to them is dropped."""
+    other = row.creator if caller.agent == row.assignee else row.assignee
+    return other != caller.agent and bool(blocks.blocking(conn, caller.agent, [other]))
+
+
 def _role(role: str) -> tuple[bool, bool]:
     """(assigned, created) for a listing's `role`."""
     if role not in ROLES:
@@ -136,7 +147,7 @@ class Tasks:
             now = self.store.clock()
             first = None if retry is None else retry.first(conn, caller.agent, now)
             if first is not None:
-                return self._one(conn, first["task_id"])
+                return self._one(conn, first["task_id"], caller)
             self._check_room(conn, caller)
             project = self._project(conn, caller)
             if self.settings.delegate_requires_leader:
@@ -186,7 +197,7 @@ class Tasks:
             )
             if retry is not None:
                 retry.remember(conn, self.store, caller.agent, {"task_id": tid})
-            return self._one(conn, tid)
+            return self._one(conn, tid, caller)
 
         task = await self.store.write(tx)
         if task.due is not None and not task.finished:
@@ -218,12 +229,13 @@ class Tasks:
             now = self.store.clock()
             row = self._row(conn, task_id, caller)
             if _repeats(conn, row, caller, wanted, note, result_json):
-                return self._one(conn, row.id)
+                return self._one(conn, row.id, caller)
             current = TaskStatus(row.status)
             check_move(caller.agent, row.creator, row.assignee, current, wanted)
             # Kept with the note and result, as a message keeps its sender's: a vouch given or
             # withdrawn later changes how the actor's next words read, not these.
             writer = accounts.as_stored(conn, caller).trust
+            withheld = _blocked_by_other(conn, caller, row)
             moved = task_rows.move(
                 conn,
                 row.id,
@@ -232,11 +244,12 @@ class Tasks:
                 result=result_json,
                 trust=writer,
                 now=now,
+                withheld=withheld,
             )
             if not moved:  # another change came first: decided against what no longer holds
                 row = self._row(conn, task_id, caller)
                 if _repeats(conn, row, caller, wanted, note, result_json):
-                    return self._one(conn, row.id)  # it was this very update, sent twice
+                    return self._one(conn, row.id, caller)  # it was this very update, sent twice
                 raise AgentpostError(
                     ErrorCode.CONFLICT, f"task {task_id!r} changed meanwhile; read it again"
                 )
@@ -249,9 +262,10 @@ class Tasks:
                 to_status=wanted,
                 note=note,
                 trust=writer,
+                withheld=withheld,
             )
             self._tell(conn, caller, row, current, wanted, note, result)
-            return self._one(conn, row.id)
+            return self._one(conn, row.id, caller)
 
         return await self.store.write(tx)
 
@@ -285,7 +299,7 @@ class Tasks:
                 limit=limit,
                 before=before,
             )
-            return task_rows.load(conn, found, self.store.clock())
+            return task_rows.load(conn, found, self.store.clock(), caller.agent)
 
         return await self.store.read(tx)
 
@@ -297,7 +311,7 @@ class Tasks:
             row = self._row(conn, task_id, caller)
             if caller.agent not in (row.creator, row.assignee):
                 raise forbidden("only the task's creator and assignee may read it")
-            return self._one(conn, row.id)
+            return self._one(conn, row.id, caller)
 
         return await self.store.read(tx)
 
@@ -347,8 +361,9 @@ class Tasks:
             raise not_found(f"no task {task_id!r}", task_id=task_id)
         return row
 
-    def _one(self, conn: Connection, task_id: str) -> Task:
-        return task_rows.load(conn, [self._row(conn, task_id)], self.store.clock())[0]
+    def _one(self, conn: Connection, task_id: str, viewer: Caller) -> Task:
+        row = self._row(conn, task_id)
+        return task_rows.load(conn, [row], self.store.clock(), viewer.agent)[0]
 
     def _project(self, conn: Connection, caller: Caller) -> str | None:
         """The project the caller works in: its session's, else its agent's."""

@@ -311,6 +311,8 @@ tasks = Table(
     # creator's title and detail; the result (NULL while there is none).
     Column("creator_trust", String(16), nullable=False, server_default="untrusted"),
     Column("result_trust", String(16)),
+    # The result was given while the creator blocked the assignee: withheld from the creator.
+    Column("result_withheld", Boolean, nullable=False, server_default=text("false")),  # 0018
     # When a sweep saw its due pass (and told its parties, were it not finished): once only.
     Column("due_passed_at", Float),
     Index("ix_tasks_assignee", "assignee", "status"),
@@ -329,6 +331,8 @@ task_history = Table(
     Column("to_status", String(16), nullable=False),
     Column("note", Text, nullable=False, server_default=""),
     Column("trust", String(16), nullable=False, server_default="untrusted"),  # the actor's
+    # Written while the other party blocked the actor: the note is withheld from them (0018).
+    Column("withheld", Boolean, nullable=False, server_default=text("false")),
     Index("ix_task_history_task", "task_id", "seq"),
 )
 

@@ -46,8 +46,10 @@ def record_change(
     to_status: TaskStatus,
     note: str,
     trust: Trust,
+    withheld: bool = False,
 ) -> None:
-    """One change, with the trust its actor has as it makes it (and writes its note)."""
+    """One change, with the trust its actor has as it makes it (and writes its note), and
+    whether the other party blocks the actor as it does (its note `withheld` from them)."""
     conn.execute(
         insert(task_history).values(
             task_id=task_id,
@@ -57,6 +59,7 @@ def record_change(
             to_status=to_status.value,
             note=note,
             trust=trust.value,
+            withheld=withheld,
         )
     )
 
@@ -82,13 +85,15 @@ def move(
     result: str | None,
     trust: Trust,
     now: float,
+    withheld: bool = False,
 ) -> bool:
     """Set the status if it still is `current` (and the result, when given, with the `trust`
-    of its author); False if not."""
+    of its author and whether it is `withheld` from the creator); False if not."""
     values: dict[str, Any] = {"status": wanted.value, "updated_at": now}
     if result is not None:
         values["result"] = result
         values["result_trust"] = trust.value
+        values["result_withheld"] = withheld
     stmt = update(tasks).where(tasks.c.id == task_id, tasks.c.status == current.value)
     return bool(conn.execute(stmt.values(**values)).rowcount)
 
@@ -210,6 +215,7 @@ def histories(conn: Connection, task_ids: Sequence[str]) -> dict[str, list[TaskC
                 to_status=TaskStatus(row.to_status),
                 note=row.note,
                 trust=Trust(row.trust),
+                withheld=bool(row.withheld),
             )
         )
     return out
@@ -241,11 +247,13 @@ def task_from_row(
         assignee_trust=trust.get(row.assignee, Trust.UNTRUSTED),
         overdue=is_overdue(status, row.due, now),
         result_trust=None if row.result is None else Trust(row.result_trust or "untrusted"),
+        result_withheld=bool(row.result_withheld),
     )
 
 
-def load(conn: Connection, found: Sequence[Row[Any]], now: float) -> list[Task]:
-    """Tasks of `found` rows as they stand at `now`, each with its history."""
+def load(conn: Connection, found: Sequence[Row[Any]], now: float, viewer: str) -> list[Task]:
+    """Tasks of `found` rows as they stand at `now`, each with its history, as `viewer` may
+    see them (without the words withheld from them)."""
     changes = histories(conn, [row.id for row in found])
     trust = agent_rows.trust_of(conn, sorted({r.assignee for r in found}))
-    return [task_from_row(row, changes[row.id], trust, now) for row in found]
+    return [task_from_row(row, changes[row.id], trust, now).seen_by(viewer) for row in found]
