@@ -54,6 +54,19 @@ async def test_sending_past_the_rate_is_rate_limited_with_retry_after(office: Of
     assert 0 < err.retry_after_s <= 60
 
 
+async def test_delegating_past_an_agents_own_task_cap_is_a_conflict(office: Office) -> None:
+    alice = await office.agent("alice")
+    await office.agent("bob")
+    limits = await office.admin.admin_set_limits("alice", max_open_tasks_per_agent=1)
+    assert limits.max_open_tasks_per_agent == 1
+
+    await alice.delegate("bob", "one")
+    err = await refusal(alice.delegate("bob", "two"))
+    assert err.code is ErrorCode.CONFLICT
+    assert err.details == {"limit": 1}
+    assert [t.title for t in await alice.tasks("created")] == ["one"]
+
+
 async def test_input_the_service_refuses_is_an_invalid_argument_naming_the_field(
     office: Office,
 ) -> None:

@@ -173,6 +173,17 @@ async def test_the_owner_lists_keys_revokes_one_vouches_unvouches_and_pages_the_
         assert max(e["seq"] for e in older) < min(e["seq"] for e in newest)
 
 
+async def test_the_owner_sets_and_clears_an_agents_open_task_cap_with_admin_set_limits(
+    service: Service, revision: str
+) -> None:
+    await service.create_agent("alice")
+    async with connect(service, service.admin_key, revision) as owner:
+        set_ = await owner.call("admin_set_limits", name="alice", max_open_tasks_per_agent=5)
+        assert set_["max_open_tasks_per_agent"] == 5
+        cleared = await owner.call("admin_set_limits", name="alice")
+        assert cleared["max_open_tasks_per_agent"] == 200
+
+
 async def test_admin_tools_refuse_a_misspelt_argument_or_a_converted_value(
     service: Service, revision: str
 ) -> None:
