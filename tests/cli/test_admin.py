@@ -137,7 +137,10 @@ def test_default_puts_a_limit_back_to_its_setting() -> None:
     assert usage_of("bob")["own_limits"] == ["max_channels_per_agent"]
     shown = agentpost("admin", "set-limits", "bob")
     said = " ".join(shown.stdout.split())  # a narrow terminal wraps the line
-    assert said == "bob: send-rate 60 (the setting), max-unacked 1000 (the setting), max-channels 3"
+    assert said == (
+        "bob: send-rate 60 (the setting), max-unacked 1000 (the setting), max-channels 3,"
+        " max-open-tasks 200 (the setting)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -201,8 +204,14 @@ async def test_the_admin_key_administers_the_remote_service(service: Service) ->
     ]
 
     await owner.json("admin", "set-limits", "alice", "--send-rate", "5")
-    kept = await owner.json("admin", "set-limits", "alice", "--max-channels", "2")
-    assert (kept["send_rate_per_minute"], kept["max_channels_per_agent"]) == (5, 2)
+    kept = await owner.json(
+        "admin", "set-limits", "alice", "--max-channels", "2", "--max-open-tasks", "9"
+    )
+    assert (
+        kept["send_rate_per_minute"],
+        kept["max_channels_per_agent"],
+        kept["max_open_tasks_per_agent"],
+    ) == (5, 2, 9)
     assert (await owner.json("admin", "disable", "alice"))["disabled"] is True
     audited = await owner.json("admin", "audit", "--actor", "owner")
     assert [e["action"] for e in audited["entries"]][:2] == ["agent.disabled", "limits.set"]

@@ -46,6 +46,7 @@ LIMITS = {
     "send-rate": "send_rate_per_minute",
     "max-unacked": "max_unacked",
     "max-channels": "max_channels_per_agent",
+    "max-open-tasks": "max_open_tasks_per_agent",
 }
 """Each per-agent limit: its name on the command line, and the services'."""
 
@@ -366,12 +367,18 @@ def set_limits(
         int | None,
         typer.Option(min=1, max=MAX_LIMIT_VALUE, help="Channels it may join."),
     ] = None,
+    max_open_tasks: Annotated[
+        int | None,
+        typer.Option(
+            min=1, max=MAX_LIMIT_VALUE, help="Unfinished tasks it may have delegated at once."
+        ),
+    ] = None,
     default: Annotated[
         list[str] | None,
         typer.Option(
             "--default",
-            help="Put this limit back to the setting: send-rate, max-unacked or max-channels"
-            " (repeatable).",
+            help="Put this limit back to the setting: send-rate, max-unacked, max-channels or"
+            " max-open-tasks (repeatable).",
         ),
     ] = None,
     as_json: JsonOption = False,
@@ -383,6 +390,7 @@ def set_limits(
         "send_rate_per_minute": send_rate,
         "max_unacked": max_unacked,
         "max_channels_per_agent": max_channels,
+        "max_open_tasks_per_agent": max_open_tasks,
     }
     asked = default or []
 
