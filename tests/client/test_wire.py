@@ -172,6 +172,23 @@ def test_every_request_carries_the_key_and_the_session() -> None:
     assert (request.method, request.url.raw_path) == ("PUT", b"/v1/blocks/%23odd%20name")
 
 
+def test_set_limits_sends_only_the_limits_given_so_an_older_service_takes_them() -> None:
+    """A service from before a limit existed refuses a body that names it, even as null."""
+    bodies: list[dict[str, Any]] = []
+
+    def older_service(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        bodies.append(body)
+        if "max_open_tasks_per_agent" in body:
+            return httpx.Response(422, content=error_body("invalid_argument"))
+        return httpx.Response(200, json={"agent": "bob", **body, "max_unacked": 100})
+
+    with Client("http://agentpost.test", "ap_x", transport=httpx.MockTransport(older_service)) as c:
+        limits = c.admin_set_limits("bob", send_rate_per_minute=5)
+    assert bodies == [{"send_rate_per_minute": 5}]
+    assert (limits.send_rate_per_minute, limits.max_open_tasks_per_agent) == (5, None)
+
+
 def test_the_event_reader_follows_the_format() -> None:
     """Comments are keep-alives; data lines join with line breaks; a blank line dispatches; the
     id is the cursor to resume after; `retry` is in milliseconds."""

@@ -70,16 +70,17 @@ def admin_set_limits(
     max_open_tasks_per_agent: int | None = None,
 ) -> Request[AgentLimits]:
     """An agent's send rate, inbox cap, channel cap and open-task cap; None goes back to the
-    configured default."""
+    configured default. A limit left None is left out of the body, which the service reads as
+    None, so a service older than a limit still takes the others."""
     return Request(
         AgentLimits.from_dict,
         path_args=_agent(name),
-        json={
-            "send_rate_per_minute": send_rate_per_minute,
-            "max_unacked": max_unacked,
-            "max_channels_per_agent": max_channels_per_agent,
-            "max_open_tasks_per_agent": max_open_tasks_per_agent,
-        },
+        json=fields(
+            send_rate_per_minute=send_rate_per_minute,
+            max_unacked=max_unacked,
+            max_channels_per_agent=max_channels_per_agent,
+            max_open_tasks_per_agent=max_open_tasks_per_agent,
+        ),
     )
 
 
