@@ -309,10 +309,18 @@ async def test_ctrl_c_while_asking_stops_waiting_and_names_the_request_to_follow
     [
         (["nobody", "hello?"], "unknown_recipient"),
         (["bob", "hello?", "--timeout", "-1"], "invalid_argument"),
+        # past a day its idempotency key is forgotten: asked again, it would be asked twice
+        (["bob", "hello?", "--timeout", "86401"], "invalid_argument"),
         (["bob", "hello?", "--data", "[1,"], "invalid_argument"),
         (["bob", " "], "invalid_argument"),
     ],
-    ids=["unknown-agent", "negative-timeout", "data-not-json", "blank-question"],
+    ids=[
+        "unknown-agent",
+        "negative-timeout",
+        "timeout-past-a-day",
+        "data-not-json",
+        "blank-question",
+    ],
 )
 def test_a_question_that_cannot_be_asked_is_refused_and_asks_nothing(
     args: list[str], code: str, isolated_home: Path

@@ -7,7 +7,8 @@ locally (`--as`) or remotely (`--url/--key`), as every mailbox command (agentpos
 person who stops waiting (Ctrl-C), or whose `--timeout` runs out, is told the id to follow up
 with. It then waits by asking again under the same idempotency key, which asks nothing twice
 (services.requests) and, asked again after the service's own ceiling on one wait, lets the
-command wait as long as `--timeout` says.
+command wait as long as `--timeout` says, up to a day: the key's lifetime, after which asking
+again would ask a second question.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from agentpost.cli.speaking import (
     seconds,
 )
 from agentpost.config import load_settings
+from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import IDEMPOTENCY_S
 from agentpost.domain.requests import RequestAnswer
 
 if TYPE_CHECKING:  # the services are imported when a command runs: --help is quick
@@ -147,6 +150,12 @@ def ask(
 
     async def asking(again: Ask) -> RequestAnswer:
         waiting = seconds(timeout, "--timeout")
+        if waiting > IDEMPOTENCY_S:  # asked again after that, it would be a second question
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"--timeout is at most {IDEMPOTENCY_S:g} s (a day); "
+                "`agentpost check-request ID` follows a question for longer",
+            )
         until = anyio.current_time() + waiting
         found = await again(0)
         asked.append(found.request_id)

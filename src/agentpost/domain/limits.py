@@ -11,9 +11,11 @@ from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 
 MAX_RECIPIENTS = 100
 MAX_LIMIT = 500
+"""The largest page any listing returns."""
 MAX_QUERY_CHARS = 500
 """The longest full-text search query."""
-"""The largest page any listing returns."""
+IDEMPOTENCY_S = 86_400.0
+"""How long the answer to a request made under an idempotency key is kept for a retry."""
 MAX_DATA_DEPTH = 64
 """How deeply `data` may nest: far beyond any real document, and far below the depth at
 which a JSON serializer on the way out (pydantic's, in every face) would refuse it."""

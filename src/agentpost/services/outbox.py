@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.domain.limits import IDEMPOTENCY_S
 from agentpost.domain.models import DeliveryState, Message, Receipt, SendResult
 from agentpost.store import audit, idempotency
 from agentpost.store.database import Connection, Store
 
-IDEMPOTENCY_S = 86_400.0
-"""How long a send's answer is kept for a retry under the same key."""
 MAX_IDEMPOTENCY_KEY = 200
 _IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}")
 
