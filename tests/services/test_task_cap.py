@@ -10,7 +10,7 @@ from account_helpers import owner
 from agentpost.domain.errors import ErrorCode
 from agentpost.domain.tasks import TaskStatus
 from agentpost.services import PostOffice
-from backends import OpenOffice, agents, refused_without_change
+from backends import OpenOffice, agents, refused_without_change, session_caller
 
 pytestmark = pytest.mark.anyio
 
@@ -54,6 +54,26 @@ async def test_a_finished_task_makes_room_for_another(
     await office.tasks.update_task(boss if who == "boss" else worker, first.id, status)
     second = await office.tasks.delegate(boss, "worker", "Second")
     assert second.status is TaskStatus.OPEN
+
+
+async def test_a_non_leader_at_the_cap_hears_it_may_not_delegate_at_all(
+    open_office: OpenOffice,
+) -> None:
+    """Where only the leader delegates, the seat is what stands in the way: making room
+    under the cap would not let this agent delegate."""
+    office = await open_office(
+        delegate_requires_leader=True, auto_lead=False, max_open_tasks_per_agent=1
+    )
+    lead = await session_caller(office, "lead", project="shop", branch="main")
+    dev = await session_caller(office, "dev", project="shop", branch="main")
+    await office.leadership.claim(dev)
+    await office.tasks.delegate(dev, "lead", "Fix the build")  # its one open task
+    await office.leadership.release(dev)
+    await office.leadership.claim(lead)
+    err = await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.tasks.delegate(dev, "lead", "Review it")
+    )
+    assert "leader" in err.message
 
 
 async def test_a_task_withheld_from_its_assignee_counts_as_any_other(

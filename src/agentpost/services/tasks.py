@@ -148,10 +148,10 @@ class Tasks:
             first = None if retry is None else retry.first(conn, caller.agent, now)
             if first is not None:
                 return self._one(conn, first["task_id"], caller)
-            self._check_room(conn, caller)
             project = self._project(conn, caller)
             if self.settings.delegate_requires_leader:
                 self._check_leader(conn, caller, project, now)
+            self._check_room(conn, caller)  # after: a non-leader hears it may not delegate
             tid = new_task_id(now)
             sent = self.mailbox.send_in(
                 conn,

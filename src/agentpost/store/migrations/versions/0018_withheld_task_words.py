@@ -31,6 +31,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Code of 0017 knows nothing of withheld words: after a downgrade it shows them to the
+    # blocker, as it did before this revision (and as 0006's downgrade shows withheld tasks).
     # In place, as 0006's: SQLite (3.35 and later) rebuilds no table, which the foreign keys
     # from task_history would refuse.
     op.drop_column("tasks", "result_withheld")
