@@ -65,9 +65,9 @@ ANONYMOUS = "-"
 """The audit's actor before anyone is authenticated."""
 REGISTER_WINDOW_S = 3600.0
 REGISTER_RATE_KEY = "register:"
+"""Prefix of each address's self-registration window in the store."""
 REGISTER_TOTAL_KEY = f"{REGISTER_RATE_KEY}*"
 """All addresses together: no address is spelt with `*`."""
-"""Prefix of each address's self-registration window in the store."""
 MAX_BOUND_CONNECTIONS = 10_000
 """Connections remembered with their session; past this, the longest unused is forgotten (its
 requests then speak for the key's own session again)."""
