@@ -557,6 +557,36 @@ def _dues_passed(conn: Connection) -> list[tuple[str, bool]]:
     return [(row.id, row.due_passed_at is not None) for row in rows]
 
 
+def _limits_of_three(conn: Connection) -> None:
+    """solo's only override is the task cap; both's a send rate beside it; other's a send rate."""
+    for name in ("solo", "both", "other"):
+        conn.execute(text("INSERT INTO agents (name, created_at) VALUES (:n, 1.0)"), {"n": name})
+    conn.execute(
+        text(
+            "INSERT INTO agent_limits (agent, send_rate_per_minute, max_open_tasks_per_agent)"
+            " VALUES ('solo', NULL, 5), ('both', 30, 5), ('other', 20, NULL)"
+        )
+    )
+    conn.commit()
+
+
+def _limits(conn: Connection) -> list[tuple[Any, ...]]:
+    rows = conn.execute(
+        text("SELECT agent, send_rate_per_minute FROM agent_limits ORDER BY agent")
+    ).all()
+    return [tuple(row) for row in rows]
+
+
+async def test_0017_downgrade_drops_only_the_rows_that_held_no_other_override(
+    fresh_database_url: str,
+) -> None:
+    """A row of NULLs would say "the settings" as no row does; the others keep their limits."""
+    await migrate_to(fresh_database_url, "0017")
+    await inspected(fresh_database_url, _limits_of_three)
+    await migrate_to(fresh_database_url, "0016", back=True)
+    assert await inspected(fresh_database_url, _limits) == [("both", 30), ("other", 20)]
+
+
 def _a_task_with_words(conn: Connection) -> None:
     """boss gave worker a task; worker finished it with a note and a result."""
     conn.execute(
