@@ -120,6 +120,18 @@ def test_set_limits_keeps_the_limits_left_out() -> None:
     assert usage["own_limits"] == ["send_rate_per_minute", "max_unacked"]
 
 
+def test_usage_names_every_count_and_limit_in_full_with_a_star_on_its_own() -> None:
+    create_agent("bob-the-long-named-reviewer")
+    agentpost_json("admin", "set-limits", "bob-the-long-named-reviewer", "--max-unacked", "7")
+    shown = agentpost("admin", "usage", "bob-the-long-named-reviewer")
+    assert shown.returncode == 0, shown.stderr
+    said = " ".join(shown.stdout.split())  # a narrow terminal wraps the line
+    assert said == (
+        "bob-the-long-named-reviewer: sent 0 (0 in 24 h), received 0, unread 0, unacked 0; "
+        "send-rate 60, max-unacked 7*, max-channels 100, max-open-tasks 200"
+    )
+
+
 def test_a_limit_left_out_goes_on_following_its_setting() -> None:
     """Kept as the setting, not as the number the setting gave: a later change reaches it."""
     create_agent("bob")

@@ -466,8 +466,6 @@ def usage(
     key: KeyOption = None,
 ) -> None:
     """What each agent sent and received, and the limits that hold for it (* its own)."""
-    from rich.table import Table
-
     from agentpost.cli.render import console, emit_json
 
     found = _ask(
@@ -480,12 +478,14 @@ def usage(
     if as_json:
         emit_json({"usage": [u.to_dict() for u in found]})
         return
-    table = Table("agent", "sent", "sent 24h", "received", "unread", "unacked", *LIMITS)
+    # A line an agent, not a table: ten columns do not fit a terminal's width, and a name cut
+    # short ("max-…") says nothing.
     for u in found:
-        limits = [
-            f"{getattr(u, limit)}{'*' if limit in (u.own_limits or []) else ''}"
-            for limit in LIMITS.values()
-        ]
-        counts = (u.sent_total, u.sent_last_day, u.received_total, u.unread, u.unacked)
-        table.add_row(u.agent, *map(str, counts), *limits)
-    console.print(table)
+        limits = ", ".join(
+            f"{spelt} {getattr(u, limit)}{'*' if limit in (u.own_limits or []) else ''}"
+            for spelt, limit in LIMITS.items()
+        )
+        console.print(
+            f"{u.agent}: sent {u.sent_total} ({u.sent_last_day} in 24 h), "
+            f"received {u.received_total}, unread {u.unread}, unacked {u.unacked}; {limits}"
+        )
