@@ -29,16 +29,18 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "settings_file": frozenset({"settings_file"}),
     # How background loops that retry forever log their failures: standard library only.
     "retries": frozenset({"retries"}),
+    # Keeping a started process's objects out of the garbage collector: standard library only.
+    "heap": frozenset({"heap"}),
     "config": frozenset({"config", "domain", "settings_file"}),
     "store": frozenset({"store", "domain", "config", ROOT}),
     "services": frozenset({"services", "store", "domain", "config", "retries", ROOT}),
     # The Python client speaks to a service over HTTP only: never the services or the store.
     "client": frozenset({"client", "domain", "config", ROOT}),
-    "mcp": frozenset({"mcp", "services", "client", "domain", "config", "retries", ROOT}),
+    "mcp": frozenset({"mcp", "services", "client", "domain", "config", "retries", "heap", ROOT}),
     "http": frozenset({"http", "services", "domain", "config", ROOT}),
     "cli": frozenset({"cli", "services", "client", "domain", "config", "settings_file", ROOT}),
     # The composition root of `agentpost serve`: the one module that puts faces side by side.
-    "service": frozenset({"http", "mcp", "services", "domain", "config", ROOT}),
+    "service": frozenset({"http", "mcp", "services", "domain", "config", "heap", ROOT}),
     # `agentpost.Client` and `agentpost.AsyncClient`: imported on first use (the package's
     # `__getattr__`) and for type checkers; tests/test_public_api.py checks that importing
     # `agentpost` does not load the client. `AgentpostError` and `ErrorCode` come the same way.

@@ -31,6 +31,7 @@ from agentpost.config import Settings
 from agentpost.domain.accounts import SECRET_MAX, SECRET_MIN, is_well_formed_secret
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
+from agentpost.heap import settle
 from agentpost.http.app import build_rest_app
 from agentpost.http.errors import error_response
 from agentpost.http.events import defer_stream_drain, drain_streams
@@ -358,6 +359,7 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        settle()  # the app and its post office are made: what they hold lives as long
         if self.note is not None and self.servers and self.servers[0].sockets:
             self.note(self.servers[0].sockets[0].getsockname()[1])
             self.noted = True

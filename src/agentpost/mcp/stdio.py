@@ -18,6 +18,7 @@ import anyio
 
 from agentpost.config import Settings
 from agentpost.domain.models import Caller
+from agentpost.heap import settle
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.desk import LocalDesk, SessionCaller
@@ -131,6 +132,7 @@ async def serve_stdio(settings: Settings) -> None:
             branches.seen(now)  # recorded first: standing afresh reads the session's branch
 
         start = await office.mailbox.newest_seq()
+        settle()  # the server and its post office are made: what they hold lives as long
         await run_session(
             server,
             [
