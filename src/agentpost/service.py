@@ -359,10 +359,10 @@ class _Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        settle()  # the app and its post office are made: what they hold lives as long
         if self.note is not None and self.servers and self.servers[0].sockets:
             self.note(self.servers[0].sockets[0].getsockname()[1])
             self.noted = True
+        settle()  # the app and its post office are made: what they hold lives as long
 
 
 def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = False) -> None:
