@@ -27,8 +27,6 @@ from agentpost.store import usage as usage_rows
 from agentpost.store.database import Connection, Row, Store
 
 DAY_S = 86_400.0
-LIMITS = limit_rows.COLUMNS
-"""The per-agent limits by name, in the order the store keeps an override's."""
 INTERNAL = (SYSTEM, POST_OFFICE)
 """The post office's own identities: never listed, never account holders."""
 
@@ -230,7 +228,7 @@ def usage(
                 max_open_tasks_per_agent=limits.max_open_tasks_per_agent,
                 own_limits=[
                     limit
-                    for limit, value in zip(LIMITS, override, strict=True)
+                    for limit, value in zip(limit_rows.COLUMNS, override, strict=True)
                     if value is not None
                 ],
             )
