@@ -121,6 +121,30 @@ async def test_marking_read_touches_only_queued_mail_of_that_recipient(
     assert await inbox(store, "bob", unread_only=False) == [("first", "read"), ("second", "queued")]
 
 
+@pytest.mark.parametrize("names", [["bob"], ["bob", "carol", "dave", "erin"]])
+async def test_an_inbox_is_at_its_cap_only_with_mail_that_still_holds_a_place(
+    store: Store, clock: FakeClock, names: list[str]
+) -> None:
+    # bob: two open, one read past its TTL (read mail keeps its place); carol: two unread
+    # past their TTL (they hold none); dave: one acked, one open; erin: nothing.
+    _, read_soon = await put(store, "alice", ["bob"], "read, soon past its TTL", ttl=5)
+    await put(store, "alice", ["bob", "carol"], "gone soon", ttl=5)
+    await put(store, "alice", ["carol"], "gone soon too", ttl=5)
+    await put(store, "alice", ["bob", "dave"], "stays")
+    done, _ = await put(store, "alice", ["dave"], "handled")
+    await store.write(lambda c: mail.mark_read(c, "bob", [read_soon], clock()))
+    await store.write(lambda c: mail.ack(c, "dave", [done], clock()))
+    clock.advance(6)
+    caps = {"bob": 2, "carol": 2, "dave": 2, "erin": 1}
+
+    async def at_cap(cap_of: dict[str, int]) -> list[str]:
+        wanted = {n: cap_of[n] for n in names}
+        return await store.read(lambda c: mail.at_cap(c, wanted, clock()))
+
+    assert await at_cap(caps) == ["bob"]
+    assert await at_cap({**caps, "bob": 3, "dave": 1}) == ([] if names == ["bob"] else ["dave"])
+
+
 async def test_ack_acks_own_open_mail_and_refuses_others_and_unknown_ids(
     store: Store, clock: FakeClock
 ) -> None:

@@ -88,8 +88,7 @@ def full_inboxes(
     if not names:
         return []
     caps = {n: limits_of[n].max_unacked if n in limits_of else default_cap for n in names}
-    counts = mail.unacked_counts(conn, names, max(caps.values()), now)
-    return [n for n in names if counts.get(n, 0) >= caps[n]]
+    return mail.at_cap(conn, caps, now)
 
 
 def direct_recipients(
