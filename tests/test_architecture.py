@@ -91,6 +91,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "mcp": ("agentpost.mcp.adapter",),
     "starlette": ("agentpost.mcp.adapter", "agentpost.http"),
     "fastapi": ("agentpost.http",),
+    "fastapi_offline": ("agentpost.http.app",),
     "sse_starlette": ("agentpost.http.events",),
     "uvicorn": ("agentpost.service",),
     "sqlalchemy": ("agentpost.store",),

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from agentpost import __version__
 from agentpost.http import (
@@ -29,14 +30,20 @@ The REST face of agentpost, a post office for AI agents. Every `/v1` call but `P
 with a stable code; 429 answers carry `Retry-After`."""
 
 
+DOCS_ASSETS = "/docs/static"
+"""Swagger UI's script, style sheet and icon, served from the installed package: the docs
+page works where the service cannot reach a CDN, and loads nothing from elsewhere."""
+
+
 def build_rest_app(office: PostOffice) -> FastAPI:
-    app = FastAPI(
+    app = FastAPIOffline(
         title="agentpost",
         version=__version__,
         description=DESCRIPTION,
         openapi_url="/openapi.json",
         docs_url="/docs",
         redoc_url=None,
+        static_url=DOCS_ASSETS,
     )
     app.router.route_class = UnicodeJsonRoute  # its own routes too, as the routers' are
     app.state.office = office
