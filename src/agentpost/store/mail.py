@@ -180,6 +180,7 @@ def _count_one(held: ColumnElement[bool]) -> Prepared:
 
 
 def _count_by_recipient(held: ColumnElement[bool]) -> Select[Any]:
+    """The named recipients' open deliveries that `held` says hold a place, each counted."""
     return (
         select(deliveries.c.recipient, func.count())
         .where(deliveries.c.recipient.in_(bindparam("names", expanding=True)), held)
@@ -188,8 +189,8 @@ def _count_by_recipient(held: ColumnElement[bool]) -> Select[Any]:
 
 
 # Open mail whatever its TTL, an index range alone: an upper bound on the mail that holds a
-# place (unread mail past its TTL holds none), at a third of the cost of the exact count,
-# which looks at each row's expiry.
+# place (unread mail past its TTL holds none), at less than half the cost of the exact count,
+# which reads each row's expiry.
 _OPEN_ONE = _count_one(_IS_OPEN)
 _OPEN_COUNTS = _count_by_recipient(_IS_OPEN)
 _UNACKED_ONE = _count_one(_HOLDS_PLACE)
@@ -200,7 +201,8 @@ def at_cap(conn: Connection, caps: Mapping[str, int], now: float) -> list[str]:
     """Those of `caps`' names whose open (queued or read, not expired) mail reached their
     cap. Looked at in two steps: the open mail, up to the cap, and only where that reaches
     it, the mail that still holds a place. The first is the whole answer for almost every
-    inbox, and walks at most `cap` index entries however much mail waits."""
+    inbox; for a single name, each step walks at most `cap` index entries however much mail
+    waits."""
     names = list(caps)
     most = max(caps.values(), default=0)
     bounds = _open_counts(conn, _OPEN_ONE, _OPEN_COUNTS, names, most, now)
