@@ -191,7 +191,8 @@ def test_every_rest_body_takes_json_types_strictly_and_no_unknown_field() -> Non
 
 def test_every_rest_route_refuses_bodies_that_are_not_unicode() -> None:
     app = build_rest_app(cast(PostOffice, object()))
-    routes = [r for r in endpoints(app.routes) if hasattr(r, "body_field")]
+    # The API's routes; the docs pages (left out of the schema) read no body.
+    routes = [r for r in endpoints(app.routes) if hasattr(r, "body_field") and r.include_in_schema]
     assert len(routes) > 40
     assert all(isinstance(route, UnicodeJsonRoute) for route in routes)
 
