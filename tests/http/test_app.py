@@ -1,4 +1,5 @@
-"""The service's own routes beside `/v1`: liveness and readiness, as a load balancer asks them."""
+"""The service's own routes beside `/v1`: liveness and readiness, as a load balancer asks them;
+the docs page, as a person reads it in a browser."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from backends import refuse_connections, refuse_writes
@@ -158,3 +161,57 @@ async def test_a_replica_whose_sqlite_file_takes_no_writes_is_unready_and_says_w
                 assert frozen.status_code == 503, frozen.text
                 assert "read-only" in frozen.json()["error"]["message"]
             assert (await anonymous.get("/ready")).status_code == 200
+
+
+async def test_the_docs_page_loads_swagger_ui_from_the_service_itself(service: Service) -> None:
+    """No CDN: a service on a network without the internet still shows its docs."""
+    anonymous = service.client()
+    page = (await anonymous.get("/docs")).text
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert assets
+    assert all(url.startswith("/docs/static/") for url in assets), assets
+    for url in assets:
+        answer = await anonymous.get(url)
+        assert answer.status_code == 200, url
+    script = next(url for url in assets if url.endswith(".js"))
+    served = await anonymous.get(script)
+    assert "javascript" in served.headers["content-type"]
+    assert "SwaggerUIBundle" in served.text
+
+
+HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+async def test_the_docs_page_shows_every_operation_in_a_browser_that_reaches_no_other_host(
+    service: Service, tmp_path: Path
+) -> None:
+    """Headless Chromium with every host but the service's own unresolvable: what it renders
+    came from the service alone."""
+    chromium = shutil.which("chromium")
+    assert chromium, "no chromium on PATH: scripts/test installs Debian's (as root)"
+    spec = (await service.client().get("/openapi.json")).json()
+    operations = [
+        (method, path)
+        for path, item in spec["paths"].items()
+        for method in item
+        if method in HTTP_METHODS
+    ]
+    with anyio.fail_after(60):
+        browser = await anyio.run_process(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",  # CI runs as root
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                f"--user-data-dir={tmp_path / 'chromium'}",
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                "--virtual-time-budget=20000",  # until the page's scripts have rendered it
+                "--dump-dom",
+                f"{service.url}/docs",
+            ],
+        )
+    dom = browser.stdout.decode()
+    shown = re.findall(r'class="opblock opblock-(\w+)', dom)
+    assert sorted(shown) == sorted(method for method, _ in operations)
+    assert set(re.findall(r'data-path="([^"]+)"', dom)) == {path for _, path in operations}

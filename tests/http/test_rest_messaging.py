@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import anyio
@@ -187,22 +186,6 @@ async def test_openapi_and_docs_are_served(service: Service) -> None:
     spec = (await anonymous.get("/openapi.json")).json()
     assert "/v1/messages" in spec["paths"]
     assert (await anonymous.get("/docs")).status_code == 200
-
-
-async def test_the_docs_page_loads_swagger_ui_from_the_service_itself(service: Service) -> None:
-    """No CDN: a service on a network without the internet still shows its docs."""
-    anonymous = service.client()
-    page = (await anonymous.get("/docs")).text
-    assets = re.findall(r'(?:src|href)="([^"]+)"', page)
-    assert assets
-    assert all(url.startswith("/docs/static/") for url in assets), assets
-    for url in assets:
-        answer = await anonymous.get(url)
-        assert answer.status_code == 200, url
-    script = next(url for url in assets if url.endswith(".js"))
-    served = await anonymous.get(script)
-    assert "javascript" in served.headers["content-type"]
-    assert "SwaggerUIBundle" in served.text
 
 
 async def test_the_openapi_documents_bad_input_as_the_400_the_service_answers(
