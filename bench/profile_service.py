@@ -1,8 +1,14 @@
-"""Where the service's time goes: py-spy attached to `agentpost serve` under a benchmark's load.
+"""Where the service's time goes: `agentpost serve` sampled under a benchmark's load.
 
-Not part of `python -m bench`. Needs py-spy, which is not a project dependency: install it
-outside the venv (`uv pip install --target /tmp/pyspy py-spy`, then PY_SPY=/tmp/pyspy/bin/py-spy)
-or into it (`uv pip install --python .venv/bin/python py-spy`; `uv sync` removes it again).
+Not part of `python -m bench`. Two samplers (`--sampler`):
+
+- `signals` (the default) needs nothing installed: the server loads `bench/sampling`'s
+  sitecustomize, which samples the main thread's stack on each tick of the process's CPU time
+  (see there). It works where py-spy cannot be relied on (the guests this project is measured
+  on), and it sees only the main thread.
+- `py-spy` needs py-spy, which is not a project dependency: install it outside the venv
+  (`uv pip install --target /tmp/pyspy py-spy`, then PY_SPY=/tmp/pyspy/bin/py-spy) or into it
+  (`uv pip install --python .venv/bin/python py-spy`; `uv sync` removes it again).
 
     .venv/bin/python -m bench.profile_service rest   [--seconds 10]   # wrk, 32 connections
     .venv/bin/python -m bench.profile_service rest1  [--calls 1000]   # one REST client, in sequence
@@ -12,9 +18,10 @@ or into it (`uv pip install --python .venv/bin/python py-spy`; `uv sync` removes
     (mcp, echo and mcp16 take --revision 2025-11-25 for the legacy protocol)
     .venv/bin/python -m bench.profile_service broadcast [--waiters 1000]
 
-`py-spy record --gil --threads` samples only where a thread holds the GIL (Python runs), so the
-shares are of the server's Python time; the phases are matched on the frames of each sample,
-first rule wins. Raw collapsed stacks are kept (--out) for a flame graph.
+`py-spy record --gil --threads` samples only where a thread holds the GIL (Python runs), so its
+shares are of the server's Python time; `signals` samples on CPU time, so its shares take in C
+calls too (an SQLite statement counts on the line that ran it). The phases are matched on the
+frames of each sample, first rule wins. Raw collapsed stacks are kept (--out) for a flame graph.
 """
 
 from __future__ import annotations
@@ -22,12 +29,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
+import os
+import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 
-from bench.common import MODERN, REVISIONS, scratch_home, structured
+from bench.common import BENCH_DIR, MODERN, REVISIONS, SOURCE, scratch_home, structured
 from bench.profile import RATE, _stacks, start_spy, stop_spy
 from bench.serve import Serve, raise_fd_limit, running
 
@@ -62,6 +73,59 @@ MARKERS: list[tuple[str, list[str]]] = [
 """Phases: for each sample, the deepest frame that matches a marker names its phase."""
 
 
+SAMPLING_DIR = BENCH_DIR / "sampling"
+SAMPLES_WRITTEN_S = 10
+
+
+class Recorder:
+    """Samples one server process over the timed calls only: `start(pid)`, then `stop()`."""
+
+    def __init__(self, sampler: str, out: Path) -> None:
+        self.sampler = sampler
+        self.out = out
+        self._pid = 0
+        self._spy: asyncio.subprocess.Process | None = None
+
+    @contextlib.contextmanager
+    def loaded(self) -> Iterator[dict[str, str]]:
+        """The environment a server needs to be sampled (with `signals`, the sampler on its
+        PYTHONPATH; nothing for py-spy), also set in this process's own for the servers that
+        inherit it (the SDK's echo server) until the block ends."""
+        extra: dict[str, str] = {}
+        if self.sampler == "signals":
+            extra = {
+                "PYTHONPATH": os.pathsep.join([str(SAMPLING_DIR), str(SOURCE)]),
+                "AGENTPOST_BENCH_SAMPLES": str(self.out),
+            }
+        saved = {name: os.environ.get(name) for name in extra}
+        os.environ.update(extra)
+        try:
+            yield extra
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+    async def start(self, pid: int) -> None:
+        self._pid = pid
+        if self.sampler == "py-spy":
+            self._spy = await start_spy(pid, self.out)
+            return
+        self.out.unlink(missing_ok=True)
+        os.kill(pid, signal.SIGUSR1)
+
+    async def stop(self) -> None:
+        if self._spy is not None:
+            await stop_spy(self._spy)
+            return
+        os.kill(self._pid, signal.SIGUSR2)
+        with anyio.fail_after(SAMPLES_WRITTEN_S):
+            while not self.out.exists():  # noqa: ASYNC110 (another process writes it)
+                await anyio.sleep(0.05)
+
+
 def _phase(frames: list[str]) -> str:
     for frame in reversed(frames[1:]):
         for name, keys in MARKERS:
@@ -77,7 +141,9 @@ def _deepest_agentpost(frames: list[str]) -> str:
     return "(none)"
 
 
-def summarise(path: Path, calls: int, seconds: float, top: int = 25) -> None:
+def summarise(
+    path: Path, calls: int, seconds: float, top: int = 25, *, sampled: str = "Python"
+) -> None:
     stacks = _stacks(path)
     total = sum(c for _, c in stacks) or 1
     threads: collections.Counter[str] = collections.Counter()
@@ -93,8 +159,8 @@ def summarise(path: Path, calls: int, seconds: float, top: int = 25) -> None:
         agentpost[thread, _deepest_agentpost(frames)] += count
     busy = total / RATE
     per = 1000 / RATE / calls
-    print(f"\n{total} samples with the GIL held = {busy:.1f} s of Python over {seconds:.1f} s")
-    print(f"(≈ {busy / calls * 1000:.2f} ms of server Python per request/call)\n")
+    print(f"\n{total} samples = {busy:.1f} s of {sampled} over {seconds:.1f} s")
+    print(f"(≈ {busy / calls * 1000:.2f} ms of server {sampled} per request/call)\n")
     for thread, count in threads.most_common():
         print(f"{count / total * 100:5.1f}%  {count * per:6.3f} ms/call  thread {thread}")
         for (t, name), n in phases.most_common():
@@ -111,7 +177,7 @@ def summarise(path: Path, calls: int, seconds: float, top: int = 25) -> None:
         print(f"{count / total * 100:5.1f}%  {frame}")
 
 
-async def _rest(server: Serve, home: Path, seconds: float, out: Path) -> tuple[int, float]:
+async def _rest(server: Serve, home: Path, seconds: float, recorder: Recorder) -> tuple[int, float]:
     from bench.rest import AGENTS, _wrk
 
     names = [f"load-{i:02d}" for i in range(AGENTS)]
@@ -119,14 +185,14 @@ async def _rest(server: Serve, home: Path, seconds: float, out: Path) -> tuple[i
     agents_file = home / "agents.txt"
     agents_file.write_text("".join(f"{n} {keys[n]}\n" for n in names))
     await _wrk(server, agents_file, 3)  # warm up
-    spy = await start_spy(server.pid, out)
+    await recorder.start(server.pid)
     got = await _wrk(server, agents_file, seconds)
-    await stop_spy(spy)
+    await recorder.stop()
     print(f"wrk: {got.per_s:,.0f} requests/s, {got.errors} errors")
     return got.ok + got.errors, got.seconds
 
 
-async def _rest1(server: Serve, calls: int, out: Path) -> tuple[int, float]:
+async def _rest1(server: Serve, calls: int, recorder: Recorder) -> tuple[int, float]:
     """One httpx client sending in sequence: the per-request cost without batching."""
     keys = await server.create_agents(["bench-sender", "bench-inbox"])
     sender = server.client(keys["bench-sender"])
@@ -138,17 +204,17 @@ async def _rest1(server: Serve, calls: int, out: Path) -> tuple[int, float]:
                 raise RuntimeError(f"send: {answer.status_code} {answer.text}")
 
     await sends(50)
-    spy = await start_spy(server.pid, out)
+    await recorder.start(server.pid)
     t0 = time.perf_counter()
     await sends(calls)
     seconds = time.perf_counter() - t0
-    await stop_spy(spy)
+    await recorder.stop()
     print(f"one REST client: {calls / seconds:,.0f} sends/s")
     return calls, seconds
 
 
 async def _mcp(
-    server: Serve, calls: int, clients: int, out: Path, revision: str = MODERN
+    server: Serve, calls: int, clients: int, recorder: Recorder, revision: str = MODERN
 ) -> tuple[int, float]:
     from bench.mcp_http import mcp_client
 
@@ -162,7 +228,7 @@ async def _mcp(
     async def agent(i: int, n: int) -> None:
         to = names[(i + 1) % len(names)]
         async with mcp_client(url, keys[names[i]], revision) as client:
-            for k in range(50):  # warm up, before py-spy attaches
+            for k in range(50):  # warm up, before sampling starts
                 structured(await client.call_tool("send", {"to": to, "body": f"{BODY} {k}"}))
             warm.append(i)
             if len(warm) == clients:
@@ -175,46 +241,44 @@ async def _mcp(
         for i in range(clients):
             tg.start_soon(agent, i, calls)
         await all_warm.wait()
-        spy = await start_spy(server.pid, out)
+        await recorder.start(server.pid)
         t0 = time.perf_counter()
         go.set()
     seconds = time.perf_counter() - t0
-    await stop_spy(spy)
+    await recorder.stop()
     print(f"{clients} client(s) x {calls} sends: {clients * calls / seconds:,.0f} calls/s")
     return clients * calls, seconds
 
 
-async def _echo(home: Path, calls: int, out: Path, revision: str = MODERN) -> tuple[int, float]:
+async def _echo(
+    home: Path, calls: int, recorder: Recorder, revision: str = MODERN
+) -> tuple[int, float]:
     from bench.mcp_http import echo_http, mcp_client
 
     async with echo_http(home) as (url, pid), mcp_client(url, None, revision) as client:
         for _ in range(50):
             await client.call_tool("echo", {"text": BODY})
-        spy = await start_spy(pid, out)
+        await recorder.start(pid)
         t0 = time.perf_counter()
         for _ in range(calls):
             await client.call_tool("echo", {"text": BODY})
         seconds = time.perf_counter() - t0
-        await stop_spy(spy)
+        await recorder.stop()
     print(f"echo: {calls / seconds:,.0f} calls/s")
     return calls, seconds
 
 
-async def _broadcast(server: Serve, waiters: int, out: Path) -> tuple[int, float]:
+async def _broadcast(server: Serve, waiters: int, recorder: Recorder) -> tuple[int, float]:
     from bench.waiters import hold_and_broadcast
 
-    spy: asyncio.subprocess.Process | None = None
-
     async def before_broadcast() -> None:
-        nonlocal spy
-        spy = await start_spy(server.pid, out)
+        await recorder.start(server.pid)
 
     t0 = time.perf_counter()
     result = await hold_and_broadcast(server, waiters, before_broadcast=before_broadcast)
     seconds = time.perf_counter() - t0
     await anyio.sleep(0.5)
-    assert spy is not None
-    await stop_spy(spy)
+    await recorder.stop()
     print(f"{waiters} waiters: all woken within {result.woken_s_max * 1000:.0f} ms of the send")
     return waiters, seconds
 
@@ -222,23 +286,25 @@ async def _broadcast(server: Serve, waiters: int, out: Path) -> tuple[int, float
 async def main_async(args: argparse.Namespace) -> None:
     raise_fd_limit()
     out = Path(args.out)
-    with scratch_home("profile-service") as home:
+    recorder = Recorder(args.sampler, out)
+    with scratch_home("profile-service") as home, recorder.loaded() as extra:
         if args.mode == "echo":
-            calls, seconds = await _echo(home, args.calls, out, args.revision)
+            calls, seconds = await _echo(home, args.calls, recorder, args.revision)
         else:
-            async with running(home) as server:
+            async with running(home, **extra) as server:
                 if args.mode == "rest":
-                    calls, seconds = await _rest(server, home, args.seconds, out)
+                    calls, seconds = await _rest(server, home, args.seconds, recorder)
                 elif args.mode == "rest1":
-                    calls, seconds = await _rest1(server, args.calls, out)
+                    calls, seconds = await _rest1(server, args.calls, recorder)
                 elif args.mode == "mcp":
-                    calls, seconds = await _mcp(server, args.calls, 1, out, args.revision)
+                    calls, seconds = await _mcp(server, args.calls, 1, recorder, args.revision)
                 elif args.mode == "mcp16":
-                    calls, seconds = await _mcp(server, args.calls, 16, out, args.revision)
+                    calls, seconds = await _mcp(server, args.calls, 16, recorder, args.revision)
                 else:
-                    calls, seconds = await _broadcast(server, args.waiters, out)
+                    calls, seconds = await _broadcast(server, args.waiters, recorder)
     print(f"raw stacks in {out}")
-    summarise(out, calls, seconds)
+    sampled = "CPU time" if args.sampler == "signals" else "Python with the GIL held"
+    summarise(out, calls, seconds, sampled=sampled)
 
 
 def main() -> None:
@@ -248,6 +314,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--waiters", type=int, default=1000)
     parser.add_argument("--out", default="/tmp/agentpost-service-profile.txt")
+    parser.add_argument("--sampler", choices=["signals", "py-spy"], default="signals")
     parser.add_argument(
         "--revision", choices=REVISIONS, default=MODERN, help="the MCP protocol revision"
     )
