@@ -216,26 +216,31 @@ async def _rest1(server: Serve, calls: int, recorder: Recorder) -> tuple[int, fl
 async def _mcp(
     server: Serve, calls: int, clients: int, recorder: Recorder, revision: str = MODERN
 ) -> tuple[int, float]:
-    from bench.mcp_http import mcp_client
+    from bench.mcp_http import RECIPIENTS, mcp_client
 
-    names = [f"agent-{i:02d}" for i in range(max(2, clients))]
+    # As bench.mcp_http: one client's sends rotate over RECIPIENTS inboxes, so that none fills
+    # (the full-inbox look counts a recipient's open mail); many clients send around a ring.
+    names = [f"agent-{i:02d}" for i in range(max(1 + RECIPIENTS, clients))]
     keys = await server.create_agents(names)
     url = f"{server.url}/mcp"
 
     warm: list[int] = []
     all_warm, go = anyio.Event(), anyio.Event()
 
+    def to(i: int, k: int) -> str:
+        return names[1 + k % RECIPIENTS] if clients == 1 else names[(i + 1) % clients]
+
     async def agent(i: int, n: int) -> None:
-        to = names[(i + 1) % len(names)]
         async with mcp_client(url, keys[names[i]], revision) as client:
             for k in range(50):  # warm up, before sampling starts
-                structured(await client.call_tool("send", {"to": to, "body": f"{BODY} {k}"}))
+                sent = {"to": to(i, k), "body": f"{BODY} {k}"}
+                structured(await client.call_tool("send", sent))
             warm.append(i)
             if len(warm) == clients:
                 all_warm.set()
             await go.wait()
             for k in range(n):
-                structured(await client.call_tool("send", {"to": to, "body": f"{BODY} {k}"}))
+                structured(await client.call_tool("send", {"to": to(i, k), "body": f"{BODY} {k}"}))
 
     async with anyio.create_task_group() as tg:
         for i in range(clients):
