@@ -179,6 +179,41 @@ async def test_read_mail_does_not_expire(store: Store, clock: FakeClock) -> None
     assert await states(store, "bob") == {"seen": "read"}
 
 
+def _plan(conn: Connection, now: float) -> str:
+    """How the database walks the sweeper's look (`any_due`) at `now`, each step on a line;
+    PostgreSQL told to use an index where it can (it scans a table this small whatever)."""
+    look = expiry._ANY_DUE.statement.params(now=now)
+    sql = str(look.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    if conn.dialect.name == "sqlite":
+        steps = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql)
+        return "\n".join(str(row[-1]) for row in steps)
+    conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+    return "\n".join(str(row[0]) for row in conn.exec_driver_sql("EXPLAIN " + sql))
+
+
+async def test_the_look_for_due_mail_starts_at_unread_mail(store: Store, clock: FakeClock) -> None:
+    """Read mail past its TTL stays until retention removes it. Were the look to step through
+    it (as it did before 0019: 3.6 ms at 20,000 on SQLite), each look would slow with every
+    message ever read; it seeks the unread mail by the expiry index's leading state instead."""
+    read_ones = [(await put(store, "alice", ["bob"], f"seen {i}", ttl=5))[1] for i in range(30)]
+    await store.write(lambda c: mail.mark_read(c, "bob", read_ones, clock()))
+    await put(store, "alice", ["bob"], "unread", ttl=10)
+    clock.advance(10)
+
+    plan = await store.read(lambda c: _plan(c, clock()))
+    assert "ix_deliveries_expiry" in plan, plan
+    if store.dialect.__name__.endswith("sqlite"):
+        assert "ix_deliveries_expiry (state=? AND expires_at" in plan, plan
+    else:
+        assert "Index Cond: ((state = 'queued'::text) AND (expires_at <=" in plan, plan
+    assert await store.read(lambda c: expiry.any_due(c, clock()))
+    assert len(await store.write(lambda c: expiry.expire_due(c, clock()))) == 1
+    assert not await store.read(lambda c: expiry.any_due(c, clock()))
+    seen = await states(store, "bob")
+    assert seen.pop("unread") == "expired"
+    assert set(seen.values()) == {"read"}
+
+
 async def test_the_next_expiry_is_the_earliest_unread_mail_still_to_fall_due(
     store: Store, clock: FakeClock
 ) -> None:
