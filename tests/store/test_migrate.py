@@ -644,3 +644,21 @@ async def test_0018_withholds_no_words_written_before_it_and_its_downgrade_keeps
     columns = await inspected(fresh_database_url, _task_columns)
     assert {"tasks.result_withheld", "task_history.withheld"} & columns == set()
     assert {"tasks.withheld", "tasks.result_trust", "task_history.trust"} <= columns
+
+
+def _expiry_index_columns(conn: Connection) -> list[str]:
+    (index,) = [
+        i for i in inspect(conn).get_indexes("deliveries") if i["name"] == "ix_deliveries_expiry"
+    ]
+    return [str(column) for column in index["column_names"]]
+
+
+async def test_0019_leads_the_expiry_index_with_the_state_and_its_downgrade_puts_it_back(
+    fresh_database_url: str,
+) -> None:
+    await migrate_to(fresh_database_url, "0018")
+    assert await inspected(fresh_database_url, _expiry_index_columns) == ["expires_at"]
+    await migrate_to(fresh_database_url, "0019")
+    assert await inspected(fresh_database_url, _expiry_index_columns) == ["state", "expires_at"]
+    await migrate_to(fresh_database_url, "0018", back=True)
+    assert await inspected(fresh_database_url, _expiry_index_columns) == ["expires_at"]

@@ -20,17 +20,22 @@ down_revision = "0018"
 branch_labels = None
 depends_on = None
 
-_WITH_A_TTL = {
-    "sqlite_where": sa.text("expires_at IS NOT NULL"),
-    "postgresql_where": sa.text("expires_at IS NOT NULL"),
-}
-
 
 def upgrade() -> None:
-    op.drop_index("ix_deliveries_expiry", table_name="deliveries")
-    op.create_index("ix_deliveries_expiry", "deliveries", ["state", "expires_at"], **_WITH_A_TTL)
+    _expiry_index(["state", "expires_at"])
 
 
 def downgrade() -> None:
+    _expiry_index(["expires_at"])
+
+
+def _expiry_index(columns: list[str]) -> None:
+    """The index made anew on `columns`, holding only mail with a TTL, as 0001 made it."""
     op.drop_index("ix_deliveries_expiry", table_name="deliveries")
-    op.create_index("ix_deliveries_expiry", "deliveries", ["expires_at"], **_WITH_A_TTL)
+    op.create_index(
+        "ix_deliveries_expiry",
+        "deliveries",
+        columns,
+        sqlite_where=sa.text("expires_at IS NOT NULL"),
+        postgresql_where=sa.text("expires_at IS NOT NULL"),
+    )
