@@ -2,9 +2,9 @@
 
 Only unread (`queued`) mail falls due, but the index held every delivery with a TTL by its
 expiry alone, so each look for due mail (the sweeper's, at every TTL that falls due, and
-hourly) stepped through all the mail ever read past its TTL, which stays until retention
-removes it: some 3.6 ms at 20,000 such deliveries on SQLite, and growing with them. Led by the
-state, the look starts at the unread mail.
+hourly) stepped through every tombstone and all mail read before its TTL passed, which stay
+until retention removes them: some 3.6 ms at 20,000 read on SQLite, growing with them. Led by
+the state, the look starts at the unread mail.
 
 Revision ID: 0019
 Revises: 0018
