@@ -38,7 +38,15 @@ from pathlib import Path
 
 import anyio
 
-from bench.common import BENCH_DIR, MODERN, REVISIONS, SOURCE, scratch_home, structured
+from bench.common import (
+    BENCH_DIR,
+    MODERN,
+    REVISIONS,
+    SOURCE,
+    environ,
+    scratch_home,
+    structured,
+)
 from bench.profile import RATE, _stacks, start_spy, stop_spy
 from bench.serve import Serve, raise_fd_limit, running
 
@@ -97,16 +105,8 @@ class Recorder:
                 "PYTHONPATH": os.pathsep.join([str(SAMPLING_DIR), str(SOURCE)]),
                 "AGENTPOST_BENCH_SAMPLES": str(self.out),
             }
-        saved = {name: os.environ.get(name) for name in extra}
-        os.environ.update(extra)
-        try:
+        with environ(extra):
             yield extra
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
     async def start(self, pid: int) -> None:
         self._pid = pid
