@@ -44,6 +44,7 @@ from bench.common import (
     REVISIONS,
     SOURCE,
     environ,
+    process_cpu_s,
     scratch_home,
     structured,
 )
@@ -93,6 +94,11 @@ class Recorder:
         self.out = out
         self._pid = 0
         self._spy: asyncio.subprocess.Process | None = None
+        self._cpu_at_start = 0.0
+        self.cpu_s: float | None = None
+        """With `signals`, the server's CPU seconds over the samples: the timer fires once a
+        kernel tick (4 ms at 250 Hz, 10 ms at 100 Hz), so a sample's worth is measured, not
+        assumed."""
 
     @contextlib.contextmanager
     def loaded(self) -> Iterator[dict[str, str]]:
@@ -114,6 +120,7 @@ class Recorder:
             self._spy = await start_spy(pid, self.out)
             return
         self.out.unlink(missing_ok=True)
+        self._cpu_at_start = process_cpu_s(pid)
         os.kill(pid, signal.SIGUSR1)
 
     async def stop(self) -> None:
@@ -121,6 +128,7 @@ class Recorder:
             await stop_spy(self._spy)
             return
         os.kill(self._pid, signal.SIGUSR2)
+        self.cpu_s = process_cpu_s(self._pid) - self._cpu_at_start
         with anyio.fail_after(SAMPLES_WRITTEN_S):
             while not self.out.exists():  # noqa: ASYNC110 (another process writes it)
                 await anyio.sleep(0.05)
@@ -142,8 +150,15 @@ def _deepest_agentpost(frames: list[str]) -> str:
 
 
 def summarise(
-    path: Path, calls: int, seconds: float, top: int = 25, *, sampled: str = "Python"
+    path: Path,
+    calls: int,
+    seconds: float,
+    top: int = 25,
+    *,
+    sampled: str = "Python",
+    busy_s: float | None = None,
 ) -> None:
+    """`busy_s`: the seconds the samples stand for, when measured (else one sample a 1/RATE s)."""
     stacks = _stacks(path)
     total = sum(c for _, c in stacks) or 1
     threads: collections.Counter[str] = collections.Counter()
@@ -157,8 +172,8 @@ def summarise(
         phases[thread, _phase(frames)] += count
         own[frames[-1]] += count
         agentpost[thread, _deepest_agentpost(frames)] += count
-    busy = total / RATE
-    per = 1000 / RATE / calls
+    busy = total / RATE if busy_s is None else busy_s
+    per = busy * 1000 / total / calls
     print(f"\n{total} samples = {busy:.1f} s of {sampled} over {seconds:.1f} s")
     print(f"(≈ {busy / calls * 1000:.2f} ms of server {sampled} per request/call)\n")
     for thread, count in threads.most_common():
@@ -309,7 +324,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     calls, seconds = await _broadcast(server, args.waiters, recorder)
     print(f"raw stacks in {out}")
     sampled = "CPU time" if args.sampler == "signals" else "Python with the GIL held"
-    summarise(out, calls, seconds, sampled=sampled)
+    summarise(out, calls, seconds, sampled=sampled, busy_s=recorder.cpu_s)
 
 
 def main() -> None:
