@@ -214,6 +214,21 @@ async def test_the_rest_routes_answer_with_their_status_codes(service: Service) 
     assert (other.status_code, other.json()["error"]["code"]) == (409, "conflict")
 
 
+async def test_a_due_no_date_can_spell_is_a_400_and_delegates_nothing(service: Service) -> None:
+    """It used to be taken, and the next look for dues passed stopped the service."""
+    alice = await service.agent("alice")
+    await service.agent("bob")
+    for due in (-1e308, 1e300):
+        refused = await alice.post("/v1/tasks", json={"to": "bob", "title": "x", "due": due})
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert (error["code"], error["details"]) == (
+            "invalid_argument",
+            {"min": 0.0, "max": 253402300799.0},
+        )
+    assert (await alice.get("/v1/tasks", params={"role": "all"})).json()["tasks"] == []
+
+
 async def test_the_task_and_request_tools_work_over_mcp_http(service: Service) -> None:
     alice_key = await service.create_agent("alice")
     bob_key = await service.create_agent("bob")

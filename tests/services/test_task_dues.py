@@ -6,7 +6,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Kind, Message, Trust
+from agentpost.domain.tasks import EARLIEST_DUE, LATEST_DUE
 from agentpost.services import PostOffice
 from agentpost.services.sweeper import Sweeper
 from backends import FakeClock, OpenOffice, agents, disable_agent
@@ -141,3 +143,33 @@ async def test_the_sweeper_tells_of_a_due_as_it_passes(
     assert [m.kind for m in told.messages] == [Kind.SYSTEM]
     [notice] = await notices(office, worker)
     assert notice.data["task_id"] == task.id
+
+
+async def test_a_due_at_either_end_of_the_calendar_is_told_and_shown_as_a_date(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """The earliest due passes at once, and its notice spells it; the latest is kept as given."""
+    boss, _ = await agents(office, "boss", "worker")
+    earliest = await office.tasks.delegate(boss, "worker", "Long ago", due=EARLIEST_DUE)
+    latest = await office.tasks.delegate(boss, "worker", "Someday", due=LATEST_DUE)
+    await office.tasks.tell_overdue()
+    [notice] = await notices(office, boss)
+    assert notice.data is not None
+    assert notice.data["task_id"] == earliest.id
+    assert "was due at 1970-01-01T00:00:00Z" in notice.body
+    assert (await office.tasks.task(boss, latest.id)).due == LATEST_DUE
+
+
+async def test_a_due_no_date_can_spell_is_refused_and_nothing_is_delegated(
+    office: PostOffice,
+) -> None:
+    """Such a due once stopped the post office at its next look for dues passed."""
+    boss, worker = await agents(office, "boss", "worker")
+    for due in (-1e308, -1.0, 1e300, LATEST_DUE + 1):
+        with pytest.raises(AgentpostError) as refused:
+            await office.tasks.delegate(boss, "worker", "t", due=due)
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+        assert refused.value.details == {"min": EARLIEST_DUE, "max": LATEST_DUE}
+    assert await office.tasks.tasks(boss, role="all") == []
+    assert (await office.mailbox.inbox(worker, peek=True)).messages == []
+    assert await office.tasks.tell_overdue() is None

@@ -8,6 +8,7 @@ to the other party, or anyone who is no party, gets `forbidden`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
@@ -139,6 +140,29 @@ class TaskChange:
             to_status=TaskStatus(data["to_status"]),
             trust=trust_read(data),
         )
+
+
+# A due is shown as a calendar date (to the creator, the assignee and in the overdue notice):
+# outside these years no platform can spell it, and a notice that cannot be written would stop
+# the post office each time it looked for dues passed.
+EARLIEST_DUE = 0.0  # 1970-01-01T00:00:00Z
+LATEST_DUE = 253402300799.0  # 9999-12-31T23:59:59Z
+
+
+def check_due(due: object) -> float | None:
+    """A task's due as stored: Unix seconds between 1970 and the end of year 9999, or none."""
+    if due is None:
+        return None
+    if isinstance(due, bool) or not isinstance(due, int | float) or not math.isfinite(due):
+        raise invalid("due must be a time in Unix seconds")
+    if not EARLIEST_DUE <= due <= LATEST_DUE:
+        raise invalid(
+            f"due must lie between {EARLIEST_DUE:.0f} (1970) and {LATEST_DUE:.0f} (9999), "
+            "in Unix seconds",
+            min=EARLIEST_DUE,
+            max=LATEST_DUE,
+        )
+    return float(due)
 
 
 def is_overdue(status: TaskStatus, due: float | None, now: float) -> bool:

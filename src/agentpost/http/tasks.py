@@ -23,7 +23,9 @@ class DelegateBody(Body):
     detail: str | None = None
     priority: Literal["normal", "urgent"] = "normal"
     data: JSONValue = None
-    due: float | None = Field(None, description="When it is due, in Unix seconds.")
+    due: float | None = Field(
+        None, description="When it is due, in Unix seconds, from 0 (1970) to 253402300799 (9999)."
+    )
 
 
 class UpdateTaskBody(Body):

@@ -12,7 +12,6 @@ the other party blocks its writer is withheld from that party (`Task.seen_by`).
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +23,15 @@ from agentpost.domain.ids import task_id as new_task_id
 from agentpost.domain.leadership import check_vouched, lease_name
 from agentpost.domain.models import Caller, Kind
 from agentpost.domain.names import check_name
-from agentpost.domain.tasks import FINISHED, ROLES, Task, TaskStatus, check_move, check_status
+from agentpost.domain.tasks import (
+    FINISHED,
+    ROLES,
+    Task,
+    TaskStatus,
+    check_due,
+    check_move,
+    check_status,
+)
 from agentpost.services import accounts, outbox
 from agentpost.services.drafts import check_priority
 from agentpost.services.heartbeats import beat_asking
@@ -51,14 +58,6 @@ def _text(value: str | None, what: str, settings: Settings) -> str:
     if size > limit:
         raise rules.too_large(what, size, limit, "bytes")
     return value
-
-
-def _due(due: float | None) -> float | None:
-    if due is None:
-        return None
-    if isinstance(due, bool) or not isinstance(due, int | float) or not math.isfinite(due):
-        raise invalid("due must be a time in Unix seconds")
-    return float(due)
 
 
 def _repeats(
@@ -129,7 +128,7 @@ class Tasks:
         detail = _text(detail, "detail", self.settings)
         level = check_priority(priority)
         data_json = rules.encode_data(data, self.settings.limits)
-        when = _due(due)
+        when = check_due(due)
         retry = outbox.Retry.of(
             idempotency_key,
             "delegate",
