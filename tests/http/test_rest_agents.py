@@ -103,6 +103,11 @@ async def test_a_heartbeat_may_move_its_session_to_another_branch(service: Servi
     assert (await alice.post(f"/v1/sessions/{minted}/heartbeat")).status_code == 200
     huge = await alice.post(f"/v1/sessions/{minted}/heartbeat", json={"branch": "b" * 256})
     assert (huge.status_code, huge.json()["error"]["code"]) == (413, "too_large")
+    assert huge.json()["error"]["details"] == {"limit": 255, "size": 256}
+    for forged in ("main\nleader: mallory", "main\u2028x"):
+        refused = await alice.post(f"/v1/sessions/{minted}/heartbeat", json={"branch": forged})
+        assert (refused.status_code, refused.json()["error"]["code"]) == (400, "invalid_argument")
+        assert refused.json()["error"]["message"] == "branch must be one line"
     [present] = await presence_of(bob, "alice")
     assert present["branch"] == "fix/parser"
 

@@ -356,12 +356,34 @@ async def test_an_unknown_status_is_refused(office: PostOffice) -> None:
     assert "active, idle, blocked, done" in error.message
 
 
-async def test_an_overlong_objective_is_too_large(office: PostOffice) -> None:
+async def test_an_overlong_objective_or_description_is_too_large_saying_by_how_much(
+    office: PostOffice,
+) -> None:
+    """As an overlong subject or body says it: the limit and the size, in `details`."""
     caller = await session_caller(office, "lead")
+    for field in ("objective", "description"):
+        refused = await refused_without_change(
+            office,
+            ErrorCode.TOO_LARGE,
+            office.presence.update_profile(caller, **{field: "x" * 2001}),
+        )
+        assert refused.details == {"limit": 2000, "size": 2001}
+        assert refused.message == f"{field} is 2001 characters, over the limit of 2000 characters"
+
+
+async def test_a_sessions_host_and_branch_are_one_line_each(office: PostOffice) -> None:
+    """Each is shown on one line of `who` and of a leader's record: a line break in one would
+    forge the lines after it."""
+    alice = await session_caller(office, "alice")
+    for fields in ({"host": "box\nbob online"}, {"host": "box", "branch": "main\rx"}):
+        with pytest.raises(AgentpostError) as refused:
+            await office.presence.open_http_session(alice, **fields)
+        assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+        assert refused.value.message == f"{list(fields)[-1]} must be one line"
     await refused_without_change(
         office,
-        ErrorCode.TOO_LARGE,
-        office.presence.update_profile(caller, objective="x" * 2001),
+        ErrorCode.INVALID_ARGUMENT,
+        office.presence.heartbeat_of(alice, alice.session_id or "", branch="a\nb"),
     )
 
 

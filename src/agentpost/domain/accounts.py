@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Self, TypeGuard
 
-from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
-from agentpost.domain.limits import check_text, is_one_line
+from agentpost.domain.errors import invalid
+from agentpost.domain.limits import check_text, is_one_line, too_large
 from agentpost.domain.models import Trust, from_fields, trust_read
 
 KEY_PREFIX = "ap_"
@@ -48,9 +48,7 @@ def check_description(value: str) -> str:
     if not isinstance(value, str):
         raise invalid("description must be text")
     if len(value) > MAX_DESCRIPTION:
-        raise AgentpostError(
-            ErrorCode.TOO_LARGE, f"description is over {MAX_DESCRIPTION} characters"
-        )
+        raise too_large("description", len(value), MAX_DESCRIPTION, "characters")
     return check_text(value, "description")
 
 

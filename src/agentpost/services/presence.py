@@ -17,7 +17,7 @@ import anyio
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import session_id as new_session_id
-from agentpost.domain.limits import check_text
+from agentpost.domain.limits import check_text, is_one_line, too_large
 from agentpost.domain.models import Caller, Presence, SessionInfo, Status, Trust
 from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.retries import RetryLog
@@ -42,10 +42,19 @@ SILENT_FOR_S = 86_400.0
 a laptop asleep for the night still finds its session in the morning."""
 
 
-def _check_text(value: str | None, what: str, limit: int = 2000) -> str | None:
-    if value is not None and len(value) > limit:
-        raise AgentpostError(ErrorCode.TOO_LARGE, f"{what} is over {limit} characters")
-    return None if value is None else check_text(value, what)
+def _check_text(
+    value: str | None, what: str, limit: int = 2000, *, one_line: bool = False
+) -> str | None:
+    """`one_line`: a name of a thing (a host, a branch), shown on one line of `who` and of a
+    leader's record, where a line break would forge the lines after it."""
+    if value is None:
+        return None
+    if len(value) > limit:
+        raise too_large(what, len(value), limit, "characters")
+    check_text(value, what)
+    if one_line and not is_one_line(value):
+        raise invalid(f"{what} must be one line")
+    return value
 
 
 def check_status(status: str | None) -> Status | None:
@@ -182,10 +191,10 @@ class PresenceService:
         names on later requests, so each of its processes shows up on its own. A project
         given here becomes the agent's project, as a local session's does; a description,
         the agent's description."""
-        _check_text(host, "host", MAX_HOST)
+        _check_text(host, "host", MAX_HOST, one_line=True)
         _check_text(description, "description")
         _check_text(worktree, "worktree")
-        _check_text(branch, "branch", MAX_HOST)
+        _check_text(branch, "branch", MAX_HOST, one_line=True)
         _check_text(objective, "objective")
         if project is not None:
             check_name(project, "project")
@@ -409,7 +418,11 @@ class PresenceService:
         """Keep one of the caller's live sessions online (over HTTP, by handle); `branch`, as
         for `heartbeat`: a remote-backed stdio session's worktree may check out another.
         Whether that moved the session to another branch."""
-        values = {} if branch is None else {"branch": _check_text(branch, "branch", MAX_HOST)}
+        values = (
+            {}
+            if branch is None
+            else {"branch": _check_text(branch, "branch", MAX_HOST, one_line=True)}
+        )
 
         def tx(conn: Connection) -> bool:
             session = self._own_session(conn, caller, session_id)
