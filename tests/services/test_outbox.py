@@ -64,6 +64,28 @@ async def test_a_retry_whose_data_lists_the_same_keys_in_another_order_is_the_sa
     assert await bodies(office, bob) == ["done"]
 
 
+async def test_a_retry_whose_data_writes_a_whole_number_with_a_point_is_the_same_send(
+    office: PostOffice,
+) -> None:
+    """JavaScript writes `7.0` as `7`; Python writes a float `7.0`. One number either way."""
+    alice, bob = await agents(office, "alice", "bob")
+    first = await office.mailbox.send(
+        alice, "bob", "done", data={"pr": 7, "score": [0.5, -0.0]}, idempotency_key="r-4"
+    )
+    again = await office.mailbox.send(
+        alice, "bob", "done", data={"pr": 7.0, "score": [0.5, 0]}, idempotency_key="r-4"
+    )
+    assert again == first
+    assert await bodies(office, bob) == ["done"]
+    await refused_without_change(
+        office,
+        ErrorCode.CONFLICT,
+        office.mailbox.send(
+            alice, "bob", "done", data={"pr": 7.5, "score": [0.5, 0]}, idempotency_key="r-4"
+        ),
+    )
+
+
 async def test_a_key_remembered_when_data_counted_as_sent_still_replays_a_retry_sent_alike(
     office: PostOffice,
 ) -> None:

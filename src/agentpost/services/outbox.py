@@ -45,10 +45,26 @@ def check_idempotency_key(key: str | None) -> str | None:
 
 def request_hash(request: dict[str, Any]) -> str:
     """A fingerprint of everything a send was asked to do (after its checks). `data` counts
-    by its value: a retry that serialised the same object with its keys in another order (a
-    client library of another language, say) asks the same."""
+    by its value: a retry that serialised the same object with its keys in another order, or
+    a whole number as `7.0` where the first try wrote `7` (client libraries of other
+    languages, say), asks the same."""
     data = request.get("data")
-    return _hash(request if data is None else {**request, "data": json.loads(data)})
+    return _hash(request if data is None else {**request, "data": by_value(data)})
+
+
+def by_value(data_json: str | None) -> Any:
+    """`data` (as encoded) as a retry's fingerprint counts it: by value, not by its spelling
+    (see `request_hash`)."""
+    return None if data_json is None else json.loads(data_json, parse_float=_number)
+
+
+def _number(text: str) -> float | int:
+    """A JSON number by its value: a whole one as an integer, as JavaScript writes it."""
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) <= _EXACT else value
+
+
+_EXACT = 2.0**53  # whole numbers a float holds exactly
 
 
 def _hash(request: dict[str, Any]) -> str:

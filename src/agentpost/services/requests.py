@@ -76,7 +76,7 @@ class Requests:
             return {
                 "to": addressee,
                 "question": question,
-                "data": None if data_json is None else json.loads(data_json),
+                "data": outbox.by_value(data_json),
             }
 
         retry = outbox.Retry.of(idempotency_key, "request", asked)

@@ -11,7 +11,6 @@ the other party blocks its writer is withheld from that party (`Task.seen_by`).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -137,7 +136,7 @@ class Tasks:
                 "title": title,
                 "detail": detail,
                 "priority": level.value,
-                "data": None if data_json is None else json.loads(data_json),
+                "data": outbox.by_value(data_json),
                 "due": when,
             },
         )
