@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.desk import LocalDesk
-from agentpost.mcp.presenting import answer, by, notices_of, quoted
+from agentpost.mcp.presenting import answer, by, count, notices_of, quoted
 
 ToolFn = Callable[..., Awaitable[ToolOutput]]
 
@@ -32,7 +32,7 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
         ]
         return await reply(
             {"agents": [a.to_dict() for a in found]},
-            "\n".join([f"{len(found)} agents", *lines]),
+            "\n".join([count(len(found), "agent"), *lines]),
         )
 
     async def update_profile(
@@ -132,7 +132,9 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
     async def admin_list_agents() -> ToolOutput:
         """Every agent, disabled ones too."""
         found = await admin.list_agents(desk.caller)
-        return await reply({"agents": [a.to_dict() for a in found]}, f"{len(found)} agents.")
+        return await reply(
+            {"agents": [a.to_dict() for a in found]}, f"{count(len(found), 'agent')}."
+        )
 
     async def admin_audit_log(
         limit: int = 50,
@@ -173,7 +175,9 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
     async def admin_usage(agent: str | None = None) -> ToolOutput:
         """Usage of every agent, or of one."""
         found = await admin.usage(desk.caller, agent)
-        return await reply({"usage": [u.to_dict() for u in found]}, f"Usage of {len(found)}.")
+        return await reply(
+            {"usage": [u.to_dict() for u in found]}, f"Usage of {count(len(found), 'agent')}."
+        )
 
     tools: tuple[ToolFn, ...] = (
         admin_create_agent,

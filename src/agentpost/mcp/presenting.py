@@ -50,6 +50,11 @@ def token(text: str) -> str:
     return text if plain else quoted(text)
 
 
+def count(n: int, word: str, plural: str | None = None) -> str:
+    """`1 agent`, `2 agents`: a summary line's number and what it counts."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def moment(ts: float) -> str:
     """A time as a line shows it: UTC, to the second, one token."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
@@ -64,7 +69,8 @@ def instructions_for_a_key(template: str) -> str:
     """The instructions where the agent is not known when they are given: one server for every
     key over HTTP, or a remote-backed session whose service had not answered. True whoever
     the agent is, and whoever works beside it: `whoami` and `who` tell."""
-    return render_instructions(template, "(the agent of your key)", ["`who` lists them"])
+    unnamed = template.replace("agent `{agent}`", "the agent your key names (`whoami` says which)")
+    return render_instructions(unnamed, "(the agent of your key)", ["`who` lists them"])
 
 
 async def inbox_resource(desk: Desk) -> str:

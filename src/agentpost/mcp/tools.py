@@ -13,13 +13,17 @@ from agentpost.domain.desk import Desk
 from agentpost.domain.models import Message
 from agentpost.domain.names import channel_tag
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
-from agentpost.mcp.presenting import answer, by, messages_json, notices_of, quoted, token
+from agentpost.mcp.presenting import (
+    answer,
+    by,
+    count,
+    messages_json,
+    notices_of,
+    quoted,
+    token,
+)
 
 JSON = dict[str, Any] | list[Any] | str | int | float | bool | None
-
-
-def _count(n: int, word: str, plural: str | None = None) -> str:
-    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def register_tools(server: MailboxServer, desk: Desk) -> None:
@@ -61,7 +65,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             "objective": session.objective,
             "status": session.status.value,
         }
-        return await reply(out, f"You are {session.agent} (project {session.project}).")
+        project = f"project {session.project}" if session.project else "no project"
+        return await reply(out, f"You are {session.agent} ({project}).")
 
     @tool
     async def who(project: str | None = None, include_offline: bool = False) -> ToolOutput:
@@ -74,7 +79,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             f" [{p.status.value}] {quoted(p.objective)}"
             for p in found
         ]
-        summary = "\n".join([_count(len(found), "agent"), *lines])
+        summary = "\n".join([count(len(found), "agent"), *lines])
         return await reply({"agents": [p.to_dict() for p in found]}, summary)
 
     @tool
@@ -138,7 +143,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             urgent_only=urgent_only,
             peek=peek,
         )
-        summary = _count(len(found.messages), "message") if found.messages else "No new mail."
+        summary = count(len(found.messages), "message") if found.messages else "No new mail."
         return await reply({"messages": messages_json(found.messages)}, summary, found.messages)
 
     @tool
@@ -156,7 +161,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         summary = (
             "No mail before the timeout."
             if found.timed_out
-            else _count(len(found.messages), "message")
+            else count(len(found.messages), "message")
         )
         structured = {"messages": messages_json(found.messages), "timed_out": found.timed_out}
         return await reply(structured, summary, found.messages)
@@ -167,7 +172,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         name it by its thread id or by the id of any of its messages."""
         found = await desk.thread(thread_id, limit)
         thread = found[0].thread_id
-        summary = f"Thread {token(thread)}: {_count(len(found), 'message')}"
+        summary = f"Thread {token(thread)}: {count(len(found), 'message')}"
         return await reply({"thread_id": thread, "messages": messages_json(found)}, summary, found)
 
     @tool
@@ -179,14 +184,14 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             + (", ".join(f"{r.to}={r.state.value}" for r in s.receipts) or "no recipients")
             for s in found
         ]
-        summary = "\n".join([_count(len(found), "sent message"), *lines])
+        summary = "\n".join([count(len(found), "sent message"), *lines])
         return await reply({"messages": [s.to_dict() for s in found]}, summary)
 
     @tool
     async def search(query: str, limit: int = 20) -> ToolOutput:
         """Full-text search over the messages you may see, newest first."""
         found = await desk.search(query, limit)
-        summary = f"{_count(len(found), 'match', 'matches')} for {query!r}"
+        summary = f"{count(len(found), 'match', 'matches')} for {query!r}"
         return await reply({"messages": messages_json(found)}, summary, found)
 
     @tool
@@ -199,7 +204,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             f"{' joined' if c.joined else ''}"
             for c in found
         ]
-        summary = "\n".join([_count(len(found), "channel"), *lines])
+        summary = "\n".join([count(len(found), "channel"), *lines])
         return await reply({"channels": [c.to_dict() for c in found]}, summary)
 
     @tool
@@ -219,7 +224,7 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         """A channel's history, oldest first: the newest `limit` messages (before a message id)."""
         found = await desk.read_channel(channel, limit, before)
         tag = channel_tag(channel)
-        summary = f"{tag}: {_count(len(found), 'message')}"
+        summary = f"{tag}: {count(len(found), 'message')}"
         return await reply({"channel": tag, "messages": messages_json(found)}, summary, found)
 
     for fn in tools:
