@@ -271,8 +271,15 @@ def _sole(exc: BaseException) -> BaseException:
 
 
 def _query_value(scope: Scope, name: str) -> str | None:
+    """The one value of `name`: given twice (`?tools=core&tools=coord`), the MCP app would
+    read the last alone, and a connection would quietly lack the groups named first."""
     values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
-    return values[-1] if values else None
+    if values and len(values) > 1:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{name} is given {len(values)} times; name each once, separated by commas",
+        )
+    return values[0] if values else None
 
 
 def check_bind(host: str, allow_remote: bool) -> None:

@@ -451,6 +451,19 @@ async def test_an_unknown_tool_group_is_refused_before_mcp(service: Service) -> 
     assert answer.json()["error"]["code"] == "invalid_argument"
 
 
+async def test_tool_groups_named_in_two_tools_parameters_are_refused_before_mcp(
+    service: Service,
+) -> None:
+    """Read as the last alone, `?tools=core&tools=channels` gave a connection without `core`."""
+    key = await service.create_agent("alice")
+    answer = await service.client(key).post("/mcp?tools=core&tools=channels", json={})
+    assert answer.status_code == 400
+    assert answer.json()["error"] == {
+        "code": "invalid_argument",
+        "message": "tools is given 2 times; name each once, separated by commas",
+    }
+
+
 async def test_mcp_without_a_key_is_unauthenticated(service: Service) -> None:
     answer = await service.client().post("/mcp", json={})
     assert answer.status_code == 401
