@@ -71,9 +71,38 @@ async def test_input_the_service_refuses_is_an_invalid_argument_naming_the_field
     office: Office,
 ) -> None:
     alice = await office.agent("alice")
-    err = await refusal(alice.inbox(limit=0))
+    err = await refusal(alice.wait(timeout_s=-1))
     assert err.code is ErrorCode.INVALID_ARGUMENT
-    assert [f["field"] for f in err.details["fields"]] == ["query.limit"]
+    assert [f["field"] for f in err.details["fields"]] == ["query.timeout_s"]
+
+
+async def test_a_page_size_a_search_and_an_ack_are_refused_as_a_local_session_refuses_them(
+    office: Office,
+) -> None:
+    """Checked before they are sent, by the rules the services check: a remote-backed stdio
+    session's tools then answer as a local one's, not with REST's field names, nor with
+    httpx's words for a URL too long to send."""
+    alice = await office.agent("alice")
+    refusals = [
+        await refusal(call)
+        for call in (
+            alice.inbox(limit=0),
+            alice.thread("m_1", limit=501),
+            alice.search("x" * 100_000),
+            alice.search("  "),
+            alice.ack([f"m_{i}" for i in range(501)]),
+        )
+    ]
+    assert [(err.code, err.message) for err in refusals] == [
+        (ErrorCode.INVALID_ARGUMENT, "limit must be an integer from 1 to 500"),
+        (ErrorCode.INVALID_ARGUMENT, "limit must be an integer from 1 to 500"),
+        (
+            ErrorCode.TOO_LARGE,
+            "the query is 100000 characters, over the limit of 500 characters",
+        ),
+        (ErrorCode.INVALID_ARGUMENT, "query must contain at least one word"),
+        (ErrorCode.INVALID_ARGUMENT, "at most 500 ids per ack"),
+    ]
 
 
 async def test_an_idempotency_key_stores_a_retried_send_once(office: Office) -> None:

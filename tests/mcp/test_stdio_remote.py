@@ -24,7 +24,7 @@ from agentpost.client.desk import AGENT_UNKNOWN
 from git_repo import git, make_repo
 from remote_office import Office
 from service_process import Service, eventually, over_http, serve_command
-from stdio_agents import INBOX_URI, WAKE_TIMEOUT_S, Agent, Agents
+from stdio_agents import INBOX_URI, WAKE_TIMEOUT_S, Agent, Agents, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -137,6 +137,9 @@ async def test_refusals_keep_their_codes_through_the_remote_server(
     assert await alice.refused("register", name="bob") == "forbidden"
     assert await alice.refused("register", name="ALICE") == "invalid_argument"  # as locally
     assert await alice.refused("leave", channel="#general") == "forbidden"
+    assert await alice.refused("search", query="x" * 100_000) == "too_large"  # as locally
+    inbox = await alice.result("inbox", limit=0)
+    assert text_of(inbox).startswith("invalid_argument: limit must be an integer from 1 to 500")
     status = await alice.call("set_status", status="blocked", objective="waiting for review")
     assert (status["agent"], status["status"], status["objective"]) == (
         "alice",

@@ -20,6 +20,7 @@ from agentpost.client.operation import (
 from agentpost.domain.accounts import AgentInfo, Myself, Usage
 from agentpost.domain.desk import PriorityName, StatusName
 from agentpost.domain.events import Webhook, WebhookDelivery
+from agentpost.domain.limits import check_ack_ids, check_query
 from agentpost.domain.models import (
     AckResult,
     ChannelInfo,
@@ -100,7 +101,7 @@ def wait(timeout_s: float = 60, *, thread_id: str | None = None) -> Request[Inbo
 
 def ack(ids: str | Sequence[str]) -> Request[AckResult]:
     """Acknowledge messages you handled; ids that are not yours come back in `not_found`."""
-    return Request(AckResult.from_dict, json={"ids": listed(ids)})
+    return Request(AckResult.from_dict, json={"ids": check_ack_ids(ids)})
 
 
 def get_message(message_id: str) -> Request[Message]:
@@ -123,7 +124,7 @@ def sent(*, limit: int = 20) -> Request[list[SentMessage]]:
 
 def search(q: str, *, limit: int = 20) -> Request[list[Message]]:
     """Full-text search over the messages you may see, newest first."""
-    return Request(_messages, params={"q": q, "limit": limit})
+    return Request(_messages, params={"q": check_query(q), "limit": limit})
 
 
 # -- agents, presence, sessions -----------------------------------------------------------------

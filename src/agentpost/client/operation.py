@@ -19,6 +19,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import quote
 
 from agentpost.domain.errors import invalid
+from agentpost.domain.limits import check_limit
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -42,6 +43,13 @@ class Request(Generic[T]):
     hands_over: bool = False
     """Whether it hands mail over, marking it read (`inbox` but for a peek, `wait`): a GET the
     network failed that may not go again, as its lost answer held mail the next would not."""
+
+    def __post_init__(self) -> None:
+        # A page's size is refused here as the service refuses it, in the words a local
+        # session's tools use: a remote-backed one answers alike (not with REST's field names).
+        limit = self.params.get("limit")
+        if limit is not None:
+            check_limit(limit)
 
     def url(self, path: str) -> str:
         return path.format(**{k: _segment(k, v) for k, v in self.path_args.items()})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,6 +200,27 @@ def check_limit(limit: int, *, name: str = "limit") -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise invalid(f"{name} must be an integer from 1 to {MAX_LIMIT}")
     return limit
+
+
+def check_query(query: object) -> str:
+    """A full-text search's words: some, and not too many to read."""
+    words = query.split() if isinstance(query, str) else []
+    if not isinstance(query, str) or not words:
+        raise invalid("query must contain at least one word")
+    if len(query) > MAX_QUERY_CHARS:
+        raise too_large("the query", len(query), MAX_QUERY_CHARS, "characters")
+    return check_text(query, "query")
+
+
+def check_ack_ids(ids: object) -> list[str]:
+    """The ids one `ack` names (one id alone is a list of one), at most a page of them."""
+    if isinstance(ids, str):
+        ids = [ids]
+    if not isinstance(ids, Sequence) or not all(isinstance(i, str) for i in ids):
+        raise invalid("ids must be a list of message ids")
+    if len(ids) > MAX_LIMIT:
+        raise invalid(f"at most {MAX_LIMIT} ids per ack")
+    return list(ids)
 
 
 def check_timeout(timeout_s: float, limits: Limits) -> float:

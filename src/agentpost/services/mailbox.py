@@ -15,7 +15,7 @@ import anyio
 
 from agentpost.config import Settings
 from agentpost.domain import limits as rules
-from agentpost.domain.errors import AgentpostError, ErrorCode, invalid, not_found
+from agentpost.domain.errors import AgentpostError, ErrorCode, not_found
 from agentpost.domain.models import (
     AckResult,
     Caller,
@@ -379,13 +379,7 @@ class Mailbox:
                 await news.wait(heartbeat.timeout(remaining))
 
     async def ack(self, caller: Caller, ids: Sequence[str]) -> AckResult:
-        if isinstance(ids, str):
-            ids = [ids]
-        if not isinstance(ids, Sequence) or not all(isinstance(i, str) for i in ids):
-            raise invalid("ids must be a list of message ids")
-        if len(ids) > rules.MAX_LIMIT:
-            raise invalid(f"at most {rules.MAX_LIMIT} ids per ack")
-        wanted = list(dict.fromkeys(ids))
+        wanted = list(dict.fromkeys(rules.check_ack_ids(ids)))
 
         def tx(conn: Connection) -> AckResult:
             now = self.store.clock()
@@ -451,12 +445,7 @@ class Mailbox:
 
     async def search(self, caller: Caller, query: str, limit: int = 20) -> list[Message]:
         rules.check_limit(limit)
-        words = query.split() if isinstance(query, str) else []
-        if not words:
-            raise invalid("query must contain at least one word")
-        if len(query) > rules.MAX_QUERY_CHARS:
-            raise rules.too_large("the query", len(query), rules.MAX_QUERY_CHARS, "characters")
-        rules.check_text(query, "query")
+        words = rules.check_query(query).split()
 
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
