@@ -827,15 +827,26 @@ async def test_a_key_only_goes_to_an_enabled_agent(
     await refused_without_change(office, code, office.keys.issue(admin, agent))
 
 
-@pytest.mark.parametrize("label", ["l" * 201, "two\nlines", "a\rb", "a\u2028b"])
+@pytest.mark.parametrize(
+    ("label", "code"),
+    [
+        ("l" * 201, ErrorCode.TOO_LARGE),
+        ("two\nlines", ErrorCode.INVALID_ARGUMENT),
+        ("a\rb", ErrorCode.INVALID_ARGUMENT),
+        ("a\u2028b", ErrorCode.INVALID_ARGUMENT),
+    ],
+)
 async def test_a_label_is_one_line_of_at_most_200_characters(
-    office: PostOffice, label: str
+    office: PostOffice, label: str, code: ErrorCode
 ) -> None:
+    """Too long is `too_large` with its limit and size, as any text over its limit."""
     admin = await owner(office)
     await keyed(office, "alice")
-    await refused_without_change(
-        office, ErrorCode.INVALID_ARGUMENT, office.keys.issue(admin, "alice", label=label)
+    refused = await refused_without_change(
+        office, code, office.keys.issue(admin, "alice", label=label)
     )
+    if code is ErrorCode.TOO_LARGE:
+        assert refused.details == {"limit": 200, "size": 201}
 
 
 @pytest.mark.parametrize("agent", ["nobody", "system"])

@@ -53,8 +53,10 @@ def check_description(value: str) -> str:
 
 
 def check_label(value: str) -> str:
-    if not isinstance(value, str) or len(value) > MAX_LABEL or not is_one_line(value):
+    if not isinstance(value, str) or not is_one_line(value):
         raise invalid(f"label must be one line of at most {MAX_LABEL} characters")
+    if len(value) > MAX_LABEL:
+        raise too_large("label", len(value), MAX_LABEL, "characters")
     return check_text(value, "label")
 
 
