@@ -71,12 +71,12 @@ async def test_input_the_service_refuses_is_an_invalid_argument_naming_the_field
     office: Office,
 ) -> None:
     alice = await office.agent("alice")
-    err = await refusal(alice.wait(timeout_s=-1))
+    err = await refusal(alice.tasks("mine"))  # type: ignore[arg-type]
     assert err.code is ErrorCode.INVALID_ARGUMENT
-    assert [f["field"] for f in err.details["fields"]] == ["query.timeout_s"]
+    assert [f["field"] for f in err.details["fields"]] == ["query.role"]
 
 
-async def test_a_page_size_a_search_and_an_ack_are_refused_as_a_local_session_refuses_them(
+async def test_a_page_size_a_search_an_ack_and_a_wait_are_refused_as_a_local_session_refuses_them(
     office: Office,
 ) -> None:
     """Checked before they are sent, by the rules the services check: a remote-backed stdio
@@ -91,6 +91,8 @@ async def test_a_page_size_a_search_and_an_ack_are_refused_as_a_local_session_re
             alice.search("x" * 100_000),
             alice.search("  "),
             alice.ack([f"m_{i}" for i in range(501)]),
+            alice.wait(timeout_s=-1),
+            alice.request("bob", "?", timeout_s=float("nan")),
         )
     ]
     assert [(err.code, err.message) for err in refusals] == [
@@ -102,6 +104,8 @@ async def test_a_page_size_a_search_and_an_ack_are_refused_as_a_local_session_re
         ),
         (ErrorCode.INVALID_ARGUMENT, "query must contain at least one word"),
         (ErrorCode.INVALID_ARGUMENT, "at most 500 ids per ack"),
+        (ErrorCode.INVALID_ARGUMENT, "timeout_s must be a finite number of seconds, 0 or more"),
+        (ErrorCode.INVALID_ARGUMENT, "timeout_s must be a finite number of seconds, 0 or more"),
     ]
 
 

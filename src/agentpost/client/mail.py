@@ -20,7 +20,7 @@ from agentpost.client.operation import (
 from agentpost.domain.accounts import AgentInfo, Myself, Usage
 from agentpost.domain.desk import PriorityName, StatusName
 from agentpost.domain.events import Webhook, WebhookDelivery
-from agentpost.domain.limits import check_ack_ids, check_query
+from agentpost.domain.limits import check_ack_ids, check_query, check_wait_seconds
 from agentpost.domain.models import (
     AckResult,
     ChannelInfo,
@@ -93,10 +93,9 @@ def wait(timeout_s: float = 60, *, thread_id: str | None = None) -> Request[Inbo
     """Long-poll: answers as soon as unread mail is there (marked read), or after `timeout_s`
     with `timed_out` set (the service caps the wait at its `max_wait_s`). `thread_id`, the
     thread's id or any of its messages', waits for that thread's mail only."""
+    wait_s = check_wait_seconds(timeout_s)
     params = {"timeout_s": timeout_s, "thread_id": thread_id}
-    return Request(
-        Inbox.from_dict, params=params, wait_s=max(0.0, float(timeout_s)), hands_over=True
-    )
+    return Request(Inbox.from_dict, params=params, wait_s=wait_s, hands_over=True)
 
 
 def ack(ids: str | Sequence[str]) -> Request[AckResult]:

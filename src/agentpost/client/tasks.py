@@ -7,6 +7,7 @@ from typing import Any
 
 from agentpost.client.operation import Operation, Request, fields, retry_headers
 from agentpost.domain.desk import PriorityName
+from agentpost.domain.limits import check_wait_seconds
 from agentpost.domain.models import SendResult
 from agentpost.domain.requests import RequestAnswer
 from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
@@ -75,11 +76,12 @@ def request(
     """Ask one agent and wait for the answer, or `timed_out` after `timeout_s` (the service
     caps it at its `max_wait_s`); `check_request` fetches a later answer. With
     `idempotency_key`, a retry asks nothing again: it waits for the first question's answer."""
+    wait_s = check_wait_seconds(timeout_s)
     return Request(
         RequestAnswer.from_dict,
         json=fields(to=to, question=question, data=data, timeout_s=timeout_s),
         headers=retry_headers(idempotency_key),
-        wait_s=max(0.0, float(timeout_s)),
+        wait_s=wait_s,
     )
 
 

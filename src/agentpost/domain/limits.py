@@ -223,8 +223,9 @@ def check_ack_ids(ids: object) -> list[str]:
     return list(ids)
 
 
-def check_timeout(timeout_s: float, limits: Limits) -> float:
-    """Clamp a wait to the configured ceiling; a wait is never an error once it is non-negative."""
+def check_wait_seconds(timeout_s: float) -> float:
+    """How long a wait may last, as asked: 0 or more, finite. (The ceiling is the service's
+    own, `check_timeout`; a client that does not know it checks this much.)"""
     if (
         isinstance(timeout_s, bool)
         or not isinstance(timeout_s, int | float)
@@ -232,7 +233,12 @@ def check_timeout(timeout_s: float, limits: Limits) -> float:
         or timeout_s < 0
     ):
         raise invalid("timeout_s must be a finite number of seconds, 0 or more")
-    return float(min(timeout_s, limits.max_wait_s))
+    return float(timeout_s)
+
+
+def check_timeout(timeout_s: float, limits: Limits) -> float:
+    """Clamp a wait to the configured ceiling; a wait is never an error once it is non-negative."""
+    return min(check_wait_seconds(timeout_s), float(limits.max_wait_s))
 
 
 def check_ttl(ttl_s: float | None) -> float | None:
