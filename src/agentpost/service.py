@@ -221,6 +221,11 @@ class Service:
                     self.refused_to_start = exc
             else:
                 log.exception("agentpost could not %s", doing)
+                if not started:  # not the port, which the last line would blame otherwise
+                    self.refused_to_start = AgentpostError(
+                        ErrorCode.UNAVAILABLE,
+                        f"could not start ({type(exc).__name__}: the log above says why)",
+                    )
             failed = "lifespan.shutdown.failed" if started else "lifespan.startup.failed"
             await send({"type": failed, "message": str(exc)})
             return

@@ -57,6 +57,25 @@ def test_a_database_that_cannot_open_says_why_with_its_code(tmp_path: Path) -> N
     assert f"error: invalid_argument: the database {tmp_path} is not a file" in done.stderr
 
 
+@pytest.mark.postgres
+def test_a_start_that_fails_for_another_reason_blames_it_not_the_port(
+    fresh_pg_url: str,
+) -> None:
+    """PostgreSQL refuses a setting the URL asks for: the last line said `cannot listen`."""
+    done = subprocess.run(
+        serve_command("--port", "0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTPOST_DATABASE_URL": f"{fresh_pg_url}?no_such_setting=1"},
+    )
+    assert done.returncode == 8
+    assert 'unrecognized configuration parameter "no_such_setting"' in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: unavailable: could not start ("), last
+    assert "cannot listen" not in done.stderr
+
+
 def test_a_database_a_newer_agentpost_migrated_is_refused_untouched(tmp_path: Path) -> None:
     home = tmp_path / "home"
     database = home / "agentpost.db"

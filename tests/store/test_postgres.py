@@ -568,3 +568,31 @@ async def test_a_database_not_in_utf8_is_refused_on_open_and_left_alone(latin1_u
         assert await conn.fetchval("SELECT to_regclass('alembic_version')") is None
     finally:
         await conn.close()
+
+
+async def test_the_options_a_postgresql_url_carries_reach_the_connection(
+    pg_session_database: str,
+) -> None:
+    """`sslmode`, `application_name` and the like, as libpq and every PostgreSQL tool read them:
+    SQLAlchemy handed each to asyncpg as a keyword it does not take, and no replica started."""
+    url = f"{pg_session_database}?sslmode=disable&application_name=agentpost-replica-7"
+    store = await Store.open(url)
+    try:
+
+        def settings(conn: Connection) -> tuple[str, str]:
+            name = conn.exec_driver_sql("SHOW application_name").scalar()
+            lock = conn.exec_driver_sql("SHOW lock_timeout").scalar()
+            return str(name), str(lock)
+
+        assert await store.read(settings) == ("agentpost-replica-7", f"{LOCK_TIMEOUT_S}s")
+    finally:
+        await store.aclose()
+
+
+async def test_a_url_asking_for_ssl_of_a_server_without_it_is_unavailable(
+    pg_session_database: str,
+) -> None:
+    """Refused by the server, said as any database that cannot be reached is."""
+    with pytest.raises(AgentpostError) as refused:
+        await Store.open(f"{pg_session_database}?sslmode=require")
+    assert refused.value.code is ErrorCode.UNAVAILABLE

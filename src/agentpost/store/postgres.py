@@ -70,9 +70,20 @@ WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "agn
 
 
 def async_url(url: str) -> str:
+    return "postgresql+asyncpg://" + _after_scheme(url)
+
+
+def libpq_url(url: str) -> str:
+    """The URL as libpq spells it, for asyncpg's own parser: it reads the options a PostgreSQL
+    URL carries (`sslmode`, `application_name`, `connect_timeout`, …), where SQLAlchemy's
+    would hand each to `asyncpg.connect` as a keyword it does not take."""
+    return "postgresql://" + _after_scheme(url)
+
+
+def _after_scheme(url: str) -> str:
     for prefix in POSTGRES_SCHEMES:
         if url.startswith(prefix):
-            return "postgresql+asyncpg://" + url.removeprefix(prefix)
+            return url.removeprefix(prefix)
     raise ValueError(f"not a PostgreSQL URL: {url}")
 
 
@@ -252,8 +263,13 @@ class PostgresRunner:
             "lock_timeout": str(LOCK_TIMEOUT_S * 1000),
             "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_S * 1000),
         }
+        dsn = libpq_url(url)
+
+        async def connect() -> asyncpg.Connection:
+            return await asyncpg.connect(dsn, server_settings=settings)
+
         self.engine: AsyncEngine = create_async_engine(
-            async_url(url), pool_size=10, connect_args={"server_settings": settings}
+            "postgresql+asyncpg://", async_creator=connect, pool_size=10
         )
         self.replica = secrets.token_hex(8)
         self._closed = False
