@@ -88,6 +88,12 @@ def delivered(d: WebhookDelivery) -> bool:
     return d.state is HookState.DELIVERED
 
 
+def tried(attempts: int = 1) -> Callable[[WebhookDelivery], bool]:
+    """The log's word that attempt `attempts` was answered (or failed): an attempt counts as
+    it starts, before its outcome is recorded."""
+    return lambda d: d.attempts == attempts and (d.last_status, d.last_error) != (None, None)
+
+
 # -- delivering -------------------------------------------------------------------------------
 
 
@@ -165,7 +171,7 @@ async def test_a_failed_delivery_is_retried_with_the_same_id_until_it_lands(
     async with running(office, receiver):
         webhook = await hook(office, bob, receiver)
         await office.mailbox.send(alice, "bob", "try again")
-        (failed,) = await until(office, log_when(office, bob, webhook, lambda d: d.attempts == 1))
+        (failed,) = await until(office, log_when(office, bob, webhook, tried()))
         assert (failed.state, failed.last_status, failed.last_error) == (
             HookState.PENDING,
             500,
@@ -197,7 +203,7 @@ async def test_a_delivery_fails_after_its_last_attempt(
     async with running(office, receiver):
         webhook = await hook(office, bob, receiver)
         await office.mailbox.send(alice, "bob", "doomed")
-        await until(office, log_when(office, bob, webhook, lambda d: d.attempts == 1))
+        await until(office, log_when(office, bob, webhook, tried()))
         clock.advance(1)
         (gone,) = await until(
             office, log_when(office, bob, webhook, lambda d: d.state is not HookState.PENDING)
@@ -242,9 +248,7 @@ async def test_an_unreachable_receiver_is_recorded_as_an_error_and_retried(
         url = f"http://127.0.0.1:{port}/"
         created, _ = await office.webhooks.create(bob, url, ["message.created"])
         await office.mailbox.send(alice, "bob", "anyone there?")
-        (failed,) = await until(
-            office, log_when(office, bob, created.id, lambda d: d.attempts == 1)
-        )
+        (failed,) = await until(office, log_when(office, bob, created.id, tried()))
     assert failed.state is HookState.PENDING
     assert failed.last_status is None
     assert failed.last_error
@@ -358,7 +362,7 @@ async def test_a_name_whose_first_address_refuses_is_delivered_at_its_next(
             bob, f"http://receiver.test:{receiver.port}/named", ["message.created"]
         )
         await office.mailbox.send(alice, "bob", "by name")
-        (done,) = await until(office, log_when(office, bob, created.id, lambda d: d.attempts == 1))
+        (done,) = await until(office, log_when(office, bob, created.id, tried()))
     assert (done.state, done.last_error) == (HookState.DELIVERED, None)
     (request,) = receiver.requests
     assert request.headers["host"] == f"receiver.test:{receiver.port}"
@@ -378,9 +382,7 @@ async def test_a_name_that_resolves_to_a_forbidden_address_is_refused_at_deliver
             bob, "http://sneaky.test/hook", ["message.created"]
         )
         await office.mailbox.send(alice, "bob", "for the metadata service?")
-        (refused,) = await until(
-            office, log_when(office, bob, created.id, lambda d: d.attempts == 1)
-        )
+        (refused,) = await until(office, log_when(office, bob, created.id, tried()))
     assert refused.state is HookState.FAILED
     assert "metadata" in (refused.last_error or "")
     assert receiver.requests == []
@@ -413,7 +415,7 @@ async def test_a_stored_name_no_resolver_takes_fails_its_delivery_and_others_go_
     async with running(office, receiver):
         webhook = await hook(office, carol, receiver)
         await office.mailbox.send(alice, "bob", "to a name nobody resolves")
-        (failed,) = await until(office, log_when(office, bob, "wh_old", lambda d: d.attempts))
+        (failed,) = await until(office, log_when(office, bob, "wh_old", tried()))
         await office.mailbox.send(alice, "carol", "still delivered")
         await until(office, log_when(office, carol, webhook, delivered))
     assert failed.state is HookState.FAILED
@@ -440,7 +442,7 @@ async def test_a_delivery_that_raises_unforeseen_fails_alone_and_the_dispatcher_
         )
         webhook = await hook(office, carol, receiver)
         await office.mailbox.send(alice, "bob", "to a strange receiver")
-        (failed,) = await until(office, log_when(office, bob, strange[0].id, lambda d: d.attempts))
+        (failed,) = await until(office, log_when(office, bob, strange[0].id, tried()))
         await office.mailbox.send(alice, "carol", "still delivered")
         await until(office, log_when(office, carol, webhook, delivered))
     assert failed.state is HookState.FAILED
@@ -525,7 +527,7 @@ async def test_a_deleted_webhook_receives_nothing_more_and_its_pending_deliverie
     async with running(office, receiver):
         webhook = await hook(office, bob, receiver)
         await office.mailbox.send(alice, "bob", "fails once")
-        (pending,) = await until(office, log_when(office, bob, webhook, lambda d: d.attempts == 1))
+        (pending,) = await until(office, log_when(office, bob, webhook, tried()))
         await office.webhooks.delete(bob, webhook)
         clock.advance(60)
         await office.mailbox.send(alice, "bob", "after the delete")
@@ -549,7 +551,7 @@ async def test_a_disabled_agents_webhook_is_told_nothing_more_and_its_pending_de
         webhook = await hook(office, bob, receiver, "message.created", "message.read")
         await office.mailbox.send(alice, "bob", "fails once")
         await office.mailbox.send(bob, "alice", "read after bob is disabled")
-        (pending,) = await until(office, log_when(office, bob, webhook, lambda d: d.attempts == 1))
+        (pending,) = await until(office, log_when(office, bob, webhook, tried()))
         await office.admin.disable_agent(admin, "bob")
         await office.mailbox.inbox(alice)  # news for bob's log: a read receipt
         clock.advance(60)
@@ -596,7 +598,7 @@ async def test_revoking_the_key_that_made_a_webhook_deletes_it_and_fails_what_it
         leaked = await hook(office, bob, receiver)
         kept = await hook(office, bob_elsewhere, kept_receiver)
         await office.mailbox.send(alice, "bob", "fails once")
-        (pending,) = await until(office, log_when(office, bob, leaked, lambda d: d.attempts == 1))
+        (pending,) = await until(office, log_when(office, bob, leaked, tried()))
         assert bob.key_id is not None
         await office.keys.revoke(admin, bob.key_id)
         clock.advance(60)
@@ -841,6 +843,34 @@ async def test_a_stopped_dispatcher_hands_back_what_it_had_in_flight(
     assert handed_back.state is HookState.PENDING
     assert handed_back.attempts == 0
     assert handed_back.next_attempt_at == clock()
+
+
+async def test_an_attempt_a_dispatcher_died_in_counts_when_another_delivers(
+    open_office: OpenOffice, clock: FakeClock
+) -> None:
+    """A replica killed mid-POST records nothing, yet its receiver may have had the POST: the
+    log said one attempt where the receiver saw two POSTs of one delivery id."""
+    office = await open_office(webhook_timeout_s=30)
+    alice, bob = await agents(office, "alice", "bob")
+    receiver = Receiver()
+    async with listening(receiver):
+        webhook = await hook(office, bob, receiver)
+        await office.mailbox.send(alice, "bob", "lost in flight")
+        lease = 60.0
+        [taken] = await office.store.write(  # by a dispatcher that dies before it records
+            lambda conn: (
+                webhook_rows.enqueue(conn, clock(), 10),
+                webhook_rows.claim_due(conn, clock(), lease, limit=1),
+            )[1]
+        )
+        [in_flight] = await office.webhooks.deliveries(bob, webhook)
+        assert (in_flight.attempts, in_flight.state) == (1, HookState.PENDING)
+        clock.advance(lease)
+        async with anyio.create_task_group() as tg:  # the next dispatcher
+            tg.start_soon(office.webhooks.run_dispatcher)
+            (landed,) = await until(office, log_when(office, bob, webhook, delivered))
+            tg.cancel_scope.cancel()
+    assert (landed.id, landed.attempts) == (taken.id, 2)
 
 
 async def test_making_and_deleting_a_webhook_is_audited_with_where_it_posts(

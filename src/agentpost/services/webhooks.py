@@ -306,7 +306,7 @@ class Webhooks:
                 lambda conn: webhook_rows.record_attempt(
                     conn,
                     row.id,
-                    row.attempts + 1,
+                    row.attempts,  # counted as it was claimed
                     self.store.clock(),
                     ok=ok,
                     status=status,

@@ -230,12 +230,13 @@ def claim_due(
     """Take up to `limit` due deliveries for an attempt, so many of each agent's that its
     deliveries in flight (`busy`, by agent) stay within `per_agent`: none is due again for
     `lease_s`, so another dispatcher leaves it alone while it is in flight (and retries it,
-    should this one die before it records the outcome).
+    should this one die before it records the outcome). The attempt counts from now: a
+    dispatcher killed mid-POST records nothing, but its receiver may have had the POST.
 
     A due delivery of a disabled agent fails instead, unsent: a disabled agent is told
     nothing more, by a webhook no more than by its event stream.
 
-    Rows: id, agent, event, payload, attempts (those made before this one), url, secret."""
+    Rows: id, agent, event, payload, attempts (this one included), url, secret."""
     busy = busy or {}
     found = conn.execute(
         select(webhook_deliveries.c.id, webhooks.c.agent, agents.c.disabled_at)
@@ -263,7 +264,7 @@ def claim_due(
     conn.execute(
         update(webhook_deliveries)
         .where(webhook_deliveries.c.id.in_(due))
-        .values(next_attempt_at=now + lease_s)
+        .values(next_attempt_at=now + lease_s, attempts=webhook_deliveries.c.attempts + 1)
     )
     return list(
         conn.execute(
@@ -288,8 +289,8 @@ def release(conn: Connection, deliveries: Sequence[str], now: float) -> None:
     them stopped before it saw an answer, and need not leave them for their lease to run out."""
     conn.execute(
         update(webhook_deliveries)
-        .where(webhook_deliveries.c.id.in_(deliveries), _PENDING)
-        .values(next_attempt_at=now)
+        .where(webhook_deliveries.c.id.in_(deliveries), _PENDING, webhook_deliveries.c.attempts > 0)
+        .values(next_attempt_at=now, attempts=webhook_deliveries.c.attempts - 1)
     )
 
 
