@@ -366,8 +366,11 @@ def test_codex_dry_run_writes_nothing(tmp_path: Path, existing: str | None) -> N
     [
         (b"mcp_servers = 5\n", "mcp_servers is not a table"),
         (b'model = "caf\xe9"\n', "is not UTF-8 text"),
+        # Where the file breaks off, said as Python's own TOML reader says it (tomlkit named a
+        # NUL character at line 1, column 0).
+        (b"bad = [\n", "is not TOML: Invalid value (at end of document)"),
     ],
-    ids=["not-a-table", "latin-1"],
+    ids=["not-a-table", "latin-1", "cut-short"],
 )
 def test_codex_refuses_a_config_it_cannot_merge_into_and_leaves_it(
     tmp_path: Path, content: bytes, says: str

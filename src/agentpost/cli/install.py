@@ -349,13 +349,18 @@ def codex_change(path: Path, command: str) -> Change:
 
 
 def _parse_toml(path: Path, before: str | None) -> Any:
-    """The config as a tomlkit document (keeping comments); refused unless TOML."""
+    """The config as a tomlkit document (keeping comments); refused unless TOML, in the
+    standard library's words: tomlkit places an error at the end of the file at line 1,
+    column 0, naming a NUL character the file does not hold."""
+    import tomllib
+
     import tomlkit  # here, so the rest of the command line starts without it
     from tomlkit.exceptions import TOMLKitError
 
     try:
+        tomllib.loads(before or "")
         return tomlkit.parse(before or "")
-    except TOMLKitError as exc:
+    except (tomllib.TOMLDecodeError, TOMLKitError) as exc:
         raise AgentpostError(ErrorCode.INVALID_ARGUMENT, f"{path} is not TOML: {exc}") from None
 
 
