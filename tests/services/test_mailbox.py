@@ -212,6 +212,23 @@ async def test_bad_arguments_are_refused_with_their_code(
     await refused_without_change(office, code, office.mailbox.send(alice, "bob", body, **arguments))
 
 
+@pytest.mark.parametrize("query", ["🎉", '"', "-- ?!", "🎉 ..."])
+async def test_a_search_with_no_letter_or_digit_is_refused_for_it_could_find_nothing(
+    office: PostOffice, query: str
+) -> None:
+    """Neither database indexes emoji or punctuation: such a query answered "no match" for
+    mail that held it."""
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", f"shipped {query}")
+    refused = await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.mailbox.search(bob, query)
+    )
+    assert refused.message == "query must contain at least one word"
+    assert [m.body for m in await office.mailbox.search(bob, f"{query} shipped")] == [
+        f"shipped {query}"
+    ]
+
+
 async def test_a_search_for_a_nul_character_is_refused(office: PostOffice) -> None:
     alice, _bob = await agents(office, "alice", "bob")
     await refused_without_change(
@@ -862,7 +879,8 @@ async def test_search_finds_only_messages_the_caller_may_see(office: PostOffice)
 
 
 @pytest.mark.parametrize(
-    "query", ['"', 'deploy"', "deploy AND (", "NOT deploy", "deploy*", "col:deploy", "NEAR(x y)"]
+    "query",
+    ['"deploy', 'deploy"', "deploy AND (", "NOT deploy", "deploy*", "col:deploy", "NEAR(x y)"],
 )
 async def test_search_syntax_in_a_query_is_taken_as_words_never_an_error(
     office: PostOffice, query: str

@@ -203,13 +203,17 @@ def check_limit(limit: int, *, name: str = "limit") -> int:
 
 
 def check_query(query: object) -> str:
-    """A full-text search's words: some, and not too many to read."""
-    words = query.split() if isinstance(query, str) else []
-    if not isinstance(query, str) or not words:
+    """A full-text search's words: some, and not too many to read. A word holds a letter or
+    a digit: both databases index nothing else, so a query of emoji or punctuation alone
+    would find nothing, however much mail held it."""
+    if not isinstance(query, str):
         raise invalid("query must contain at least one word")
     if len(query) > MAX_QUERY_CHARS:
         raise too_large("the query", len(query), MAX_QUERY_CHARS, "characters")
-    return check_text(query, "query")
+    check_text(query, "query")
+    if not any(c.isalnum() for c in query):
+        raise invalid("query must contain at least one word")
+    return query
 
 
 def check_ack_ids(ids: object) -> list[str]:
