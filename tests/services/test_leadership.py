@@ -467,14 +467,25 @@ async def test_a_release_by_a_session_that_does_not_lead_leaves_it_standing(
         group.cancel_scope.cancel()
 
 
-async def test_a_session_that_takes_another_name_keeps_its_seat_and_term(
+async def test_a_session_that_takes_another_name_keeps_its_seat_and_term_and_says_so(
     office: PostOffice,
 ) -> None:
+    """The project hears who leads it now: its channel's last word named the old name."""
     first = await session_caller(office, None)  # auto-named shop-main, as a fresh session is
+    watcher = await session_caller(office, "watcher", branch="feature-x")
     await office.leadership.claim(first)
     renamed = await office.presence.register(first, name="alice")
     seat = await office.leadership.leader(renamed)
     assert (seat.leader, seat.term) == ("alice", 1)
+    body, data = (await announcements(office, watcher))[-1]
+    assert data == {
+        "event": "leader.changed",
+        "project": "shop",
+        "leader": "alice",
+        "term": 1,
+        "previous": "shop-main",
+    }
+    assert body == "shop-main is now alice, and leads shop still (term 1)."
     assert (await office.leadership.claim(renamed)).term == 1  # still its own, not a new term
     assert (await office.leadership.release(renamed)).leader is None
 

@@ -487,16 +487,36 @@ class Leadership:
             )
         return self._seat(conn, project)
 
-    def _seat_follows_name(self, conn: Connection, caller: Caller) -> None:
+    def _seat_follows_name(self, conn: Connection, caller: Caller, previous: str) -> None:
         """A session that took the name of an agent the owner has not vouched for (one that
         registered itself) leads no more, as when a vouch is withdrawn: it would lead as that
         agent. Freed rather than the rename refused: a session stands for a free seat as it
         opens, so a `register` that names the agent, its first act, would be refused for a
-        seat it never asked for."""
-        if accounts.as_stored_now(conn, caller).trust is Trust.VERIFIED:
-            return
+        seat it never asked for. A vouched-for name keeps the session's seats, and each
+        project hears who leads it now (the same holder: the term stays)."""
         now = self.store.clock()
-        unseat(conn, self.mailbox, caller.agent, now=now, ttl_s=self._ttl_s, reason=NOT_VOUCHED)
+        if accounts.as_stored_now(conn, caller).trust is not Trust.VERIFIED:
+            unseat(conn, self.mailbox, caller.agent, now=now, ttl_s=self._ttl_s, reason=NOT_VOUCHED)
+            return
+        for held in leases.holdings(conn, LEASE_PREFIX, now=now, ttl_s=self._ttl_s):
+            if not held.live or held.session_id != caller.session_id:
+                continue
+            project = held.name.removeprefix(LEASE_PREFIX)
+            data = {
+                "event": "leader.changed",
+                "project": project,
+                "leader": caller.agent,
+                "term": held.term,
+                "previous": previous,
+            }
+            # Not counted against the send rate, as a claim is: a rename is no change of seat.
+            self.mailbox.system_post_in(
+                conn,
+                f"#{check_channel(project)}",
+                f"{previous} is now {caller.agent}, and leads {project} still (term {held.term}).",
+                subject="leader",
+                data=data,
+            )
 
     @staticmethod
     def _check_not_ended(conn: Connection, caller: Caller) -> None:

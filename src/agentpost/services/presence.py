@@ -86,7 +86,7 @@ class PresenceService:
         self.store = store
         self.settings = settings
         self._folders: dict[str, str] = {}  # of local sessions opened here: LocalContext.folder
-        self.renamed: Callable[[Connection, Caller], None] | None = None
+        self.renamed: Callable[[Connection, Caller, str], None] | None = None
         """What else a rename does, in its transaction, to the caller under its new name:
         leadership's seat follows the name's trust (set by `Leadership`, above this module)."""
 
@@ -278,7 +278,7 @@ class PresenceService:
                 urgent_cursor=0,
             )
             if self.renamed is not None and name != caller.agent:
-                self.renamed(conn, renamed)
+                self.renamed(conn, renamed, caller.agent)
 
         renamed = Caller(agent=name, session_id=caller.session_id, trust=caller.trust)
         await self.store.write(tx)
