@@ -28,9 +28,9 @@ from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import OWNER, RESERVED, check_name
 from agentpost.services import accounts
 from agentpost.services.admin_gate import AdminGate
-from agentpost.services.leadership import unseat
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
+from agentpost.services.seats import unseat
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
 from agentpost.store import limits as limit_rows

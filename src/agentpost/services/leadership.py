@@ -33,12 +33,13 @@ from agentpost.domain.leadership import (
 from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import check_channel, check_name
 from agentpost.retries import RetryLog
-from agentpost.services import accounts, addressing
+from agentpost.services import accounts, addressing, seats
 from agentpost.services.admin_gate import AdminGate
 from agentpost.services.heartbeats import beat_asking
 from agentpost.services.local_identity import origin_head, pid_alive, process_exit, this_host
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
+from agentpost.services.seats import NOT_VOUCHED
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit, leases
 from agentpost.store.database import Connection, Row, Store
@@ -104,46 +105,6 @@ def _held_by(project: str, before: leases.Holding | None) -> AgentpostError:
         f"{holder} leads {project} (term {term}); the seat frees when its session stops",
         details={"leader": holder, "term": term},
     )
-
-
-WITHDRAWN = "the owner withdrew its vouch"
-NOT_VOUCHED = "the owner has not vouched for that name"
-
-
-def unseat(
-    conn: Connection,
-    mailbox: Mailbox,
-    agent: str,
-    *,
-    now: float,
-    ttl_s: float,
-    reason: str = WITHDRAWN,
-) -> list[str]:
-    """Free every seat a session of `agent` holds, in `conn`, each announced on its project's
-    channel by `system`, saying `reason`: only an agent the owner vouches for may lead. The
-    projects whose seat was freed, for the audit. A seat whose leader fell silent is freed
-    too, unannounced (nobody sees it led): its next heartbeat would revive it."""
-    freed = []
-    for held in leases.holdings(conn, LEASE_PREFIX, now=now, ttl_s=ttl_s):
-        if held.holder != agent:
-            continue
-        leases.release(conn, held.name, now=now, session_ids=[held.session_id or ""])
-        if not held.live:
-            continue
-        project = held.name.removeprefix(LEASE_PREFIX)
-        data = {
-            "event": "leader.changed",
-            "project": project,
-            "leader": None,
-            "term": held.term,
-            "previous": agent,
-        }
-        text = f"{agent} no longer leads {project} (term {held.term}): {reason}. The seat is free."
-        mailbox.system_post_in(
-            conn, f"#{check_channel(project)}", text, subject="leader", data=data
-        )
-        freed.append(project)
-    return freed
 
 
 class Leadership:
@@ -495,27 +456,11 @@ class Leadership:
         seat it never asked for. A vouched-for name keeps the session's seats, and each
         project hears who leads it now (the same holder: the term stays)."""
         now = self.store.clock()
-        if accounts.as_stored_now(conn, caller).trust is not Trust.VERIFIED:
-            unseat(conn, self.mailbox, caller.agent, now=now, ttl_s=self._ttl_s, reason=NOT_VOUCHED)
-            return
-        for held in leases.holdings(conn, LEASE_PREFIX, now=now, ttl_s=self._ttl_s):
-            if not held.live or held.session_id != caller.session_id:
-                continue
-            project = held.name.removeprefix(LEASE_PREFIX)
-            data = {
-                "event": "leader.changed",
-                "project": project,
-                "leader": caller.agent,
-                "term": held.term,
-                "previous": previous,
-            }
-            # Not counted against the send rate, as a claim is: a rename is no change of seat.
-            self.mailbox.system_post_in(
-                conn,
-                f"#{check_channel(project)}",
-                f"{previous} is now {caller.agent}, and leads {project} still (term {held.term}).",
-                subject="leader",
-                data=data,
+        if accounts.as_stored_now(conn, caller).trust is Trust.VERIFIED:
+            seats.tell_renamed(conn, self.mailbox, caller, previous, now=now, ttl_s=self._ttl_s)
+        else:
+            seats.unseat(
+                conn, self.mailbox, caller.agent, now=now, ttl_s=self._ttl_s, reason=NOT_VOUCHED
             )
 
     @staticmethod
