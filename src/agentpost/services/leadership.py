@@ -31,7 +31,7 @@ from agentpost.domain.leadership import (
     may_lead,
 )
 from agentpost.domain.models import Caller, Trust
-from agentpost.domain.names import check_channel, check_name
+from agentpost.domain.names import check_name
 from agentpost.retries import RetryLog
 from agentpost.services import accounts, addressing, seats
 from agentpost.services.admin_gate import AdminGate
@@ -485,16 +485,7 @@ class Leadership:
         it, the change is refused (`rate_limited`) with its transaction, rather than let a loop
         of claims and releases fill every member's inbox."""
         addressing.count_act(conn, self.store, self.settings, caller, "a change of the seat")
-        data = {
-            "event": "leader.changed",
-            "project": project,
-            "leader": leader,
-            "term": term,
-            "previous": previous,
-        }
-        self.mailbox.system_post_in(
-            conn, f"#{check_channel(project)}", text, subject="leader", data=data
-        )
+        seats.tell(conn, self.mailbox, project, text, leader=leader, term=term, previous=previous)
 
     def _seat(self, conn: Connection, project: str) -> Leader:
         held = leases.holding(conn, lease_name(project), now=self.store.clock(), ttl_s=self._ttl_s)

@@ -1,7 +1,7 @@
 """Seats that change without a claim or a release of their own: freed when the owner stops
 vouching for their agent, and renamed with their session. Each change is told on the
-project's channel by `system`, as a claim is (`leader.changed`), but counts against nobody's
-send rate: nobody asked for the seat to change."""
+project's channel by `system` (`tell`, as a claim's is), but counts against nobody's send
+rate: nobody asked for the seat to change."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def unseat(
             continue
         project = held.name.removeprefix(LEASE_PREFIX)
         text = f"{agent} no longer leads {project} (term {held.term}): {reason}. The seat is free."
-        _tell(conn, mailbox, project, text, leader=None, term=held.term, previous=agent)
+        tell(conn, mailbox, project, text, leader=None, term=held.term, previous=agent)
         freed.append(project)
     return freed
 
@@ -53,10 +53,10 @@ def tell_renamed(
             continue
         project = held.name.removeprefix(LEASE_PREFIX)
         text = f"{previous} is now {caller.agent}, and leads {project} still (term {held.term})."
-        _tell(conn, mailbox, project, text, leader=caller.agent, term=held.term, previous=previous)
+        tell(conn, mailbox, project, text, leader=caller.agent, term=held.term, previous=previous)
 
 
-def _tell(
+def tell(
     conn: Connection,
     mailbox: Mailbox,
     project: str,
@@ -64,8 +64,9 @@ def _tell(
     *,
     leader: str | None,
     term: int,
-    previous: str,
+    previous: str | None,
 ) -> None:
+    """Tell #<project> that `leader` (None: nobody) holds its seat now, after `previous`."""
     data = {
         "event": "leader.changed",
         "project": project,
