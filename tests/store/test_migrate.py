@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import migrate
 from agentpost.store.database import Store
-from agentpost.store.postgres import async_url
+from agentpost.store.postgres import libpq_url
 from agentpost.store.schema import metadata
 
 T = TypeVar("T")
@@ -69,6 +69,12 @@ def schema_diff(conn: Connection) -> list[Any]:
     return list(compare_metadata(context, metadata))
 
 
+def _asyncpg_url(url: str) -> str:
+    """SQLAlchemy's name for a test's PostgreSQL database (the store itself connects through
+    asyncpg's own parser, `libpq_url`, which reads the URL's options)."""
+    return "postgresql+asyncpg://" + libpq_url(url).removeprefix("postgresql://")
+
+
 async def migrated_diff(url: str) -> list[Any]:
     if url.startswith("sqlite"):
         engine = create_engine(url)
@@ -77,7 +83,7 @@ async def migrated_diff(url: str) -> list[Any]:
                 return schema_diff(conn)
         finally:
             engine.dispose()
-    async_engine = create_async_engine(async_url(url))
+    async_engine = create_async_engine(_asyncpg_url(url))
     try:
         async with async_engine.connect() as conn:
             return await conn.run_sync(schema_diff)
@@ -108,7 +114,7 @@ async def inspected(url: str, look: Callable[[Connection], T]) -> T:
             found = look(conn)
         engine.dispose()
         return found
-    async_engine = create_async_engine(async_url(url))
+    async_engine = create_async_engine(_asyncpg_url(url))
     async with async_engine.connect() as conn:
         found = await conn.run_sync(look)
     await async_engine.dispose()
@@ -331,7 +337,7 @@ async def migrate_to(url: str, target: str, *, back: bool = False) -> None:
     def move(conn: Connection) -> None:
         (migrate.downgrade if back else migrate.upgrade)(conn, target)
 
-    async_engine = create_async_engine(async_url(url))
+    async_engine = create_async_engine(_asyncpg_url(url))
     try:
         async with async_engine.begin() as conn:
             await conn.run_sync(move)

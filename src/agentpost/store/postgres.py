@@ -69,21 +69,13 @@ WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "agn
 """Taken first by every write transaction, held till it ends: writes take turns, as on SQLite."""
 
 
-def async_url(url: str) -> str:
-    return "postgresql+asyncpg://" + _after_scheme(url)
-
-
 def libpq_url(url: str) -> str:
     """The URL as libpq spells it, for asyncpg's own parser: it reads the options a PostgreSQL
     URL carries (`sslmode`, `application_name`, `connect_timeout`, …), where SQLAlchemy's
     would hand each to `asyncpg.connect` as a keyword it does not take."""
-    return "postgresql://" + _after_scheme(url)
-
-
-def _after_scheme(url: str) -> str:
     for prefix in POSTGRES_SCHEMES:
         if url.startswith(prefix):
-            return url.removeprefix(prefix)
+            return "postgresql://" + url.removeprefix(prefix)
     raise ValueError(f"not a PostgreSQL URL: {url}")
 
 
