@@ -37,7 +37,7 @@ from agentpost.http.errors import error_response
 from agentpost.http.events import defer_stream_drain, drain_streams
 from agentpost.http.guard import Guard, caller_of
 from agentpost.mcp.adapter.rebinding import allowed_places
-from agentpost.mcp.http import build_http_server, parse_groups, push_news
+from agentpost.mcp.http import asked_groups, build_http_server, parse_groups, push_news
 from agentpost.services import PostOffice
 
 log = logging.getLogger(__name__)
@@ -158,13 +158,23 @@ class Service:
         path: str = scope["path"]
         if path == "/mcp" or path.startswith("/mcp/"):
             try:
-                parse_groups(_query_value(scope, "tools"), self.settings.tool_groups)
+                await self._check_groups(scope, _query_value(scope, "tools"))
             except AgentpostError as err:
                 await error_response(err)(scope, receive, send)
                 return
             await self._mcp(scope, receive, send)
         else:
             await self._rest(scope, receive, send)
+
+    async def _check_groups(self, scope: Scope, asked: str | None) -> None:
+        """Refuse a connection's groups before MCP: an unknown one, or `admin` asked for by a
+        key that cannot use it (offered none of its tools, the connection would look broken
+        rather than refused; the attempt is audited as an admin act's is)."""
+        parse_groups(asked, self.settings.tool_groups)
+        caller = caller_of(scope.get("state", {}))
+        if "admin" in asked_groups(asked) and not caller.admin:
+            assert self.office is not None
+            await self.office.admin.check_admin(caller, "mcp_admin_tools")
 
     async def _connection_closed(self, state: Mapping[str, Any], connection: str) -> None:
         """A 2025-era client ended its MCP connection (`DELETE /mcp`): the session `register`

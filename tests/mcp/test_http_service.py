@@ -464,6 +464,31 @@ async def test_tool_groups_named_in_two_tools_parameters_are_refused_before_mcp(
     }
 
 
+async def test_an_agent_key_asking_for_the_admin_group_is_refused_before_mcp(
+    service: Service,
+) -> None:
+    """It was let in with no admin tool offered: a connection that looked broken, not refused."""
+    key = await service.create_agent("alice")
+    for query in ("?tools=admin", "?tools=core,admin"):
+        answer = await service.client(key).post(f"/mcp{query}", json=legacy_initialize())
+        assert answer.status_code == 403
+        assert answer.json()["error"] == {"code": "forbidden", "message": "this needs an admin key"}
+    owner = service.client(service.admin_key)
+    entries = (await owner.get("/v1/admin/audit", params={"action": "admin.refused"})).json()
+    assert [(e["actor"], e["detail"]) for e in entries["entries"]] == [
+        ("alice", {"act": "mcp_admin_tools"})
+    ]
+
+
+async def test_an_admin_key_may_ask_for_the_admin_group_alone(
+    service: Service, revision: str
+) -> None:
+    async with connect(service, service.admin_key, revision, "?tools=admin") as owner:
+        tools = await owner.tools()
+    assert "admin_list_agents" in tools
+    assert "send" not in tools
+
+
 async def test_mcp_without_a_key_is_unauthenticated(service: Service) -> None:
     answer = await service.client().post("/mcp", json={})
     assert answer.status_code == 401
