@@ -175,7 +175,21 @@ def test_broken_input_is_reported_on_stderr_and_still_exits_zero() -> None:
     )
     assert done.returncode == 0
     assert done.stdout == ""
-    assert "agentpost hook: JSONDecodeError" in done.stderr
+    assert done.stderr == (
+        "agentpost hook: its input is not Claude Code's hook JSON"
+        " (Expecting property name enclosed in double quotes: line 1 column 2 (char 1))\n"
+    )
+
+
+def test_an_agent_setting_that_names_no_agent_yet_prints_nothing_and_keeps_no_cursor(
+    isolated_home: Path,
+) -> None:
+    """A cursor kept for a name before its agent exists would start that agent's notes at
+    whatever was newest then, not at its session's start."""
+    meet("alice")
+    done = hook(AGENTPOST_AGENT="nobody")
+    assert (done.stdout, done.stderr) == ("", "")
+    assert not (isolated_home / "hook-cursors" / "nobody").exists()
 
 
 def test_a_hook_that_cannot_take_the_cursor_lock_soon_gives_up_and_loses_nothing(

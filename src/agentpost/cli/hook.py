@@ -146,6 +146,8 @@ def note_for(environ: Mapping[str, str], pid: int) -> str | None:
     )
     if agent is None:
         return None
+    if not notes.has_agent(database, agent):  # named by the settings: no cursor for nobody
+        return None
     cursors = notes.Cursors(home)
     with cursors.held(agent):
         started = notes.session_started(database, agent, host)
@@ -183,7 +185,14 @@ def main(argv: Sequence[str]) -> int:
         event: Any = None
         if not sys.stdin.isatty():
             raw = sys.stdin.read()
-            payload = json.loads(raw) if raw.strip() else {}
+            try:
+                payload = json.loads(raw) if raw.strip() else {}
+            except ValueError as err:
+                print(
+                    f"agentpost hook: its input is not Claude Code's hook JSON ({err})",
+                    file=sys.stderr,
+                )
+                return 0
             event = payload.get("hook_event_name") if isinstance(payload, dict) else None
         note = note_for(os.environ, os.getpid())
         if note is not None:

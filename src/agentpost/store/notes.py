@@ -75,6 +75,7 @@ _STARTED_AT = """
 SELECT max(started_at) FROM sessions
 WHERE agent = ? AND ended_at IS NULL AND transport = 'stdio' AND host = ?
 """
+_AGENT = "SELECT 1 FROM agents WHERE name = ?"
 _SEQ_BEFORE = "SELECT coalesce(max(seq), 0) FROM messages WHERE created_at <= ?"
 _NEWEST_SEQ = "SELECT coalesce(max(message_seq), 0) FROM deliveries WHERE recipient = ?"
 _DELIVERED_AFTER = """
@@ -92,6 +93,11 @@ def live_local_sessions(path: Path, host: str) -> list[LiveSession]:
     with _reader(path) as db:
         rows = db.execute(_LIVE_SESSIONS, (host,)).fetchall()
     return [LiveSession(agent, int(pid), float(started)) for agent, pid, started in rows]
+
+
+def has_agent(path: Path, agent: str) -> bool:
+    with _reader(path) as db:
+        return db.execute(_AGENT, (agent,)).fetchone() is not None
 
 
 def session_started(path: Path, agent: str, host: str) -> float | None:
