@@ -125,10 +125,11 @@ async def test_input_no_request_can_carry_is_an_invalid_argument_not_a_traceback
         ("http://127.0.0.1:99999", "ap_x"),
         ("127.0.0.1:8470", "ap_x"),
         ("ftp://127.0.0.1", "ap_x"),
+        ("http://xn--:8470", "ap_x"),
         (None, "ap_\u00e9"),
         (None, "ap_secret\n"),
     ],
-    ids=["port", "no-scheme", "scheme", "key-not-ascii", "key-line-break"],
+    ids=["port", "no-scheme", "scheme", "idna", "key-not-ascii", "key-line-break"],
 )
 async def test_a_mistyped_url_or_key_is_an_invalid_argument_that_keeps_the_key_secret(
     service: Service, url: str | None, key: str

@@ -253,6 +253,8 @@ def recording() -> tuple[list[httpx.Request], httpx.MockTransport]:
         "http://127.0.0.1:8470/v1",  # the REST root, as `serve` prints it: every call a 404
         "http://127.0.0.1:8470/mcp",
         "http://127.0.0.1:8470?x=1",
+        "http://xn--:8470",  # an IDNA label that decodes to nothing
+        "http://xn--zz.example",
     ],
 )
 def test_a_service_url_that_is_no_http_url_is_an_invalid_argument(url: str) -> None:

@@ -102,9 +102,10 @@ def check_service_url(url: str) -> None:
     try:
         parsed = httpx.URL(url)
         port = parsed.port
-    except httpx.InvalidURL as exc:
+        host = parsed.host  # decodes an IDNA name: a malformed `xn--` label raises here
+    except (httpx.InvalidURL, ValueError) as exc:
         raise invalid(f"the service URL {url!r} is no URL: {exc}") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    if parsed.scheme not in ("http", "https") or not host:
         raise invalid(f"the service URL must be http(s)://host[:port], not {url!r}")
     if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
         # The routes are the client's to add: `…:8470/v1`, as `serve` prints the REST root,
