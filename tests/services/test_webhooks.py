@@ -732,6 +732,8 @@ async def test_a_url_that_is_no_http_url_is_refused(office: PostOffice, url: Any
         "http://a..b/",  # an empty label
         "http://exa mple.com/",
         "http://a%00b/",
+        "http://xn--/",  # IDNA labels that decode to nothing, or to what IDNA forbids
+        "http://xn--zz.example/",
     ],
 )
 async def test_a_url_whose_host_is_no_name_a_resolver_takes_is_refused(

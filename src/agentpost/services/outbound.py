@@ -139,9 +139,10 @@ def _parse(url: str) -> httpx.URL:
 
     try:
         parsed = httpx.URL(url)
+        host = parsed.host  # decodes an IDNA name: a malformed `xn--` label raises here
     except (httpx.InvalidURL, TypeError, ValueError):
         raise invalid("url is not a valid URL", url=url) from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    if parsed.scheme not in ("http", "https") or not host:
         raise invalid("url must be an http:// or https:// URL with a host", url=url)
     if parsed.port is not None and not 1 <= parsed.port <= 65535:  # httpx takes any number
         raise invalid("url has a port no connection can reach: 1 to 65535", url=url)
