@@ -66,6 +66,22 @@ def test_create_agent_with_json_shows_the_agent_and_its_key_and_keys_lists_it() 
     assert made["key"]["key"] not in json.dumps(listed)
 
 
+def test_keys_and_agents_print_ids_and_names_whole_in_a_narrow_terminal() -> None:
+    """`revoke-key` takes the id `keys` prints: cut to fit 80 columns, it could not be copied."""
+    name = "backend-fix-the-parser-for-good"
+    create_agent(name, "--description", "a description long enough to crowd the table out")
+    issue_key(name, "--label", "the laptop in the office upstairs")
+    ids = [k["id"] for k in agentpost_json("admin", "keys", name)["keys"]]
+
+    listed = agentpost("admin", "keys", COLUMNS="80")
+    assert listed.returncode == 0, listed.stderr
+    for key_id in ids:
+        assert key_id in listed.stdout
+    assert name in listed.stdout
+    agents = agentpost("admin", "agents", COLUMNS="80")
+    assert name in agents.stdout
+
+
 @pytest.mark.anyio
 async def test_a_disabled_agents_key_is_refused_until_it_is_enabled(service: Service) -> None:
     bob = Remote(service, create_agent("bob"))
