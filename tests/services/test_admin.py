@@ -15,7 +15,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Trust
 from agentpost.services import PostOffice
 from agentpost.store import agents as agent_rows
-from backends import FakeClock, OpenOffice, refused_without_change, snapshot
+from backends import FakeClock, OpenOffice, refused_without_change, session_caller, snapshot
 
 pytestmark = pytest.mark.anyio
 
@@ -286,6 +286,36 @@ async def test_disabling_ends_sessions_keeps_mail_and_refuses_new_mail(
     )
     await office.admin.enable_agent(admin, "alice")
     assert [m.body for m in (await office.mailbox.inbox(alice)).messages] == ["before you go"]
+
+
+async def test_disabling_a_leader_frees_its_seat_and_says_so_on_the_projects_channel(
+    open_office: OpenOffice,
+) -> None:
+    """Its sessions end, so it leads no more: the channel, which last named it leader, hears
+    so, as when a vouch is withdrawn; and enabled again, it does not lead until it claims."""
+    office = await open_office(auto_lead=False)
+    admin = await owner(office)
+    lead = await session_caller(office, "lead", project="shop", branch="main")
+    dev = await session_caller(office, "dev", project="shop", branch="main")
+    await office.leadership.claim(lead)
+
+    await office.admin.disable_agent(admin, "lead")
+    assert (await office.leadership.leader(dev)).leader is None
+    notices = [m for m in (await office.mailbox.inbox(dev)).messages if m.subject == "leader"]
+    assert notices[-1].data == {
+        "event": "leader.changed",
+        "project": "shop",
+        "leader": None,
+        "term": 1,
+        "previous": "lead",
+    }
+    assert "disabled" in notices[-1].body
+    (entry,) = await office.admin.audit_log(admin, action="agent.disabled")
+    assert (entry.target, entry.detail) == ("lead", {"seats_freed": ["shop"]})
+
+    await office.admin.enable_agent(admin, "lead")
+    assert (await office.leadership.leader(dev)).leader is None
+    assert (await office.leadership.claim(dev)).leader == "dev"
 
 
 @pytest.mark.parametrize("name", ["owner", "nobody", "agentpost"])

@@ -350,8 +350,10 @@ async def test_a_standing_session_whose_session_ends_stops_standing_and_announce
     assert stood_down.is_set()
     seat = await office.leadership.leader(watcher)
     assert (seat.leader, seat.term) == (None, 1)
+    # The disabling tells the seat is free; the standing session tells nothing more.
     assert [body for body, _ in await announcements(office, watcher)] == [
-        "alice now leads shop (term 1)."
+        "alice now leads shop (term 1).",
+        "alice no longer leads shop (term 1): the owner disabled it. The seat is free.",
     ]
 
 

@@ -30,7 +30,7 @@ from agentpost.services import accounts
 from agentpost.services.admin_gate import AdminGate
 from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
-from agentpost.services.seats import unseat
+from agentpost.services.seats import DISABLED, unseat
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
 from agentpost.store import limits as limit_rows
@@ -113,15 +113,23 @@ class Admin:
             row = accounts.existing(conn, name)
             if any(_differs(row, column, value) for column, value in changed.items()):
                 agent_rows.update_agent(conn, name, **changed)
+                detail: dict[str, Any] = {}
                 if changed.get("disabled_at") is not None:
-                    agent_rows.end_agent_sessions(conn, name, self.store.clock())
-                self._record(conn, admin, action, name)
+                    now = self.store.clock()
+                    ttl_s = self.settings.offline_after_s
+                    freed = unseat(conn, self._mailbox, name, now=now, ttl_s=ttl_s, reason=DISABLED)
+                    if freed:
+                        detail["seats_freed"] = freed
+                    agent_rows.end_agent_sessions(conn, name, now)
+                self._record(conn, admin, action, name, **detail)
             return self._info(conn, name)
 
         return await self.store.write(tx)
 
     async def disable_agent(self, admin: Caller, name: str) -> AgentInfo:
-        """Its sessions end and its keys stop working on their next request; its mail stays."""
+        """Its sessions end and its keys stop working on their next request; its mail stays.
+        A seat it held is freed with them, and said so on the project's channel, as a
+        withdrawn vouch's is: the channel would otherwise go on naming it leader."""
         await self._gate.require(admin, "disable_agent", name)
         if name == OWNER:
             raise forbidden("the owner cannot be disabled")

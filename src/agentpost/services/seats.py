@@ -1,7 +1,7 @@
 """Seats that change without a claim or a release of their own: freed when the owner stops
-vouching for their agent, and renamed with their session. Each change is told on the
-project's channel by `system` (`tell`, as a claim's is), but counts against nobody's send
-rate: nobody asked for the seat to change."""
+vouching for their agent or disables it, and renamed with their session. Each change is told
+on the project's channel by `system` (`tell`, as a claim's is), but counts against nobody's
+send rate: nobody asked for the seat to change."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from agentpost.store.database import Connection
 
 WITHDRAWN = "the owner withdrew its vouch"
 NOT_VOUCHED = "the owner has not vouched for that name"
+DISABLED = "the owner disabled it"
 
 
 def unseat(
