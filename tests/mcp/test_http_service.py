@@ -193,6 +193,35 @@ async def test_the_owner_lists_keys_revokes_one_vouches_unvouches_and_pages_the_
         assert max(e["seq"] for e in older) < min(e["seq"] for e in newest)
 
 
+async def test_the_admin_tools_text_names_what_they_list_for_a_model_that_reads_only_text(
+    service: Service, revision: str
+) -> None:
+    """A client may hand the model the text alone: `3 keys.` left it no id to revoke."""
+    await service.create_agent("alice")
+    async with connect(service, service.admin_key, revision) as owner:
+        await owner.call("admin_issue_key", agent="alice", label='laptop" ok')
+        await owner.call("admin_set_limits", name="alice", send_rate_per_minute=7)
+
+        async def text(tool: str, **arguments: Any) -> str:
+            result = await owner.client.call_tool(tool, arguments)
+            assert not result.is_error, result.content
+            assert result.structured_content is not None
+            [block] = result.content
+            assert isinstance(block, types.TextContent)
+            return block.text
+
+        keys = (await owner.call("admin_list_keys", agent="alice"))["keys"]
+        listed = await text("admin_list_keys", agent="alice")
+        assert all(k["id"] in listed for k in keys)
+        assert '"laptop\\" ok"' in listed  # quoted: the label cannot end its own line's field
+        assert "alice" in await text("admin_list_agents")
+        assert "limits.set alice" in await text("admin_audit_log", limit=3)
+        assert "send rate 7/min" in await text("admin_usage", agent="alice")
+        assert "send rate 8/min" in await text(
+            "admin_set_limits", name="alice", send_rate_per_minute=8
+        )
+
+
 async def test_the_owner_sets_and_clears_an_agents_open_task_cap_with_admin_set_limits(
     service: Service, revision: str
 ) -> None:

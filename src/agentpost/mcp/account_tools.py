@@ -3,11 +3,15 @@ administration (group `admin`, offered only on an admin key's connection)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 
+from agentpost.domain.accounts import AgentInfo, AgentLimits, AuditEntry, KeyInfo, Usage
+from agentpost.domain.framing import LINE_BREAKS
+from agentpost.domain.models import Trust
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.desk import LocalDesk
-from agentpost.mcp.presenting import answer, by, count, notices_of, quoted
+from agentpost.mcp.presenting import answer, by, count, moment, notices_of, quoted, token
 
 ToolFn = Callable[..., Awaitable[ToolOutput]]
 
@@ -101,7 +105,8 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
         """Keys (never their secrets), of every agent or of one: the ids `admin_revoke_key`
         takes."""
         found = await keys.list_keys(desk.caller, agent)
-        return await reply({"keys": [k.to_dict() for k in found]}, f"{len(found)} keys.")
+        lines = [count(len(found), "key"), *map(_key_line, found)]
+        return await reply({"keys": [k.to_dict() for k in found]}, "\n".join(lines))
 
     async def admin_revoke_key(key_id: str) -> ToolOutput:
         """Revoke a key: it is refused from the next request on."""
@@ -132,9 +137,8 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
     async def admin_list_agents() -> ToolOutput:
         """Every agent, disabled ones too."""
         found = await admin.list_agents(desk.caller)
-        return await reply(
-            {"agents": [a.to_dict() for a in found]}, f"{count(len(found), 'agent')}."
-        )
+        lines = [count(len(found), "agent"), *map(_agent_line, found)]
+        return await reply({"agents": [a.to_dict() for a in found]}, "\n".join(lines))
 
     async def admin_audit_log(
         limit: int = 50,
@@ -146,7 +150,8 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
         found = await admin.audit_log(
             desk.caller, limit=limit, actor=actor, action=action, before=before
         )
-        return await reply({"entries": [e.to_dict() for e in found]}, f"{len(found)} entries.")
+        lines = [count(len(found), "entry", "entries"), *map(_audit_line, found)]
+        return await reply({"entries": [e.to_dict() for e in found]}, "\n".join(lines))
 
     async def admin_set_limits(
         name: str,
@@ -165,7 +170,7 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
             max_channels_per_agent=max_channels_per_agent,
             max_open_tasks_per_agent=max_open_tasks_per_agent,
         )
-        return await reply(limits.to_dict(), f"Limits of {name} set.")
+        return await reply(limits.to_dict(), f"Limits of {name} set: {_limits(limits)}.")
 
     async def admin_set_block(recipient: str, sender: str, blocked: bool = True) -> ToolOutput:
         """Drop (or stop dropping) `sender`'s mail to `recipient`."""
@@ -175,9 +180,8 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
     async def admin_usage(agent: str | None = None) -> ToolOutput:
         """Usage of every agent, or of one."""
         found = await admin.usage(desk.caller, agent)
-        return await reply(
-            {"usage": [u.to_dict() for u in found]}, f"Usage of {count(len(found), 'agent')}."
-        )
+        lines = [f"Usage of {count(len(found), 'agent')}:", *map(_usage_line, found)]
+        return await reply({"usage": [u.to_dict() for u in found]}, "\n".join(lines))
 
     tools: tuple[ToolFn, ...] = (
         admin_create_agent,
@@ -196,3 +200,41 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
     )
     for fn in tools:
         server.add_tool(fn)
+
+
+# The lines an admin tool's text lists, one per item: a model reads the text, not always the
+# structured result, and could not otherwise revoke a key it was told exists only by count.
+
+
+def _key_line(k: KeyInfo) -> str:
+    state = f"revoked {moment(k.revoked_at)}" if k.revoked_at is not None else "live"
+    admin = ", admin" if k.admin else ""
+    used = moment(k.last_used_at) if k.last_used_at is not None else "never"
+    return f"- {k.id}: {k.agent}{admin}, {quoted(k.label)}, {state}, last used {used}"
+
+
+def _agent_line(a: AgentInfo) -> str:
+    state = "disabled" if a.disabled else "online" if a.online else "offline"
+    description = quoted(a.description) if a.description else "-"
+    return f"- {by(a.name, Trust(a.trust))}: {state}, {a.project or 'no project'}, {description}"
+
+
+def _audit_line(e: AuditEntry) -> str:
+    detail = json.dumps(e.detail, ensure_ascii=False, sort_keys=True).translate(LINE_BREAKS)
+    target = f" {token(e.target)}" if e.target else ""
+    return f"- {e.seq} {moment(e.at)} {e.actor} {e.action}{target} from {e.ip or '-'} {detail}"
+
+
+def _limits(limits: AgentLimits | Usage) -> str:
+    return (
+        f"send rate {limits.send_rate_per_minute}/min, max unacked {limits.max_unacked}, "
+        f"max channels {limits.max_channels_per_agent}, "
+        f"max open tasks {limits.max_open_tasks_per_agent}"
+    )
+
+
+def _usage_line(u: Usage) -> str:
+    return (
+        f"- {u.agent}: sent {u.sent_total} ({u.sent_last_day} in 24 h), received "
+        f"{u.received_total}, unread {u.unread}, unacked {u.unacked}; {_limits(u)}"
+    )
