@@ -108,6 +108,20 @@ async def test_ending_a_session_twice_keeps_its_first_end(store: Store, clock: F
     assert row.ended_at == ended
 
 
+async def test_an_ended_session_takes_no_more_heartbeats(store: Store, clock: FakeClock) -> None:
+    await add(store, "alice", "s1", "s2")
+    await store.write(lambda c: agents.end_sessions(c, ["s1"], clock()))
+    began = clock.now
+    clock.advance(10)
+    await store.write(lambda c: agents.beat_sessions(c, ["s1", "s2"], clock()))
+    ended = await store.read(lambda c: agents.get_session(c, "s1"))
+    beating = await store.read(lambda c: agents.get_session(c, "s2"))
+    assert ended is not None
+    assert ended.heartbeat_at == began
+    assert beating is not None
+    assert beating.heartbeat_at == clock.now
+
+
 async def test_presence_has_one_row_per_enabled_agent_with_its_freshest_session(
     store: Store, clock: FakeClock
 ) -> None:

@@ -208,8 +208,13 @@ def get_session(conn: Connection, session_id: str) -> Row[Any] | None:
 
 
 def beat_sessions(conn: Connection, session_ids: list[str], now: float) -> None:
-    """Many sessions' heartbeats in one statement."""
-    conn.execute(update(sessions).where(sessions.c.id.in_(session_ids)).values(heartbeat_at=now))
+    """Many sessions' heartbeats in one statement. An ended session takes none: a stream
+    still open for it after `DELETE /v1/sessions/{id}` would keep its "last seen" fresh."""
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id.in_(session_ids), sessions.c.ended_at.is_(None))
+        .values(heartbeat_at=now)
+    )
 
 
 def update_session(conn: Connection, session_id: str, **values: Any) -> None:
