@@ -222,6 +222,23 @@ async def test_the_admin_tools_text_names_what_they_list_for_a_model_that_reads_
         )
 
 
+async def test_usage_says_its_counts_and_limits_in_its_text(
+    service: Service, revision: str
+) -> None:
+    """Its text was "Usage of alice.", the figures in the structured result alone."""
+    key = await service.create_agent("alice")
+    await service.create_agent("bob")
+    async with connect(service, key, revision) as alice:
+        await alice.call("send", to="bob", body="hello")
+        result = await alice.client.call_tool("usage", {})
+    [block, *_] = result.content
+    assert isinstance(block, types.TextContent)
+    assert block.text.startswith(
+        "Your usage:\n- alice: sent 1 (1 in 24 h), received 0, unread 0, unacked 0; "
+        "send rate 60/min, max unacked 1000"
+    )
+
+
 async def test_the_owner_sets_and_clears_an_agents_open_task_cap_with_admin_set_limits(
     service: Service, revision: str
 ) -> None:

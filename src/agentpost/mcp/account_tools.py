@@ -69,7 +69,7 @@ def register_profile_tools(server: MailboxServer, desk: LocalDesk) -> None:
     async def usage() -> ToolOutput:
         """What you sent and received, your unread and unacknowledged mail, and your limits."""
         found = await directory_service.usage(desk.caller)
-        return await reply(found.to_dict(), f"Usage of {found.agent}.")
+        return await reply(found.to_dict(), f"Your usage:\n{_usage_line(found)}")
 
     for fn in (directory, update_profile, block, unblock, blocked, usage):
         server.add_tool(fn)
