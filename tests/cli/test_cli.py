@@ -250,6 +250,15 @@ def test_as_creates_the_agent_when_it_first_sends_and_who_lists_it() -> None:
     assert agentpost_json("who", "--as", "dave") == {"agents": []}, "no session: not online"
 
 
+def test_who_folds_a_long_name_in_a_narrow_terminal_rather_than_cut_it_short() -> None:
+    name = "bob-the-long-named-reviewer-of-the-backend-team-on-the-parser"
+    arrange(name)
+    shown = agentpost("who", "--all", COLUMNS="60")
+    assert shown.returncode == 0, shown.stderr
+    cells = [line.split("│")[1].strip() for line in shown.stdout.splitlines() if "│" in line]
+    assert name in "".join(cells)  # folded onto the next lines, not cut short
+
+
 def test_reading_as_a_name_nobody_has_used_is_not_found_and_creates_no_agent() -> None:
     arrange("bob")
     done = agentpost("inbox", "--as", "bobb")

@@ -108,9 +108,9 @@ def create_agent(
 @admin_app.command("agents")
 def agents(as_json: JsonOption = False, url: UrlOption = None, key: KeyOption = None) -> None:
     """Every agent, disabled ones too."""
-    from rich.table import Column, Table
+    from rich.table import Table
 
-    from agentpost.cli.render import console, emit_json
+    from agentpost.cli.render import console, emit_json, whole
 
     found = _ask(
         as_json,
@@ -122,8 +122,7 @@ def agents(as_json: JsonOption = False, url: UrlOption = None, key: KeyOption = 
     if as_json:
         emit_json({"agents": [a.to_dict() for a in found]})
         return
-    # A name is what every other command takes: it is never cut, whatever the terminal's width.
-    table = Table(Column("agent", no_wrap=True), "project", "trust", "state", "seen", "description")
+    table = Table(whole("agent"), "project", "trust", "state", "seen", "description")
     for a in found:
         seen = "online" if a.online else "never" if a.last_seen_s is None else "offline"
         state = "disabled" if a.disabled else "enabled"
@@ -222,9 +221,9 @@ def keys(
     key: KeyOption = None,
 ) -> None:
     """Keys, never their secrets: of one agent, or of all."""
-    from rich.table import Column, Table
+    from rich.table import Table
 
-    from agentpost.cli.render import console, emit_json
+    from agentpost.cli.render import console, emit_json, whole
 
     found: list[KeyInfo] = _ask(
         as_json,
@@ -236,9 +235,9 @@ def keys(
     if as_json:
         emit_json({"keys": [k.to_dict() for k in found]})
         return
-    # The id is what `revoke-key` takes, the name what the others do: neither is ever cut.
-    whole = (Column("key", no_wrap=True), Column("agent", no_wrap=True))
-    table = Table(*whole, "label", "admin", "created", "last used", "revoked")
+    # The id is what `revoke-key` takes: whole on its line, however narrow the terminal.
+    others = ("agent", "label", "admin", "created", "last used", "revoked")
+    table = Table(whole("key", [k.id for k in found]), *map(whole, others))
     for k in found:
         admin = "admin" if k.admin else ""
         when = (_when(k.created_at), _when(k.last_used_at), _when(k.revoked_at))

@@ -17,7 +17,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from agentpost.cli.entry import EXIT_CODES
@@ -67,6 +67,16 @@ def refusal(err: AgentpostError, *, as_json: bool = False) -> typer.Exit:
             text += f" (try again in {max(1, math.ceil(err.retry_after_s))} s)"
         errors.print(styled(("error:", "red"), text))
     return typer.Exit(EXIT_CODES[err.code])
+
+
+def whole(header: str, values: Sequence[str] = ()) -> Column:
+    """A table's column of what a person types back (a key id, a name, a path): a narrow
+    terminal (or a pipe, 80 columns) has Rich cut a cell short with an ellipsis, and an id cut
+    so cannot be used. Values up to the longest of `values` stay whole on one line (as a key id
+    does); a longer one folds onto the next line rather than lose its end."""
+    if values:
+        return Column(header, no_wrap=True, min_width=max(len(v) for v in values))
+    return Column(header, overflow="fold")
 
 
 def _when(ts: float) -> str:
@@ -143,7 +153,7 @@ def show_presence(agents: Sequence[Presence], include_offline: bool = False) -> 
         )
         console.print(styled((empty, "dim")))
         return
-    table = Table("agent", "project", "branch", "status", "objective", "seen")
+    table = Table(whole("agent"), "project", "branch", "status", "objective", "seen")
     for p in agents:
         seen = "online" if p.online else "never"
         if not p.online and p.last_seen_s is not None:  # 0.0 is a moment ago
@@ -166,7 +176,7 @@ def show_leaders(seats: Sequence[Leader]) -> None:
     if not seats:
         console.print(styled(("No project has had a leader yet.", "dim")))
         return
-    table = Table("project", "leader", "term", "branch", "since")
+    table = Table(whole("project"), whole("leader"), "term", "branch", "since")
     for s in seats:
         since = _when(s.since) if s.since else ""
         table.add_row(s.project, s.leader or "(free)", str(s.term), s.branch or "", since)
@@ -235,7 +245,9 @@ def show_reservations(held: Sequence[Reservation], project: str) -> None:
     if not held:
         console.print(styled((f"No live reservations in {project}.", "dim")))
         return
-    table = Table("path", "agent", "kind", "until", "reason", title=f"reservations in {project}")
+    table = Table(
+        whole("path"), whole("agent"), "kind", "until", "reason", title=f"reservations in {project}"
+    )
     for r in held:
         kind = "exclusive" if r.exclusive else "shared"
         table.add_row(r.path, _tagged(r.agent, r.trust), kind, _when(r.expires_at), r.reason)
