@@ -71,12 +71,13 @@ async def test_input_the_service_refuses_is_an_invalid_argument_naming_the_field
     office: Office,
 ) -> None:
     alice = await office.agent("alice")
-    err = await refusal(alice.tasks("mine"))  # type: ignore[arg-type]
+    await office.agent("bob")
+    err = await refusal(alice.send("bob", "hi", priority="high"))  # type: ignore[arg-type]
     assert err.code is ErrorCode.INVALID_ARGUMENT
-    assert [f["field"] for f in err.details["fields"]] == ["query.role"]
+    assert [f["field"] for f in err.details["fields"]] == ["priority"]
 
 
-async def test_a_page_size_a_search_an_ack_and_a_wait_are_refused_as_a_local_session_refuses_them(
+async def test_a_page_size_a_search_an_ack_a_wait_and_a_task_status_are_refused_as_locally(
     office: Office,
 ) -> None:
     """Checked before they are sent, by the rules the services check: a remote-backed stdio
@@ -93,8 +94,12 @@ async def test_a_page_size_a_search_an_ack_and_a_wait_are_refused_as_a_local_ses
             alice.ack([f"m_{i}" for i in range(501)]),
             alice.wait(timeout_s=-1),
             alice.request("bob", "?", timeout_s=float("nan")),
+            alice.tasks("mine"),  # type: ignore[arg-type]
+            alice.tasks(status="finished"),  # type: ignore[arg-type]
+            alice.update_task("t_1", "finished"),  # type: ignore[arg-type]
         )
     ]
+    statuses = "status must be one of open, accepted, in_progress, done, failed, cancelled"
     assert [(err.code, err.message) for err in refusals] == [
         (ErrorCode.INVALID_ARGUMENT, "limit must be an integer from 1 to 500"),
         (ErrorCode.INVALID_ARGUMENT, "limit must be an integer from 1 to 500"),
@@ -106,6 +111,9 @@ async def test_a_page_size_a_search_an_ack_and_a_wait_are_refused_as_a_local_ses
         (ErrorCode.INVALID_ARGUMENT, "at most 500 ids per ack"),
         (ErrorCode.INVALID_ARGUMENT, "timeout_s must be a finite number of seconds, 0 or more"),
         (ErrorCode.INVALID_ARGUMENT, "timeout_s must be a finite number of seconds, 0 or more"),
+        (ErrorCode.INVALID_ARGUMENT, "role must be one of assigned, created, all"),
+        (ErrorCode.INVALID_ARGUMENT, statuses),
+        (ErrorCode.INVALID_ARGUMENT, statuses),
     ]
 
 

@@ -10,7 +10,7 @@ from agentpost.domain.desk import PriorityName
 from agentpost.domain.limits import check_wait_seconds
 from agentpost.domain.models import SendResult
 from agentpost.domain.requests import RequestAnswer
-from agentpost.domain.tasks import Task, TaskRole, TaskStatusName
+from agentpost.domain.tasks import Task, TaskRole, TaskStatusName, check_role, check_status
 
 # -- tasks --------------------------------------------------------------------------------------
 
@@ -40,10 +40,21 @@ def tasks(
 ) -> Request[list[Task]]:
     """Your tasks, newest first, each with its history: given to you, made by you, or both;
     `before` (a page's last task id) pages back."""
+    _same_words_as_local(role, status)
     return Request(
         lambda a: [Task.from_dict(t) for t in a["tasks"]],
         params={"role": role, "status": status, "limit": limit, "before": before},
     )
+
+
+def _same_words_as_local(role: str | None, status: str | None) -> None:
+    """A role or status no task has, refused here in the words of the services: the service
+    would say it in REST's (`query.role: Input should be …`), so a command or an MCP tool
+    backed by a remote service would answer otherwise than on the local post office."""
+    if role is not None:
+        check_role(role)
+    if status is not None:
+        check_status(status)
 
 
 def task(task_id: str) -> Request[Task]:
@@ -55,6 +66,7 @@ def update_task(
     task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None
 ) -> Request[Task]:
     """Move a task: the assignee reports progress, the creator may cancel; the other is told."""
+    _same_words_as_local(None, status)
     return Request(
         Task.from_dict,
         path_args={"task_id": task_id},

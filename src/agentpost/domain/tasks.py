@@ -65,6 +65,13 @@ def check_status(value: str) -> TaskStatus:
         raise invalid(f"status must be one of {names}", status=value) from None
 
 
+def check_role(role: str) -> tuple[bool, bool]:
+    """(assigned, created) for a listing's `role`."""
+    if role not in ROLES:
+        raise invalid(f"role must be one of {', '.join(ROLES)}", role=role)
+    return role != "created", role != "assigned"
+
+
 def parties(actor: str, creator: str, assignee: str) -> set[Party]:
     """The roles `actor` holds in a task (both, when someone delegated to themselves)."""
     held = set()

@@ -24,11 +24,11 @@ from agentpost.domain.models import Caller, Kind
 from agentpost.domain.names import check_name
 from agentpost.domain.tasks import (
     FINISHED,
-    ROLES,
     Task,
     TaskStatus,
     check_due,
     check_move,
+    check_role,
     check_status,
 )
 from agentpost.services import accounts, outbox
@@ -85,13 +85,6 @@ def _blocked_by_other(conn: Connection, caller: Caller, row: Row[Any]) -> bool:
     a result) are then withheld from them, as its mail to them is dropped."""
     other = row.creator if caller.agent == row.assignee else row.assignee
     return other != caller.agent and bool(blocks.blocking(conn, caller.agent, [other]))
-
-
-def _role(role: str) -> tuple[bool, bool]:
-    """(assigned, created) for a listing's `role`."""
-    if role not in ROLES:
-        raise invalid(f"role must be one of {', '.join(ROLES)}", role=role)
-    return role != "created", role != "assigned"
 
 
 def _no_sweeper(at: float) -> None:
@@ -277,7 +270,7 @@ class Tasks:
     ) -> list[Task]:
         """The caller's tasks, newest first, each with its history; `before` (the id of one
         of them, the last of a page) pages back past it."""
-        assigned, created = _role(role)
+        assigned, created = check_role(role)
         wanted = None if status is None else check_status(status)
         rules.check_limit(limit)
         if before is not None:
