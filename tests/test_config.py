@@ -206,3 +206,26 @@ def test_an_admin_key_no_key_could_be_is_refused_naming_the_setting_not_the_secr
     assert "too short" not in caught.value.message
     monkeypatch.setenv("AGENTPOST_ADMIN_KEY", "")  # empty: unset, as before
     assert load_settings().admin_key == ""
+
+
+@pytest.mark.parametrize(
+    ("asked", "given"),
+    [
+        ("http://127.0.0.1:8470", True),
+        ("http://127.0.0.1:8470/", True),
+        ("HTTP://127.0.0.1:8470", True),
+        ("http://Post.Example:8470", False),
+        ("http://127.0.0.1:8471", False),
+        ("https://127.0.0.1:8470", False),
+        ("http://127.0.0.1:99999", False),
+    ],
+)
+def test_the_configured_key_goes_to_its_own_service_however_its_url_is_spelt(
+    asked: str, given: bool
+) -> None:
+    """`--url HTTP://…` for the service AGENTPOST_URL names was sent no key at all."""
+    key = "ap_" + "k" * 43
+    settings = Settings(url="http://127.0.0.1:8470", key=key)
+    assert (settings.key_for(asked) == key) is given
+    named = Settings(url="http://post.example", key=key)
+    assert named.key_for("HTTP://POST.EXAMPLE:80/") == key

@@ -12,6 +12,7 @@ import re
 import tomllib
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -245,7 +246,7 @@ class Settings(BaseSettings):
     def key_for(self, url: str | None) -> str | None:
         """The configured key, for the configured service only (`url` None: that one): a
         command or client pointed at another URL must not hand that service this one's key."""
-        if url is None or (self.url is not None and url.rstrip("/") == self.url.rstrip("/")):
+        if url is None or (self.url is not None and _service_of(url) == _service_of(self.url)):
             return self.key
         return None
 
@@ -264,6 +265,17 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = _ConfigFile(settings_cls, toml_file=config_path())
         return (init_settings, env_settings, toml)
+
+
+def _service_of(url: str) -> tuple[str, str, int | None, str]:
+    """What names one service, however it is spelt: `HTTP://Host:80/` is `http://host`."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # no port a connection could use: the URL names nothing to compare
+        return (url, "", None, "")
+    return (scheme, (parts.hostname or "").rstrip("."), port, parts.path.rstrip("/"))
 
 
 class _ConfigFile(TomlConfigSettingsSource):
