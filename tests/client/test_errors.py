@@ -72,12 +72,12 @@ async def test_input_the_service_refuses_is_an_invalid_argument_naming_the_field
 ) -> None:
     alice = await office.agent("alice")
     await office.agent("bob")
-    err = await refusal(alice.send("bob", "hi", priority="high"))  # type: ignore[arg-type]
+    err = await refusal(alice.send("bob", "hi", must_read="perhaps"))  # type: ignore[arg-type]
     assert err.code is ErrorCode.INVALID_ARGUMENT
-    assert [f["field"] for f in err.details["fields"]] == ["priority"]
+    assert [f["field"] for f in err.details["fields"]] == ["must_read"]
 
 
-async def test_a_page_size_a_search_an_ack_a_wait_and_a_task_status_are_refused_as_locally(
+async def test_a_page_size_a_search_an_ack_a_wait_a_status_and_a_priority_are_refused_as_locally(
     office: Office,
 ) -> None:
     """Checked before they are sent, by the rules the services check: a remote-backed stdio
@@ -97,6 +97,9 @@ async def test_a_page_size_a_search_an_ack_a_wait_and_a_task_status_are_refused_
             alice.tasks("mine"),  # type: ignore[arg-type]
             alice.tasks(status="finished"),  # type: ignore[arg-type]
             alice.update_task("t_1", "finished"),  # type: ignore[arg-type]
+            alice.send("bob", "hi", priority="high"),  # type: ignore[arg-type]
+            alice.delegate("bob", "Fix it", priority="high"),  # type: ignore[arg-type]
+            alice.update_me(status="asleep"),  # type: ignore[arg-type]
         )
     ]
     statuses = "status must be one of open, accepted, in_progress, done, failed, cancelled"
@@ -114,6 +117,9 @@ async def test_a_page_size_a_search_an_ack_a_wait_and_a_task_status_are_refused_
         (ErrorCode.INVALID_ARGUMENT, "role must be one of assigned, created, all"),
         (ErrorCode.INVALID_ARGUMENT, statuses),
         (ErrorCode.INVALID_ARGUMENT, statuses),
+        (ErrorCode.INVALID_ARGUMENT, "priority must be 'normal' or 'urgent'"),
+        (ErrorCode.INVALID_ARGUMENT, "priority must be 'normal' or 'urgent'"),
+        (ErrorCode.INVALID_ARGUMENT, "status must be one of active, idle, blocked, done"),
     ]
 
 

@@ -29,6 +29,8 @@ from agentpost.domain.models import (
     Presence,
     SendResult,
     SentMessage,
+    check_priority,
+    check_session_status,
 )
 
 
@@ -55,6 +57,7 @@ def send(
     """Send to a name, a list of names or `#channel`. With `idempotency_key`, a retried send
     (the same key and body within 24 h) is stored once and answers as the first did; without
     one, the client makes its own for the sends it repeats after a network failure."""
+    check_priority(priority)  # in the services' words: REST's would differ from a local answer
     json = fields(
         to=to,
         body=body,
@@ -162,6 +165,8 @@ def update_me(
 ) -> Request[Myself]:
     """Change your profile (description, project, capabilities) and your session's status and
     objective; what is left out stays as it is."""
+    if status is not None:
+        check_session_status(status)
     json = fields(
         description=description,
         project=project,

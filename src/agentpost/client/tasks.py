@@ -8,7 +8,7 @@ from typing import Any
 from agentpost.client.operation import Operation, Request, fields, retry_headers
 from agentpost.domain.desk import PriorityName
 from agentpost.domain.limits import check_wait_seconds
-from agentpost.domain.models import SendResult
+from agentpost.domain.models import SendResult, check_priority
 from agentpost.domain.requests import RequestAnswer
 from agentpost.domain.tasks import Task, TaskRole, TaskStatusName, check_role, check_status
 
@@ -27,6 +27,7 @@ def delegate(
 ) -> Request[Task]:
     """Hand a task to an agent: it arrives as a message of kind `task`. With
     `idempotency_key`, a retry (within 24 h) answers with the first task, making no other."""
+    check_priority(priority)
     json = fields(to=to, title=title, detail=detail, priority=priority, data=data, due=due)
     return Request(Task.from_dict, json=json, headers=retry_headers(idempotency_key))
 

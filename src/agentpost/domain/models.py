@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from agentpost.domain.errors import invalid
+
 R = TypeVar("R")
 
 
@@ -43,6 +45,13 @@ class Priority(StrEnum):
     URGENT = "urgent"
 
 
+def check_priority(value: str) -> Priority:
+    try:
+        return Priority(value)
+    except ValueError:
+        raise invalid("priority must be 'normal' or 'urgent'", priority=value) from None
+
+
 class Trust(StrEnum):
     VERIFIED = "verified"
     EXTERNAL = "external"
@@ -72,6 +81,15 @@ class Status(StrEnum):
     IDLE = "idle"
     BLOCKED = "blocked"
     DONE = "done"
+
+
+def check_session_status(value: str) -> Status:
+    try:
+        return Status(value)
+    except ValueError:
+        raise invalid(
+            f"status must be one of {', '.join(s.value for s in Status)}", status=value
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,20 +16,13 @@ from agentpost.config import Settings
 from agentpost.domain import limits as rules
 from agentpost.domain.errors import invalid
 from agentpost.domain.ids import message_id as new_message_id
-from agentpost.domain.models import Caller, Kind, Priority, SendResult
+from agentpost.domain.models import Caller, Kind, Priority, SendResult, check_priority
 from agentpost.domain.names import check_channel, check_name
 from agentpost.services import outbox
 from agentpost.store import expiry, mail, withheld
 from agentpost.store.database import Connection
 
 MAX_THREAD_ID = 64
-
-
-def check_priority(value: str) -> Priority:
-    try:
-        return Priority(value)
-    except ValueError:
-        raise invalid("priority must be 'normal' or 'urgent'", priority=value) from None
 
 
 def targets(to: str | Sequence[str]) -> tuple[list[str], str | None]:

@@ -18,7 +18,14 @@ from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import session_id as new_session_id
 from agentpost.domain.limits import check_text, is_one_line, too_large
-from agentpost.domain.models import Caller, Presence, SessionInfo, Status, Trust
+from agentpost.domain.models import (
+    Caller,
+    Presence,
+    SessionInfo,
+    Status,
+    Trust,
+    check_session_status,
+)
 from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.retries import RetryLog
 from agentpost.services.accounts import check_project
@@ -55,17 +62,6 @@ def _check_text(
     if one_line and not is_one_line(value):
         raise invalid(f"{what} must be one line")
     return value
-
-
-def check_status(status: str | None) -> Status | None:
-    if status is None:
-        return None
-    try:
-        return Status(status)
-    except ValueError:
-        raise invalid(
-            f"status must be one of {', '.join(s.value for s in Status)}", status=status
-        ) from None
 
 
 def check_identity(settings: Settings, name: str, *, session: bool = True) -> None:
@@ -326,7 +322,7 @@ class PresenceService:
         anything is written, so a refusal changes nothing."""
         _check_text(description, "description")
         _check_text(objective, "objective")
-        checked = check_status(status)
+        checked = None if status is None else check_session_status(status)
 
         def tx(conn: Connection) -> None:
             if description is not None:

@@ -20,7 +20,7 @@ from agentpost.domain import limits as rules
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import task_id as new_task_id
 from agentpost.domain.leadership import check_vouched, lease_name
-from agentpost.domain.models import Caller, Kind
+from agentpost.domain.models import Caller, Kind, check_priority
 from agentpost.domain.names import check_name
 from agentpost.domain.tasks import (
     FINISHED,
@@ -32,7 +32,6 @@ from agentpost.domain.tasks import (
     check_status,
 )
 from agentpost.services import accounts, outbox
-from agentpost.services.drafts import check_priority
 from agentpost.services.heartbeats import beat_asking
 from agentpost.services.mailbox import Mailbox
 from agentpost.store import agents as agent_rows
