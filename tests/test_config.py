@@ -103,6 +103,23 @@ def test_invalid_values_in_the_environment_are_refused(
         Settings()
 
 
+@pytest.mark.parametrize(
+    ("heartbeat_s", "offline_after_s"), [("15", "10"), ("15", "15"), ("60", None)]
+)
+def test_offline_after_no_longer_than_a_heartbeat_is_refused(
+    monkeypatch: pytest.MonkeyPatch, heartbeat_s: str, offline_after_s: str | None
+) -> None:
+    """Else every live session shows offline between its heartbeats, and the leader's seat
+    passes to and fro between standing sessions, each move posted on #<project>."""
+    monkeypatch.setenv("AGENTPOST_HEARTBEAT_S", heartbeat_s)
+    if offline_after_s is not None:
+        monkeypatch.setenv("AGENTPOST_OFFLINE_AFTER_S", offline_after_s)
+    with pytest.raises(AgentpostError, match=r"offline_after_s .* longer than heartbeat_s"):
+        load_settings()
+    monkeypatch.setenv("AGENTPOST_OFFLINE_AFTER_S", str(float(heartbeat_s) + 1))
+    assert load_settings().offline_after_s == float(heartbeat_s) + 1
+
+
 def test_invalid_values_in_the_file_are_refused(config_file: Path) -> None:
     config_file.write_text("max_wait_s = -5\n")
     with pytest.raises(ValidationError, match="max_wait_s"):

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -85,7 +85,7 @@ class Settings(BaseSettings):
     """How long the audit log is kept: longer than mail by default, as who did what (and
     who failed to get in) is worth looking back on after the mail is gone."""
     heartbeat_s: float = Field(15, gt=0, allow_inf_nan=False)
-    offline_after_s: float = Field(45, gt=0, allow_inf_nan=False)
+    offline_after_s: float = Field(45, gt=0, allow_inf_nan=False, validate_default=True)
 
     # -- coordination ------------------------------------------------------------------------
     leader_branches: list[str] | None = None
@@ -186,6 +186,21 @@ class Settings(BaseSettings):
                     f"{proxy!r} is no IP address or network (such as 10.0.0.0/8)"
                 ) from None
         return proxies
+
+    @field_validator("offline_after_s")
+    @classmethod
+    def _outlasts_heartbeats(cls, offline_after_s: float, info: ValidationInfo) -> float:
+        """A session heartbeats every `heartbeat_s`: offline sooner, every live session
+        would show offline between two heartbeats, its reservations lapse, and the leader's
+        seat pass to and fro between standing sessions, each move told on #<project>."""
+        heartbeat_s = info.data.get("heartbeat_s")
+        if heartbeat_s is not None and offline_after_s <= heartbeat_s:
+            raise ValueError(
+                f"{offline_after_s:g} s must be longer than heartbeat_s ({heartbeat_s:g} s), "
+                "else a live session shows offline between its heartbeats (the default is "
+                "three of them)"
+            )
+        return offline_after_s
 
     @field_validator("admin_key")
     @classmethod

@@ -308,7 +308,7 @@ async def test_a_heartbeat_keeps_a_session_online(office: PostOffice, clock: Fak
 
 
 async def test_offline_after_is_configurable(open_office: OpenOffice, clock: FakeClock) -> None:
-    office = await open_office(offline_after_s=5)
+    office = await open_office(offline_after_s=5, heartbeat_s=1)
     await session_caller(office, "brief")
     clock.advance(5)
     assert await online(office) == []
