@@ -16,7 +16,7 @@ import pytest
 
 from git_repo import git, make_repo
 from service_process import Service
-from stdio_agents import WAKE_TIMEOUT_S, Agent, Agents, Ledger, end_process, gather
+from stdio_agents import WAKE_TIMEOUT_S, Agent, Agents, Ledger, end_process, gather, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -158,3 +158,23 @@ async def test_a_remote_backed_session_that_checks_out_the_default_branch_takes_
     git(repo, "checkout", "-q", "main")
     seat = await seat_once_settled(remote)
     assert (seat["leader"], seat["branch"], seat["term"]) == ("alice", "main", 1)
+
+
+async def test_a_second_window_of_the_leading_agent_is_told_another_session_of_its_own_leads(
+    agents: Agents, repo: Path
+) -> None:
+    """Its refused claim and its release read "carol leads rocket", told to carol: as if
+    the claim had won, or the release had been its own seat's."""
+    first = await agents.start("carol", cwd=repo, project=None)
+    await seat_when(first, lambda seat: seat["leader"] == "carol")
+    second = await agents.start("carol", cwd=repo, project=None)
+    refused = await second.result("claim_leadership")
+    assert refused.is_error
+    assert text_of(refused).startswith(
+        f"conflict: another session of yours ({first.session_id}) leads rocket (term 1)"
+    )
+    released = await second.result("release_leadership")
+    assert text_of(released).startswith(
+        "This session did not lead rocket, another of yours does: nothing changed."
+    )
+    assert (await second.call("leader"))["session_id"] == first.session_id

@@ -82,6 +82,21 @@ async def test_claiming_a_seat_another_live_session_holds_is_a_conflict(
     assert err.details == {"leader": "alice", "term": 1}
 
 
+async def test_a_claim_refused_for_a_seat_of_the_callers_own_agent_says_it_is_another_session(
+    office: PostOffice,
+) -> None:
+    """A second window of carol was told "carol leads shop": its own name, as if it led."""
+    first = await session_caller(office, "carol")
+    second = await session_caller(office, "carol")
+    await office.leadership.claim(first)
+    err = await refused_without_change(office, ErrorCode.CONFLICT, office.leadership.claim(second))
+    assert err.message == (
+        f"another session of yours ({first.session_id}) leads shop (term 1); "
+        "the seat frees when that session stops"
+    )
+    assert err.details == {"leader": "carol", "term": 1}
+
+
 async def test_claiming_again_keeps_the_term_and_announces_nothing(office: PostOffice) -> None:
     alice = await session_caller(office, "alice")
     await office.leadership.claim(alice)

@@ -42,7 +42,7 @@ async def test_a_claim_of_a_seat_another_live_session_holds_takes_no_write(
     err = await refused_without_change(office, ErrorCode.CONFLICT, office.leadership.claim(bob))
     assert (err.details, err.message) == (
         {"leader": "alice", "term": 1},
-        "alice leads shop (term 1); the seat frees when its session stops",
+        "alice leads shop (term 1); the seat frees when that session stops",
     )
     assert await office.leadership.claim_if_eligible(bob) is None
     assert writes == []

@@ -34,7 +34,12 @@ def register_leader_tools(server: MailboxServer, desk: Desk) -> None:
         """Step down as your project's leader; everyone on #<project> is told. If you did not
         lead it, nothing changes (`released` false)."""
         seat = await desk.release_leadership(project)
-        said = "" if seat.released else f"You did not lead {seat.project}: nothing changed. "
+        said = ""
+        if seat.leader == desk.agent and not seat.released:  # "carol leads", told to carol
+            said = f"This session did not lead {seat.project}, another of yours does: "
+            said += "nothing changed. "
+        elif not seat.released:
+            said = f"You did not lead {seat.project}: nothing changed. "
         return answer(seat.to_dict(), said + _describe(seat), await notices_of(desk))
 
     for fn in (leader, claim_leadership, release_leadership):

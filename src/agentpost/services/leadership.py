@@ -96,13 +96,17 @@ def _ended(session_id: str | None) -> AgentpostError:
     return not_found("this session has ended", session=session_id)
 
 
-def _held_by(project: str, before: leases.Holding | None) -> AgentpostError:
-    """The answer to a claim of a seat another live session holds."""
+def _held_by(caller: Caller, project: str, before: leases.Holding | None) -> AgentpostError:
+    """The answer to a claim of a seat another live session holds: one of the caller's own
+    agent is named as such, as "carol leads" told to carol reads as if the claim had won."""
     holder = before.holder if before is not None and before.live else None
     term = before.term if before is not None else 0
+    who = f"{holder} leads"
+    if holder == caller.agent and before is not None:
+        who = f"another session of yours ({before.session_id}) leads"
     return AgentpostError(
         ErrorCode.CONFLICT,
-        f"{holder} leads {project} (term {term}); the seat frees when its session stops",
+        f"{who} {project} (term {term}); the seat frees when that session stops",
         details={"leader": holder, "term": term},
     )
 
@@ -206,7 +210,7 @@ class Leadership:
             held = leases.holding(conn, lease_name(name), now=self.store.clock(), ttl_s=self._ttl_s)
             theirs = held is not None and held.live and held.session_id != caller.session_id
             if theirs and not force:
-                raise _held_by(name, held)
+                raise _held_by(caller, name, held)
 
         def tx(conn: Connection) -> Leader:
             return self._take(conn, caller, checked(conn), force=force)
@@ -426,7 +430,7 @@ class Leadership:
             force=force,
         )
         if term is None:
-            raise _held_by(project, before)
+            raise _held_by(caller, project, before)
         if before is not None and before.live and before.session_id != caller.session_id:
             # A live holder put out of the seat: kept in the audit log as the owner's acts are.
             audit.record(
