@@ -18,7 +18,14 @@ from agentpost.domain.leadership import Leader
 from agentpost.domain.models import Caller, Kind, Trust
 from agentpost.services import PostOffice, leadership
 from agentpost.services.local_identity import detect, this_host
-from backends import FakeClock, OpenOffice, refused_without_change, seat_directly, session_caller
+from backends import (
+    FakeClock,
+    OpenOffice,
+    agents,
+    refused_without_change,
+    seat_directly,
+    session_caller,
+)
 from git_repo import git, make_repo
 
 pytestmark = pytest.mark.anyio
@@ -95,6 +102,17 @@ async def test_a_claim_refused_for_a_seat_of_the_callers_own_agent_says_it_is_an
         "the seat frees when that session stops"
     )
     assert err.details == {"leader": "carol", "term": 1}
+
+
+async def test_a_caller_without_a_project_is_told_how_to_get_one_wherever_it_speaks_from(
+    office: PostOffice,
+) -> None:
+    """It was told to name one or set AGENTPOST_PROJECT: an agent over HTTP sets no
+    environment, and a project named in a claim is refused (a session leads only its own)."""
+    (drifter,) = await agents(office, "drifter")
+    for attempt in (office.leadership.leader(drifter), office.leadership.release(drifter)):
+        err = await refused_without_change(office, ErrorCode.INVALID_ARGUMENT, attempt)
+        assert "give your agent a project (`update_profile`, PATCH /v1/me)" in err.message
 
 
 async def test_claiming_again_keeps_the_term_and_announces_nothing(office: PostOffice) -> None:

@@ -515,7 +515,10 @@ class Leadership:
         agent = agent_rows.get_agent(conn, caller.agent)
         if agent is not None and agent.project:
             return str(agent.project)
-        raise invalid("you have no project: name one (project=…), or set AGENTPOST_PROJECT")
+        raise invalid(
+            "you have no project: run `agentpost mcp` inside the repository, set "
+            "AGENTPOST_PROJECT, or give your agent a project (`update_profile`, PATCH /v1/me)",
+        )
 
     async def _eligible(self, session: Row[Any]) -> bool:
         head = None
