@@ -70,6 +70,25 @@ async def test_a_session_a_heartbeat_moves_onto_the_default_branch_takes_the_fre
     assert (await alice.get("/v1/leadership")).json()["leader"] is None
 
 
+async def test_a_session_minted_without_auto_lead_takes_no_free_seat_until_it_claims(
+    service: Service,
+) -> None:
+    """What a remote-backed stdio session that stepped down asks for when its session, ended
+    from outside, is minted again: the new one took the seat back, on a new term."""
+    key = await service.create_agent("alice")
+    minted = await service.client(key).post(
+        "/v1/sessions", json={"project": "rocket", "branch": "main", "auto_lead": False}
+    )
+    assert minted.status_code == 201, minted.text
+    session = minted.json()["session_id"]
+    alice = service.client(key, **{"Agentpost-Session": session})
+    for branch in ("feature-x", "main"):
+        await alice.post(f"/v1/sessions/{session}/heartbeat", json={"branch": branch})
+    assert (await alice.get("/v1/leadership")).json()["leader"] is None
+    claimed = (await alice.post("/v1/leadership/claim", json={})).json()
+    assert (claimed["leader"], claimed["session_id"], claimed["term"]) == ("alice", session, 1)
+
+
 async def test_a_feature_branch_is_refused_and_release_frees_the_seat(service: Service) -> None:
     alice = await session_on(service, "alice", "main")
     feature = await session_on(service, "feat", "feature-x")

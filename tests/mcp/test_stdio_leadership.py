@@ -178,3 +178,20 @@ async def test_a_second_window_of_the_leading_agent_is_told_another_session_of_i
         "This session did not lead rocket, another of yours does: nothing changed."
     )
     assert (await second.call("leader"))["session_id"] == first.session_id
+
+
+async def test_a_remote_backed_session_that_stepped_down_stays_down_when_minted_again(
+    agents: Agents, service: Service, repo: Path
+) -> None:
+    """Its session ended from outside (by the owner, or evicted), the next call minted a new
+    one, which took the free seat as it opened: a new term, announced, the step down undone."""
+    key = await service.create_agent("alice")
+    remote = await start_remote(agents, service, key, repo)
+    assert (await remote.call("release_leadership"))["released"] is True
+    ended = await service.client(key).delete(f"/v1/sessions/{remote.session_id}")
+    assert ended.status_code == 200, ended.text
+    again = await remote.call("whoami")
+    assert again["session_id"] != remote.session_id
+    assert (await remote.call("leader"))["leader"] is None
+    claimed = await remote.call("claim_leadership")
+    assert (claimed["leader"], claimed["session_id"]) == ("alice", again["session_id"])

@@ -77,6 +77,7 @@ class RemoteDesk:
         self._told: set[str] = set()
         self._renewing = anyio.Lock()
         self._refused: AgentpostError | None = None
+        self._stepped_down = False  # released the seat, and claimed none since
 
     @classmethod
     async def open(cls, client: AsyncClient, **where: str | None) -> RemoteDesk:
@@ -172,6 +173,7 @@ class RemoteDesk:
                 worktree=old.worktree,
                 branch=old.branch,
                 objective=old.objective or None,
+                auto_lead=not self._stepped_down,  # else it took back the seat it gave up
             )
             self.client.session = session_id
             now = time.time()
@@ -355,12 +357,16 @@ class RemoteDesk:
         return await self.keep_session(lambda: self.client.leader(project=project))
 
     async def claim_leadership(self, project: str | None = None, force: bool = False) -> Leader:
-        return await self.keep_session(
+        seat = await self.keep_session(
             lambda: self.client.claim_leadership(project=project, force=force)
         )
+        self._stepped_down = False
+        return seat
 
     async def release_leadership(self, project: str | None = None) -> Leader:
-        return await self.keep_session(lambda: self.client.release_leadership(project=project))
+        seat = await self.keep_session(lambda: self.client.release_leadership(project=project))
+        self._stepped_down = self._stepped_down or seat.released is True
+        return seat
 
     # -- tasks and requests (coordination) --------------------------------------------------
 

@@ -183,10 +183,14 @@ def open_session(
     worktree: str | None = None,
     branch: str | None = None,
     objective: str | None = None,
+    auto_lead: bool = True,
 ) -> Request[str]:
     """Mint a session of your agent (say, one per worktree); its id. Set it as the client's
-    `session` to speak for it."""
+    `session` to speak for it. `auto_lead=False`: it takes no free seat by itself (a session
+    that stepped down), until it claims one."""
     json = fields(project=project, worktree=worktree, branch=branch, objective=objective)
+    if not auto_lead:  # sent only when off: a service older than the field refuses it
+        json["auto_lead"] = False
     return Request(lambda a: str(a["session_id"]), json=json, for_session=False)
 
 

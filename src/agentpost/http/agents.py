@@ -75,7 +75,8 @@ async def open_session(
     request: Request,
 ) -> dict[str, Any]:
     """Mint a session handle; send it as `Agentpost-Session` to speak for that session. A
-    session that may lead its project takes the seat when it is free (`auto_lead`)."""
+    session that may lead its project takes the seat when it is free (`auto_lead`, unless
+    the body turns it off)."""
     session = await office.presence.open_http_session(
         me,
         host=client_ip(request) or "unknown",
@@ -84,7 +85,11 @@ async def open_session(
         branch=body.branch,
         objective=body.objective,
     )
-    await office.leadership.claim_if_eligible(replace(me, session_id=session.id))
+    minted = replace(me, session_id=session.id)
+    if body.auto_lead:
+        await office.leadership.claim_if_eligible(minted)
+    else:
+        office.leadership.stand_aside(minted)
     return {"session_id": session.id, "agent": session.agent, "project": session.project}
 
 

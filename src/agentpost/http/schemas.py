@@ -58,6 +58,11 @@ class SessionBody(Body):
     worktree: str | None = None
     branch: str | None = None
     objective: str | None = None
+    auto_lead: bool = Field(
+        True,
+        description="False: the session takes no free seat by itself (as one that stepped "
+        "down), neither as it opens nor as its heartbeat moves it, until it claims one.",
+    )
 
 
 class HeartbeatBody(Body):

@@ -243,6 +243,13 @@ class Leadership:
                 log.warning("a new session could not stand for leader: %s", err)
             return None
 
+    def stand_aside(self, caller: Caller) -> None:
+        """The caller's session takes no free seat by itself, as one that stepped down, until
+        it claims one: a client minting again the session of one that stepped down (its old
+        one ended from outside) keeps its word."""
+        if caller.session_id is not None:
+            self._stepped_down.add(caller.session_id)
+
     async def heartbeat_of(
         self, caller: Caller, session_id: str, *, branch: str | None = None
     ) -> None:
