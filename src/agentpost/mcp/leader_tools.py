@@ -27,7 +27,7 @@ def register_leader_tools(server: MailboxServer, desk: Desk) -> None:
     async def claim_leadership(project: str | None = None, force: bool = False) -> ToolOutput:
         """Lead your project: granted when the seat is free and your branch may lead (the
         project's default branch unless configured). `force` takes it from a live leader and
-        is for the owner or a local session only."""
+        is for the owner or a local session only, on such a branch too."""
         return await reply(await desk.claim_leadership(project, force))
 
     async def release_leadership(project: str | None = None) -> ToolOutput:
