@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.models import Trust
 from agentpost.domain.reservations import (
     DEFAULT_TTL_S,
     MAX_PATH_CHARS,
@@ -417,7 +418,9 @@ def test_case_tells_paths_apart_as_git_and_linux_do() -> None:
 
 def test_answers_read_back_from_their_json() -> None:
     mine = held("alice", "src/**", worktree="/w")
-    result = ReserveResult([mine], [Conflict("docs/*", "bob", True, 9.0, "docs/**")])
+    result = ReserveResult(
+        [mine], [Conflict("docs/*", "bob", True, 9.0, "docs/**", Trust.UNTRUSTED)]
+    )
     assert ReserveResult.from_dict(result.to_dict()) == result
     changed = ReservationsChanged([mine], ["r_gone"])
     assert ReservationsChanged.from_dict(changed.to_dict()) == changed

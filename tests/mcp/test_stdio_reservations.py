@@ -54,6 +54,7 @@ async def test_an_exclusive_reservation_keeps_another_session_off_the_overlap(
     assert conflict == {
         "path": "src/app.py",
         "holder": "alice",
+        "trust": "verified",
         "exclusive": True,
         "expires_at": granted["expires_at"],
         "held": "src/**",

@@ -13,8 +13,9 @@ from typing import Any
 import anyio
 import pytest
 
+from account_helpers import self_registered
 from agentpost.domain.errors import ErrorCode
-from agentpost.domain.models import Caller
+from agentpost.domain.models import Caller, Trust
 from agentpost.domain.reservations import (
     MAX_LIVE,
     MAX_PATHS,
@@ -122,6 +123,25 @@ async def test_shared_reservations_coexist(office: PostOffice, pair: Pair) -> No
     result = await office.reservations.reserve(bob, ["src/a.py"], exclusive=False)
     assert [r.path for r in result.granted] == ["src/a.py"]
     assert await held(office, alice) == [("alice", "src/**"), ("bob", "src/a.py")]
+
+
+async def test_a_conflict_names_its_holders_trust_as_a_listing_does(
+    open_office: OpenOffice,
+) -> None:
+    """A self-registered agent's claim came back as a colleague's: the listing marked its
+    holder untrusted, the conflict that kept another agent off the same files did not."""
+    office = await open_office(open_registration=True)
+    drifter, _ = await self_registered(office, "drifter", project="shop")
+    alice = await session_caller(office, "alice")
+    await office.reservations.reserve(drifter, ["src/**"])
+    theirs = await office.reservations.reserve(alice, ["src/a.py"])
+    assert [(c.holder, c.trust) for c in theirs.conflicts] == [("drifter", Trust.UNTRUSTED)]
+    assert theirs.conflicts[0].to_dict()["trust"] == "untrusted"
+    bob = await session_caller(office, "bob")
+    await office.reservations.reserve(bob, ["b.py"])
+    assert [c.trust for c in (await office.reservations.reserve(alice, ["b.py"])).conflicts] == [
+        Trust.VERIFIED
+    ]
 
 
 async def test_an_exclusive_request_conflicts_with_anothers_shared_reservation(

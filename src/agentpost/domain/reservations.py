@@ -308,18 +308,21 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class Conflict:
-    """`path` was not granted: `holder` holds `held`, which overlaps it, until `expires_at`."""
+    """`path` was not granted: `holder` holds `held`, which overlaps it, until `expires_at`;
+    `trust` is the holder's, as a listing of the reservation shows it."""
 
     path: str
     holder: str
     exclusive: bool
     expires_at: float
     held: str
+    trust: Trust
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "holder": self.holder,
+            "trust": self.trust.value,
             "exclusive": self.exclusive,
             "expires_at": self.expires_at,
             "held": self.held,
@@ -333,6 +336,7 @@ class Conflict:
             exclusive=bool(data["exclusive"]),
             expires_at=data["expires_at"],
             held=data.get("held") or data["path"],
+            trust=trust_read(data),
         )
 
 

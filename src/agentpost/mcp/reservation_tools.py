@@ -60,7 +60,7 @@ def register_reservation_tools(server: MailboxServer, desk: Desk) -> None:
         if result.conflicts:
             lines.append(f"Conflicts {len(result.conflicts)}:")
             lines.extend(
-                f"- {token(c.path)}: {c.holder} holds {token(c.held)} "
+                f"- {token(c.path)}: {by(c.holder, c.trust)} holds {token(c.held)} "
                 f"{'exclusively' if c.exclusive else 'shared'} {until(c.expires_at)}"
                 for c in result.conflicts
             )

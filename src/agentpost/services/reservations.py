@@ -215,7 +215,8 @@ class Reservations:
                 )
                 if blocking:
                     conflicts.extend(
-                        Conflict(path, r.agent, r.exclusive, r.expires_at, r.path) for r in blocking
+                        Conflict(path, r.agent, r.exclusive, r.expires_at, r.path, r.trust)
+                        for r in blocking
                     )
                     continue
                 values: dict[str, Any] = {
