@@ -168,6 +168,44 @@ async def test_a_value_of_another_json_type_is_refused_never_converted(service: 
     assert accepted.json()["send_rate_per_minute"] == 7
 
 
+async def test_a_misspelt_query_parameter_is_refused_and_reads_nothing(service: Service) -> None:
+    """Dropped, `peak=true` read the whole inbox, and marked it read, where a peek was meant."""
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    assert (await alice.post("/v1/messages", json={"to": "bob", "body": "x"})).status_code == 201
+
+    answer = await bob.get("/v1/inbox", params={"peak": "true"})
+    refused_as_invalid(answer)
+    assert "'peak'" in answer.json()["error"]["message"]
+    assert answer.json()["error"]["details"]["fields"] == [
+        {"field": "peak", "problem": "no such parameter"}
+    ]
+    refused_as_invalid(await bob.get("/v1/sent", params={"limt": "5"}))
+    refused_as_invalid(await bob.get("/v1/me", params={"x": "1"}))
+
+    peeked = (await bob.get("/v1/inbox", params={"peek": "true"})).json()
+    assert [(m["body"], m["state"]) for m in peeked["messages"]] == [("x", "queued")]
+    assert peeked["unread"] == 1
+
+
+async def test_a_query_parameter_given_twice_is_refused_not_read_as_its_last(
+    service: Service,
+) -> None:
+    await service.create_agent("alice")
+    bob = await service.agent("bob")
+    answer = await bob.get("/v1/inbox?peek=true&peek=false")
+    refused_as_invalid(answer)
+    assert answer.json()["error"]["details"]["fields"] == [
+        {"field": "peek", "problem": "given twice"}
+    ]
+
+
+async def test_the_probes_take_what_a_monitor_adds_to_their_query(service: Service) -> None:
+    anyone = service.client()
+    assert (await anyone.get("/health", params={"ts": "1"})).status_code == 200
+    assert (await anyone.get("/ready", params={"ts": "1"})).status_code == 200
+
+
 def endpoints(routes: Iterable[Any]) -> Iterator[Any]:
     """Every route with an endpoint, through the routers FastAPI includes lazily."""
     for route in routes:

@@ -1,4 +1,5 @@
-"""The routers of the REST face, whose JSON bodies hold Unicode text only.
+"""The routers of the REST face, whose JSON bodies hold Unicode text only, and whose query
+strings name only parameters their route takes, each once.
 
 JSON can spell half of a surrogate pair (`"\\ud800"`); Python decodes it into a string that no
 database, encoder or answer can hold, so a single such field once made a send, a profile or a
@@ -6,6 +7,11 @@ registration fail half-way with a 500. Such a body is refused here, once for eve
 before any field reaches a service, as `invalid_argument`, and so is a body that is no UTF-8.
 (The MCP adapter refuses it in any tool's arguments; the domain's text rules and the store,
 which refuses any text it cannot bind, stand behind both.)
+
+A query parameter a route does not take is refused too, as a body's unknown field is and as
+an MCP tool refuses an argument it does not declare: dropped, `GET /v1/inbox?peak=true` read
+(and marked read) the mail it meant to peek at. So is a parameter given twice, of which
+FastAPI would quietly take the last.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import holds_half_pair, not_unicode
 
 _HALF_PAIR_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -44,11 +52,45 @@ class UnicodeJsonRequest(Request):
         return self._json
 
 
+def _query_names(dependant: Dependant) -> set[str]:
+    """The query parameters a route takes, its dependencies' (the caller's session…) too."""
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def check_query_string(request: Request, taken: set[str]) -> None:
+    given = [name for name, _ in request.query_params.multi_items()]
+    unknown = sorted({name for name in given if name not in taken})
+    if unknown:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{request.url.path} takes no query parameter "
+            + ", ".join(repr(name) for name in unknown)
+            + (f" (it takes {', '.join(sorted(taken))})" if taken else ""),
+            details={"fields": [{"field": n, "problem": "no such parameter"} for n in unknown]},
+        )
+    twice = sorted({name for name in given if given.count(name) > 1})
+    if twice:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            "each query parameter is given once: " + ", ".join(repr(name) for name in twice),
+            details={"fields": [{"field": n, "problem": "given twice"} for n in twice]},
+        )
+
+
 class UnicodeJsonRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        # The API's operations only: probes (`/health`, `/ready`) and the docs' pages take
+        # what a monitor or a browser adds.
+        api = self.include_in_schema and self.path.startswith("/v1/")
+        taken = _query_names(self.dependant) if api else None
 
         async def with_unicode_json(request: Request) -> Response:
+            if taken is not None:
+                check_query_string(request, taken)
             return await handler(UnicodeJsonRequest(request.scope, request.receive))
 
         return with_unicode_json
