@@ -80,7 +80,7 @@ async def _searches(url: str) -> dict[str, tuple[int, float]]:
                     )
                 )
                 times.append(time.perf_counter() - start)
-                found = len(rows)
+                found = len(rows or [])
             out[" ".join(words)] = (found, median(times))
         return out
     finally:

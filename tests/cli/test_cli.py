@@ -150,6 +150,15 @@ def test_search_finds_the_words_of_messages_you_may_see() -> None:
     assert agentpost_json("search", "tokenizer", "--as", "carol") == {"messages": []}
 
 
+def test_search_pages_back_with_before() -> None:
+    arrange("alice", "bob")
+    sent = [agentpost_json("send", "bob", f"lexer fix {n}", "--as", "alice") for n in range(3)]
+    first = agentpost_json("search", "lexer", "--limit", "2", "--as", "bob")
+    assert [m["id"] for m in first["messages"]] == [sent[2]["id"], sent[1]["id"]]
+    older = agentpost_json("search", "lexer", "--before", sent[1]["id"], "--as", "bob")
+    assert [m["id"] for m in older["messages"]] == [sent[0]["id"]]
+
+
 def test_names_separated_by_commas_may_have_spaces_after_the_commas() -> None:
     arrange("alice", "bob", "carol")
     sent = agentpost_json("send", "bob, carol", "standup in 5", "--as", "alice")

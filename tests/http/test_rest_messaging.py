@@ -114,6 +114,22 @@ async def test_nobody_reads_acks_or_sees_another_agents_mail(service: Service) -
     assert (await mallory.get("/v1/inbox")).json()["messages"] == []
 
 
+async def test_search_pages_back_with_a_pages_last_id(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    for n in range(3):
+        await alice.post("/v1/messages", json={"to": "bob", "body": f"release {n}"})
+    secret = (await alice.post("/v1/messages", json={"to": "alice", "body": "release"})).json()
+
+    first = (await bob.get("/v1/search", params={"q": "release", "limit": 2})).json()
+    assert [m["body"] for m in first["messages"]] == ["release 2", "release 1"]
+    params = {"q": "release", "limit": 2, "before": first["messages"][-1]["id"]}
+    older = (await bob.get("/v1/search", params=params)).json()
+    assert [m["body"] for m in older["messages"]] == ["release 0"]
+    hidden = await bob.get("/v1/search", params={"q": "release", "before": secret["id"]})
+    assert (hidden.status_code, hidden.json()["error"]["code"]) == (404, "not_found")
+
+
 async def test_a_channel_broadcast_reaches_members_and_its_history(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")

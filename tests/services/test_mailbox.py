@@ -878,6 +878,30 @@ async def test_search_finds_only_messages_the_caller_may_see(office: PostOffice)
     ]
 
 
+async def test_search_pages_back_from_a_pages_last_match_and_never_past_what_one_may_see(
+    office: PostOffice,
+) -> None:
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    for n in range(5):
+        await office.mailbox.send(alice, "bob", f"deploy step {n}")
+    hidden = await office.mailbox.send(alice, "carol", "deploy for carol alone")
+
+    first = await office.mailbox.search(bob, "deploy", limit=2)
+    assert [m.body for m in first] == ["deploy step 4", "deploy step 3"]
+    second = await office.mailbox.search(bob, "deploy", limit=2, before=first[-1].id)
+    assert [m.body for m in second] == ["deploy step 2", "deploy step 1"]
+    last = await office.mailbox.search(bob, "deploy", limit=2, before=second[-1].id)
+    assert [m.body for m in last] == ["deploy step 0"]
+
+    for cursor in (hidden.id, "m_nosuch"):
+        refused = await refusal(office.mailbox.search(bob, "deploy", before=cursor))
+        assert refused.code is ErrorCode.NOT_FOUND
+    assert (await refusal(office.mailbox.search(bob, "deploy", before=""))).code is (
+        ErrorCode.INVALID_ARGUMENT
+    )
+    assert [m.body for m in await office.mailbox.search(carol, "deploy", before=hidden.id)] == []
+
+
 @pytest.mark.parametrize(
     "query",
     ['"deploy', 'deploy"', "deploy AND (", "NOT deploy", "deploy*", "col:deploy", "NEAR(x y)"],

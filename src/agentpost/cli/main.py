@@ -313,19 +313,20 @@ def sent(
 @app.command()
 def search(
     query: Annotated[str, typer.Argument(help="Words to find.")],
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 20,
+    limit: Annotated[int, typer.Option(help="At most this many, the newest.")] = 20,
+    before: Annotated[str | None, typer.Option(help="Only matches older than this id.")] = None,
     as_: AsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
     key: KeyOption = None,
 ) -> None:
-    """Full-text search over the messages you may see."""
+    """Full-text search over the messages you may see, newest first."""
     from agentpost.cli.render import emit_json, show_messages
 
     found = run(
         Speaker(as_, as_json, url, key),
-        lambda o, c: o.mailbox.search(c, query, limit),
-        lambda client: client.search(query, limit=limit),
+        lambda o, c: o.mailbox.search(c, query, limit, before),
+        lambda client: client.search(query, limit=limit, before=before),
     )
     if as_json:
         emit_json({"messages": [m.to_dict() for m in found]})

@@ -317,8 +317,10 @@ class RemoteDesk:
     async def sent(self, limit: int = 20) -> list[SentMessage]:
         return await self.keep_session(lambda: self.client.sent(limit=limit))
 
-    async def search(self, query: str, limit: int = 20) -> list[Message]:
-        return await self.keep_session(lambda: self.client.search(query, limit=limit))
+    async def search(self, query: str, limit: int = 20, before: str | None = None) -> list[Message]:
+        return await self.keep_session(
+            lambda: self.client.search(query, limit=limit, before=before)
+        )
 
     async def channels(self) -> list[ChannelInfo]:
         return await self.keep_session(lambda: self.client.channels())

@@ -124,9 +124,10 @@ def sent(*, limit: int = 20) -> Request[list[SentMessage]]:
     )
 
 
-def search(q: str, *, limit: int = 20) -> Request[list[Message]]:
-    """Full-text search over the messages you may see, newest first."""
-    return Request(_messages, params={"q": check_query(q), "limit": limit})
+def search(q: str, *, limit: int = 20, before: str | None = None) -> Request[list[Message]]:
+    """Full-text search over the messages you may see, newest first (`before`: a page's last
+    id, for the older matches)."""
+    return Request(_messages, params={"q": check_query(q), "limit": limit, "before": before})
 
 
 # -- agents, presence, sessions -----------------------------------------------------------------

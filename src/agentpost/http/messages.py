@@ -113,6 +113,14 @@ async def sent(office: Office, me: Me, limit: Limit = 20) -> dict[str, Any]:
 
 
 @router.get("/search", operation_id="search")
-async def search(office: Office, me: Me, q: str, limit: Limit = 20) -> dict[str, Any]:
+async def search(
+    office: Office,
+    me: Me,
+    q: str,
+    limit: Limit = 20,
+    before: Annotated[
+        str | None, Query(description="A message's id (a page's last): the older matches.")
+    ] = None,
+) -> dict[str, Any]:
     """Full-text search over the messages you may see, newest first."""
-    return _page(await office.mailbox.search(me, q, limit))
+    return _page(await office.mailbox.search(me, q, limit, before))

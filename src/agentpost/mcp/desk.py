@@ -156,8 +156,8 @@ class LocalDesk:
     async def sent(self, limit: int = 20) -> list[SentMessage]:
         return await self.office.mailbox.sent(self.caller, limit)
 
-    async def search(self, query: str, limit: int = 20) -> list[Message]:
-        return await self.office.mailbox.search(self.caller, query, limit)
+    async def search(self, query: str, limit: int = 20, before: str | None = None) -> list[Message]:
+        return await self.office.mailbox.search(self.caller, query, limit, before)
 
     async def channels(self) -> list[ChannelInfo]:
         return await self.office.channels.overview(self.caller)

@@ -188,9 +188,10 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         return await reply({"messages": [s.to_dict() for s in found]}, summary)
 
     @tool
-    async def search(query: str, limit: int = 20) -> ToolOutput:
-        """Full-text search over the messages you may see, newest first."""
-        found = await desk.search(query, limit)
+    async def search(query: str, limit: int = 20, before: str | None = None) -> ToolOutput:
+        """Full-text search over the messages you may see, newest first; `before` (the last
+        id of a page) gives the older matches."""
+        found = await desk.search(query, limit, before)
         summary = f"{count(len(found), 'match', 'matches')} for {query!r}"
         return await reply({"messages": messages_json(found)}, summary, found)
 

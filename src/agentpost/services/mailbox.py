@@ -443,16 +443,23 @@ class Mailbox:
 
         return await self.store.read(tx)
 
-    async def search(self, caller: Caller, query: str, limit: int = 20) -> list[Message]:
+    async def search(
+        self, caller: Caller, query: str, limit: int = 20, before: str | None = None
+    ) -> list[Message]:
+        """Newest first; `before` (a page's last id) pages back past the newest `limit`."""
         rules.check_limit(limit)
         words = rules.check_query(query).split()
+        if before is not None:
+            rules.check_id(before, "before")
 
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
             found = reading.search_rows(
-                conn, self.store.dialect, caller.agent, channels, words, limit, now
+                conn, self.store.dialect, caller.agent, channels, words, limit, now, before
             )
+            if found is None:
+                raise not_found(f"no message {before!r} that you can see", before=before)
             return [mail.message_from_row(r, r.delivery_state) for r in found]
 
         await self.store.index_for_search()

@@ -160,11 +160,19 @@ def search_rows(
     words: list[str],
     limit: int,
     now: float,
-) -> list[Row[Any]]:
+    before: str | None = None,
+) -> list[Row[Any]] | None:
+    """The newest `limit` matches `reader` may see, newest first; with `before`, those older
+    than that message (None when `reader` may not see it: a cursor tells nothing it hides)."""
     query = (
         select(messages, _with_reader_state(reader, now))
         .where(visible_to(reader, channels, now))
         .order_by(messages.c.seq.desc())
         .limit(limit)
     )
+    if before is not None:
+        anchor = visible_message(conn, reader, channels, before, now)
+        if anchor is None:
+            return None
+        query = query.where(messages.c.seq < anchor.seq)
     return list(conn.execute(dialect.search(query, messages, words)))
