@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -83,9 +84,17 @@ def _when(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
+_PLAIN_THREAD = re.compile(r'[^\s(),"]+')
+
+
 def _place(m: Message) -> str:
     """Where a message sits, for `thread ID` and `--reply-to ID`: its thread, what it answers."""
-    where = [f"thread {m.thread_id}"] if m.thread_id != m.id else []
+    # A thread id is whatever label its sender chose: one that is no plain token is quoted,
+    # so that its line breaks cannot begin a made-up message of their own, nor its brackets
+    # end this list early.
+    plain = _PLAIN_THREAD.fullmatch(m.thread_id)
+    thread = m.thread_id if plain else json.dumps(m.thread_id, ensure_ascii=False)
+    where = [f"thread {thread}"] if m.thread_id != m.id else []
     if m.reply_to is not None:
         where.append(f"re {m.reply_to}")
     return f" ({', '.join(where)})" if where else ""
