@@ -38,6 +38,22 @@ async def read_inbox(agent: Agent) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
+async def test_urgent_mail_an_answer_shows_in_full_is_not_previewed_in_it_again(
+    agents: Agents,
+) -> None:
+    alice, bob = await agents.start_many("alice", "bob")
+    await bob.call("whoami")
+    urgent = await alice.call("send", to="bob", body="the build is red", priority="urgent")
+    other = await alice.call("send", to="bob", body="and prod too", priority="urgent")
+
+    shown = await bob.result("thread", thread_id=urgent["id"])
+    assert shown.structured_content is not None
+    assert [p["id"] for p in shown.structured_content["urgent"]] == [other["id"]]
+    assert text_of(shown).count("the build is red") == 1
+    assert "urgent" not in await bob.call("inbox", peek=True)  # both told by now
+
+
+@pytest.mark.anyio
 async def test_a_session_learns_of_new_mail_from_every_answer_from_wait_and_by_push(
     agents: Agents,
 ) -> None:

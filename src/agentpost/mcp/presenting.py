@@ -141,12 +141,16 @@ def answer(
         lines.append("[agentpost] unread: unknown (the post office did not answer)")
         return ToolOutput(text="\n\n".join(lines), structured=out)
     out["unread"] = notices.unread
-    if notices.urgent:
-        out["urgent"] = [preview(m) for m in notices.urgent]
+    # Urgent mail this answer shows in full (an `inbox`, a `thread`) is told by it: previewed
+    # as well, it came twice, the second time saying that `inbox` reads it.
+    shown = {m.id for m in messages}
+    urgent = [m for m in notices.urgent if m.id not in shown]
+    if urgent:
+        out["urgent"] = [preview(m) for m in urgent]
         lines.append(
             frame_messages(
-                [_shortened(m) for m in notices.urgent],
-                title=f"Urgent mail arrived ({len(notices.urgent)}); `inbox` reads it in full:",
+                [_shortened(m) for m in urgent],
+                title=f"Urgent mail arrived ({len(urgent)}); `inbox` reads it in full:",
             )
         )
     lines.append(f"[agentpost] unread: {notices.unread}")
