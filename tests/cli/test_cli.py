@@ -578,6 +578,15 @@ def test_a_refused_option_is_named_as_the_command_line_spells_it(
     assert done.stderr.startswith(f"error: invalid_argument: {says} "), done.stderr
 
 
+def test_a_reply_given_another_thread_names_the_thread_option() -> None:
+    arrange("alice", "bob")
+    first = agentpost_json("send", "bob", "can you review?", "--as", "alice")
+    done = agentpost("send", "alice", "on it", "--reply-to", first["id"], "--thread", "other",
+                     "--as", "bob")  # fmt: skip
+    refused(done, "invalid_argument")
+    assert done.stderr.startswith("error: invalid_argument: --thread of a reply "), done.stderr
+
+
 USAGE_MISTAKES = [
     pytest.param(["ack"], "Missing argument", "agentpost ack --help", id="missing-argument"),
     pytest.param(

@@ -72,7 +72,7 @@ def parent_thread(
     if parent is None:
         raise not_found(f"no message {reply_to!r} that you can see", reply_to=reply_to)
     if thread is not None and thread != parent.thread_id:
-        raise invalid("a reply stays in its parent's thread; omit thread_id")
+        raise invalid("thread_id of a reply can only be its parent's thread; omit it")
     parent_thread: str = parent.thread_id
     return parent_thread
 
