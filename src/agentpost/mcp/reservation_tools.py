@@ -51,7 +51,8 @@ def register_reservation_tools(server: MailboxServer, desk: Desk) -> None:
         `docs/*.md`; a folder covers what is in it). Exclusive by default; shared claims
         coexist. Each path is granted, or listed in `conflicts` with the agent holding an
         overlapping claim and until when. Advisory: release them when done; they also lapse at
-        `ttl_s`, or 45 s after your last session went offline.
+        `ttl_s`, or `offline_after_s` (45 s unless configured) after your last session went
+        offline.
         """
         result = await desk.reserve(
             _listed(paths) or [], exclusive=exclusive, ttl_s=ttl_s, reason=reason

@@ -3,9 +3,9 @@
 A reservation is live while it is not released, its TTL has not passed, and its agent is
 around: some session of the agent is online, or went offline within `offline_after_s`. A session
 goes offline when it ends, or `offline_after_s` after its last heartbeat if that comes first (as
-`who` sees it). So reservations lapse 45 s after their agent's last session went offline, 90 s
-after the last heartbeat of one that fell silent, with no write of their own; `release_lapsed`
-makes that final before anyone is granted a path.
+`who` sees it). So reservations lapse `offline_after_s` (45 s by default) after their agent's
+last session went offline, twice that after the last heartbeat of one that fell silent, with no
+write of their own; `release_lapsed` makes that final before anyone is granted a path.
 """
 
 from __future__ import annotations
