@@ -64,7 +64,7 @@ def delegate(
     url: UrlOption = None,
     key: KeyOption = None,
 ) -> None:
-    """Hand a task to an agent; prints its id. Each change the assignee makes is told to you."""
+    """Hand a task to an agent. Each change the assignee makes is told to you."""
     import time
 
     from agentpost.cli.render import console, emit_json
