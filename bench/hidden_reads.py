@@ -92,12 +92,12 @@ async def _time(call: Callable[[], Awaitable[Any]]) -> tuple[float, Any]:
 
 
 async def _reads(office: PostOffice, reader: Caller, thread: str, one: str) -> dict[str, float]:
-    mailbox = office.mailbox
+    mailbox, history = office.mailbox, office.history
     reads: dict[str, Callable[[], Awaitable[Any]]] = {
         f"channel history, newest {PAGE}": lambda: office.channels.history(reader, "#ops", PAGE),
-        f"thread, newest {PAGE}": lambda: mailbox.thread(reader, thread, PAGE),
-        f"search, newest {PAGE}": lambda: mailbox.search(reader, "rollout", PAGE),
-        "one message by id": lambda: mailbox.get(reader, one),
+        f"thread, newest {PAGE}": lambda: history.thread(reader, thread, PAGE),
+        f"search, newest {PAGE}": lambda: history.search(reader, "rollout", PAGE),
+        "one message by id": lambda: history.get(reader, one),
         f"inbox page of {PAGE} (peek)": lambda: mailbox.inbox(reader, limit=PAGE, peek=True),
     }
     out = {}
@@ -116,7 +116,7 @@ async def run() -> Report:
         office = await PostOffice.open(settings_for(home), clock=clock)
         try:
             reader, thread, one = await _fill(office)
-            await office.mailbox.search(reader, "rollout")  # the index takes the sends in
+            await office.history.search(reader, "rollout")  # the index takes the sends in
             clock.skew = TTL_S + 1
             log(NAME, "past the TTL, before any sweep")
             due = await _reads(office, reader, thread, one)

@@ -130,6 +130,31 @@ async def test_search_pages_back_with_a_pages_last_id(service: Service) -> None:
     assert (hidden.status_code, hidden.json()["error"]["code"]) == (404, "not_found")
 
 
+async def test_sent_and_a_thread_page_back_with_before(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    root = (await alice.post("/v1/messages", json={"to": "bob", "body": "step 0"})).json()
+    for n in (1, 2):
+        reply = {"to": "bob", "body": f"step {n}", "reply_to": root["id"]}
+        await alice.post("/v1/messages", json=reply)
+
+    sent = (await alice.get("/v1/sent", params={"limit": 2})).json()["messages"]
+    assert [m["body"] for m in sent] == ["step 2", "step 1"]
+    older = await alice.get("/v1/sent", params={"limit": 2, "before": sent[-1]["id"]})
+    assert [m["body"] for m in older.json()["messages"]] == ["step 0"]
+    foreign = await bob.get("/v1/sent", params={"before": root["id"]})  # not bob's own
+    assert (foreign.status_code, foreign.json()["error"]["code"]) == (404, "not_found")
+
+    thread = f"/v1/threads/{root['id']}"
+    newest = (await bob.get(thread, params={"limit": 2})).json()
+    assert [m["body"] for m in newest["messages"]] == ["step 1", "step 2"]
+    first = newest["messages"][0]["id"]
+    before = (await bob.get(thread, params={"limit": 2, "before": first})).json()
+    assert [m["body"] for m in before["messages"]] == ["step 0"]
+    past = (await bob.get(thread, params={"before": root["id"]})).json()
+    assert past == {"messages": [], "thread_id": root["id"]}
+
+
 async def test_a_channel_broadcast_reaches_members_and_its_history(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")

@@ -115,3 +115,25 @@ async def test_receipts_follow_mail_from_queued_to_read_to_acked_and_replies_sha
     assert waiting[0]["data"] == DATA
     [plain] = [m for m in (await alice.call("sent"))["messages"] if m["id"] == elsewhere["id"]]
     assert plain["data"] is None
+
+
+@pytest.mark.anyio
+async def test_sent_a_thread_and_a_search_page_back_with_before(agents: Agents) -> None:
+    alice, bob = await agents.start_many("alice", "bob")
+    root = await alice.call("send", to="bob", body="rollout step 0")
+    for n in (1, 2):
+        await alice.call("send", to="bob", body=f"rollout step {n}", reply_to=root["id"])
+
+    sent = (await alice.call("sent", limit=2))["messages"]
+    assert [m["body"] for m in sent] == ["rollout step 2", "rollout step 1"]
+    older = (await alice.call("sent", limit=2, before=sent[-1]["id"]))["messages"]
+    assert [m["body"] for m in older] == ["rollout step 0"]
+
+    newest = (await bob.call("thread", thread_id=root["id"], limit=2))["messages"]
+    assert [m["body"] for m in newest] == ["rollout step 1", "rollout step 2"]
+    start = await bob.call("thread", thread_id=root["id"], limit=2, before=newest[0]["id"])
+    assert [m["body"] for m in start["messages"]] == ["rollout step 0"]
+
+    found = (await bob.call("search", query="rollout", limit=2))["messages"]
+    rest = await bob.call("search", query="rollout", limit=2, before=found[-1]["id"])
+    assert [m["body"] for m in rest["messages"]] == ["rollout step 0"]

@@ -126,7 +126,7 @@ async def test_a_recipient_who_blocks_the_sender_is_told_expired_as_one_who_neve
         ("message.expired", sent.id, {"to": "bob"}),
         ("message.expired", sent.id, {"to": "carol"}),
     ]
-    (receipts,) = [m.receipts for m in await office.mailbox.sent(alice)]
+    (receipts,) = [m.receipts for m in await office.history.sent(alice)]
     assert [(r.to, r.state.value) for r in receipts] == [("bob", "expired"), ("carol", "expired")]
     assert (await office.mailbox.inbox(carol, unread_only=False)).messages == []  # withheld
     await office.mailbox.sweep()  # nothing told twice
@@ -141,7 +141,7 @@ async def test_a_member_who_blocks_a_broadcasts_sender_shows_as_one_who_never_re
     await office.directory.block(carol, "alice")
     sent = await office.mailbox.send(alice, "#general", "standup in 10", ttl_s=10)
     await office.mailbox.inbox(bob)
-    (receipts,) = [m.receipts for m in await office.mailbox.sent(alice)]
+    (receipts,) = [m.receipts for m in await office.history.sent(alice)]
     assert [(r.to, r.state.value) for r in receipts] == [("bob", "read"), ("carol", "queued")]
 
     clock.advance(10)
@@ -150,7 +150,7 @@ async def test_a_member_who_blocks_a_broadcasts_sender_shows_as_one_who_never_re
         ("message.read", sent.id, {"to": "bob"}),
         ("message.expired", sent.id, {"to": "carol"}),
     ]
-    (receipts,) = [m.receipts for m in await office.mailbox.sent(alice)]
+    (receipts,) = [m.receipts for m in await office.history.sent(alice)]
     assert [(r.to, r.state.value) for r in receipts] == [("bob", "read"), ("carol", "expired")]
     assert (await office.mailbox.inbox(carol, unread_only=False)).messages == []
 

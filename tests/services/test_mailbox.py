@@ -1,4 +1,4 @@
-"""The mailbox: send, inbox, ack, threads, receipts, search, notices — each rule, each refusal.
+"""The mailbox: send, inbox, ack, waiting, notices, retention — each rule, each refusal.
 
 Every refusal is checked twice: the stable code a caller acts on, and that nothing changed
 (every row of every table is the same afterwards, rate windows included).
@@ -212,30 +212,6 @@ async def test_bad_arguments_are_refused_with_their_code(
     await refused_without_change(office, code, office.mailbox.send(alice, "bob", body, **arguments))
 
 
-@pytest.mark.parametrize("query", ["🎉", '"', "-- ?!", "🎉 ..."])
-async def test_a_search_with_no_letter_or_digit_is_refused_for_it_could_find_nothing(
-    office: PostOffice, query: str
-) -> None:
-    """Neither database indexes emoji or punctuation: such a query answered "no match" for
-    mail that held it."""
-    alice, bob = await agents(office, "alice", "bob")
-    await office.mailbox.send(alice, "bob", f"shipped {query}")
-    refused = await refused_without_change(
-        office, ErrorCode.INVALID_ARGUMENT, office.mailbox.search(bob, query)
-    )
-    assert refused.message == "query must contain at least one word"
-    assert [m.body for m in await office.mailbox.search(bob, f"{query} shipped")] == [
-        f"shipped {query}"
-    ]
-
-
-async def test_a_search_for_a_nul_character_is_refused(office: PostOffice) -> None:
-    alice, _bob = await agents(office, "alice", "bob")
-    await refused_without_change(
-        office, ErrorCode.INVALID_ARGUMENT, office.mailbox.search(alice, "nul\x00byte")
-    )
-
-
 @pytest.mark.parametrize("blank", ["", "   "])
 async def test_a_blank_message_id_is_an_invalid_argument_wherever_one_is_named(
     office: PostOffice, blank: str
@@ -244,8 +220,8 @@ async def test_a_blank_message_id_is_an_invalid_argument_wherever_one_is_named(
     alice, _bob = await agents(office, "alice", "bob")
     await office.channels.join(alice, "#ops")
     calls = (
-        lambda: office.mailbox.get(alice, blank),
-        lambda: office.mailbox.thread(alice, blank),
+        lambda: office.history.get(alice, blank),
+        lambda: office.history.thread(alice, blank),
         lambda: office.channels.history(alice, "#ops", before=blank),
         lambda: office.mailbox.send(alice, "bob", "hi", reply_to=blank),
     )
@@ -258,7 +234,7 @@ async def test_an_id_with_a_nul_character_is_refused_as_input_on_every_database(
 ) -> None:
     alice, _bob = await agents(office, "alice", "bob")
     with pytest.raises(AgentpostError) as caught:
-        await office.mailbox.get(alice, "m_\x00")
+        await office.history.get(alice, "m_\x00")
     # SQLite finds nothing; PostgreSQL cannot even hold such text. Neither is a server error.
     assert caught.value.code in (ErrorCode.NOT_FOUND, ErrorCode.INVALID_ARGUMENT)
 
@@ -480,7 +456,7 @@ async def test_unread_mail_past_its_ttl_leaves_a_tombstone_on_the_senders_receip
     inbox = await office.mailbox.inbox(bob)
     assert [m.body for m in inbox.messages] == ["keeps"]
     assert inbox.unread == 0
-    (receipt,) = (await office.mailbox.sent(alice))[1].receipts
+    (receipt,) = (await office.history.sent(alice))[1].receipts
     assert receipt.to == "bob"
     assert receipt.state is DeliveryState.EXPIRED
     assert receipt.expired_at == clock.now
@@ -494,7 +470,7 @@ async def test_the_senders_receipt_says_expired_even_before_the_recipient_looks(
     alice, _bob = await agents(office, "alice", "bob")
     await office.mailbox.send(alice, "bob", "soon stale", ttl_s=5)
     clock.advance(6)
-    ((receipt,),) = [s.receipts for s in await office.mailbox.sent(alice)]
+    ((receipt,),) = [s.receipts for s in await office.history.sent(alice)]
     assert receipt.state is DeliveryState.EXPIRED
 
 
@@ -507,9 +483,9 @@ async def test_a_receipt_says_the_mail_expired_when_its_ttl_fell_due_however_lat
     await office.mailbox.send(alice, "bob", "lunch in 10?", ttl_s=10)
     due = clock.now + 10
     clock.advance(3600)
-    ((before,),) = [s.receipts for s in await office.mailbox.sent(alice)]
+    ((before,),) = [s.receipts for s in await office.history.sent(alice)]
     await office.mailbox.inbox(bob)  # the reader's look expires it
-    ((after,),) = [s.receipts for s in await office.mailbox.sent(alice)]
+    ((after,),) = [s.receipts for s in await office.history.sent(alice)]
     assert before.expired_at == after.expired_at == due
     assert after.state is DeliveryState.EXPIRED
 
@@ -545,15 +521,15 @@ async def test_mail_past_its_ttl_unread_is_gone_from_every_read_of_its_recipient
     await office.channels.join(dave, "#ops")
 
     for gone in (direct, broadcast):
-        missing = await refusal(office.mailbox.get(bob, gone.id))
+        missing = await refusal(office.history.get(bob, gone.id))
         assert missing.code is ErrorCode.NOT_FOUND
-        assert (await refusal(office.mailbox.thread(bob, gone.id))).code is ErrorCode.NOT_FOUND
-    assert [m.id for m in await office.mailbox.search(bob, "stale")] == [kept.id]
+        assert (await refusal(office.history.thread(bob, gone.id))).code is ErrorCode.NOT_FOUND
+    assert [m.id for m in await office.history.search(bob, "stale")] == [kept.id]
     assert await office.channels.history(bob, "#ops") == []
     assert await office.channels.history(dave, "#ops") == []
     assert [m.state for m in await office.channels.history(carol, "#ops")] == [DeliveryState.READ]
-    assert len(await office.mailbox.search(alice, "stale")) == 3
-    receipts = {s.message.id: s.receipts for s in await office.mailbox.sent(alice)}
+    assert len(await office.history.search(alice, "stale")) == 3
+    receipts = {s.message.id: s.receipts for s in await office.history.sent(alice)}
     assert [r.state for r in receipts[direct.id]] == [DeliveryState.EXPIRED]
 
 
@@ -687,7 +663,7 @@ async def test_a_thread_named_like_a_message_is_that_thread_in_the_inbox_too(
     question = await office.mailbox.send(alice, "bob", "question")
     reply = await office.mailbox.send(bob, "alice", "reply", reply_to=question.id)
     await office.mailbox.send(bob, "alice", "own thread", thread_id=reply.id)
-    assert [m.body for m in await office.mailbox.thread(alice, reply.id)] == ["own thread"]
+    assert [m.body for m in await office.history.thread(alice, reply.id)] == ["own thread"]
     assert await bodies(office, alice, thread_id=reply.id) == ["own thread"]
 
 
@@ -708,7 +684,7 @@ async def test_ack_marks_handled_and_reports_what_it_could_not_find(office: Post
     assert (result.acked, result.not_found) == ([sent.id], ["m_unknown"])
     (message,) = (await office.mailbox.inbox(bob, unread_only=False)).messages
     assert message.state is DeliveryState.ACKED
-    (receipt,) = (await office.mailbox.sent(alice))[0].receipts
+    (receipt,) = (await office.history.sent(alice))[0].receipts
     assert receipt.state is DeliveryState.ACKED
     assert receipt.read_at == receipt.acked_at  # acked unread: read at the same moment
 
@@ -733,64 +709,7 @@ async def test_ack_of_someone_elses_message_is_not_found_for_them(office: PostOf
     assert await bodies(office, bob) == ["for bob"]
 
 
-async def test_sent_lists_own_messages_newest_first_with_each_recipients_state(
-    office: PostOffice,
-) -> None:
-    alice, bob, carol = await agents(office, "alice", "bob", "carol")
-    older = await office.mailbox.send(alice, ["bob", "carol"], "older")
-    newer = await office.mailbox.send(alice, "bob", "newer")
-    await office.mailbox.inbox(bob, limit=1)
-    await office.mailbox.ack(carol, [older.id])
-    sent = await office.mailbox.sent(alice)
-    assert [s.message.id for s in sent] == [newer.id, older.id]
-    assert [(r.to, r.state) for r in sent[1].receipts] == [
-        ("bob", DeliveryState.READ),
-        ("carol", DeliveryState.ACKED),
-    ]
-    assert [(r.to, r.state) for r in sent[0].receipts] == [("bob", DeliveryState.QUEUED)]
-    assert await office.mailbox.sent(bob) == []
-
-
 # -- threads -----------------------------------------------------------------------------------
-
-
-async def test_a_reply_joins_its_parents_thread_and_the_thread_reads_oldest_first(
-    office: PostOffice,
-) -> None:
-    alice, bob = await agents(office, "alice", "bob")
-    question = await office.mailbox.send(alice, "bob", "question")
-    answer = await office.mailbox.send(bob, "alice", "answer", reply_to=question.id)
-    assert answer.thread_id == question.thread_id == question.id
-    for reader in (alice, bob):
-        thread = await office.mailbox.thread(reader, question.thread_id)
-        assert [m.body for m in thread] == ["question", "answer"]
-    assert (await office.mailbox.get(alice, answer.id)).reply_to == question.id
-
-
-async def test_a_thread_may_be_named_by_any_of_its_messages(office: PostOffice) -> None:
-    """A reader holds a reply's id more often than its thread's."""
-    alice, bob, carol = await agents(office, "alice", "bob", "carol")
-    question = await office.mailbox.send(alice, "bob", "question", thread_id="topic")
-    answer = await office.mailbox.send(bob, "alice", "answer", reply_to=question.id)
-    for named in ("topic", question.id, answer.id):
-        assert [m.body for m in await office.mailbox.thread(alice, named)] == [
-            "question",
-            "answer",
-        ]
-    await refused_without_change(
-        office, ErrorCode.NOT_FOUND, office.mailbox.thread(carol, answer.id)
-    )
-
-
-async def test_a_long_thread_shows_its_newest_messages_oldest_first(office: PostOffice) -> None:
-    alice, _bob = await agents(office, "alice", "bob")
-    for n in range(5):
-        await office.mailbox.send(alice, "bob", f"m{n}", thread_id="long")
-    assert [m.body for m in await office.mailbox.thread(alice, "long", limit=3)] == [
-        "m2",
-        "m3",
-        "m4",
-    ]
 
 
 async def test_a_reply_cannot_move_to_another_thread(office: PostOffice) -> None:
@@ -803,163 +722,6 @@ async def test_a_reply_cannot_move_to_another_thread(office: PostOffice) -> None
     )
     reply = await office.mailbox.send(bob, "alice", "x", reply_to=question.id, thread_id="topic")
     assert reply.thread_id == "topic"
-
-
-async def test_a_third_agent_sees_nothing_of_a_private_thread(office: PostOffice) -> None:
-    alice, _bob, carol = await agents(office, "alice", "bob", "carol")
-    secret = await office.mailbox.send(alice, "bob", "between us", thread_id="private")
-    error = await refused_without_change(
-        office, ErrorCode.NOT_FOUND, office.mailbox.thread(carol, "private")
-    )
-    assert "between us" not in str(error)
-    await refused_without_change(office, ErrorCode.NOT_FOUND, office.mailbox.get(carol, secret.id))
-    await refused_without_change(
-        office,
-        ErrorCode.NOT_FOUND,
-        office.mailbox.send(carol, "alice", "me too", reply_to=secret.id),
-    )
-    assert await office.mailbox.search(carol, "between") == []
-
-
-async def test_a_thread_shows_each_reader_only_what_they_may_see(office: PostOffice) -> None:
-    alice, bob, carol = await agents(office, "alice", "bob", "carol")
-    await office.mailbox.send(alice, "bob", "to bob", thread_id="mixed")
-    await office.mailbox.send(alice, "carol", "to carol", thread_id="mixed")
-    assert [m.body for m in await office.mailbox.thread(bob, "mixed")] == ["to bob"]
-    assert [m.body for m in await office.mailbox.thread(carol, "mixed")] == ["to carol"]
-    assert [m.body for m in await office.mailbox.thread(alice, "mixed")] == ["to bob", "to carol"]
-
-
-async def test_channel_members_see_channel_threads_including_replies_before_they_joined(
-    office: PostOffice,
-) -> None:
-    lead = await session_caller(office, "lead", project="shop")
-    dev = await session_caller(office, "dev", project="shop")
-    late = await session_caller(office, "late", project="blog")
-    post = await office.mailbox.send(lead, "#shop", "plan")
-    await office.mailbox.send(dev, "#shop", "ok", reply_to=post.id)
-    await refusal(office.mailbox.thread(late, post.thread_id))
-    await office.channels.join(late, "shop")
-    assert [m.body for m in await office.mailbox.thread(late, post.thread_id)] == ["plan", "ok"]
-    reply = await office.mailbox.send(late, "lead", "a private word", reply_to=post.id)
-    assert reply.thread_id == post.thread_id
-    assert [m.body for m in await office.mailbox.thread(dev, post.thread_id)] == ["plan", "ok"]
-
-
-# -- search ----------------------------------------------------------------------------------
-
-
-async def test_a_blocked_senders_broadcast_is_in_no_thread_search_or_lookup_of_the_blocker(
-    office: PostOffice,
-) -> None:
-    alice, bob, carol = await agents(office, "alice", "bob", "carol")
-    for caller in (alice, bob, carol):
-        await office.channels.join(caller, "#ops")
-    await office.directory.block(bob, "carol")
-    blocked = await office.mailbox.send(carol, "#ops", "pelican news")
-    reply = await office.mailbox.send(alice, "#ops", "pelican reply", reply_to=blocked.id)
-
-    assert await office.mailbox.search(bob, "pelican") == [await office.mailbox.get(bob, reply.id)]
-    assert [m.id for m in await office.mailbox.thread(bob, blocked.thread_id)] == [reply.id]
-    assert (await refusal(office.mailbox.get(bob, blocked.id))).code is ErrorCode.NOT_FOUND
-    assert len(await office.mailbox.search(alice, "pelican")) == 2
-
-
-async def test_search_finds_only_messages_the_caller_may_see(office: PostOffice) -> None:
-    alice, bob, carol = await agents(office, "alice", "bob", "carol")
-    await office.mailbox.send(alice, "bob", "the deploy key rotates friday")
-    await office.mailbox.send(alice, "carol", "deploy notes for carol")
-    await office.mailbox.send(carol, "#general", "deploy freeze for everyone")
-    found_by_bob = [m.body for m in await office.mailbox.search(bob, "deploy")]
-    assert found_by_bob == ["deploy freeze for everyone", "the deploy key rotates friday"]
-    assert len(await office.mailbox.search(alice, "deploy")) == 3
-    assert [m.body for m in await office.mailbox.search(bob, "DEPLOY friday")] == [
-        "the deploy key rotates friday"
-    ]
-
-
-async def test_search_pages_back_from_a_pages_last_match_and_never_past_what_one_may_see(
-    office: PostOffice,
-) -> None:
-    alice, bob, carol = await agents(office, "alice", "bob", "carol")
-    for n in range(5):
-        await office.mailbox.send(alice, "bob", f"deploy step {n}")
-    hidden = await office.mailbox.send(alice, "carol", "deploy for carol alone")
-
-    first = await office.mailbox.search(bob, "deploy", limit=2)
-    assert [m.body for m in first] == ["deploy step 4", "deploy step 3"]
-    second = await office.mailbox.search(bob, "deploy", limit=2, before=first[-1].id)
-    assert [m.body for m in second] == ["deploy step 2", "deploy step 1"]
-    last = await office.mailbox.search(bob, "deploy", limit=2, before=second[-1].id)
-    assert [m.body for m in last] == ["deploy step 0"]
-
-    for cursor in (hidden.id, "m_nosuch"):
-        refused = await refusal(office.mailbox.search(bob, "deploy", before=cursor))
-        assert refused.code is ErrorCode.NOT_FOUND
-    assert (await refusal(office.mailbox.search(bob, "deploy", before=""))).code is (
-        ErrorCode.INVALID_ARGUMENT
-    )
-    assert [m.body for m in await office.mailbox.search(carol, "deploy", before=hidden.id)] == []
-
-
-@pytest.mark.parametrize(
-    "query",
-    ['"deploy', 'deploy"', "deploy AND (", "NOT deploy", "deploy*", "col:deploy", "NEAR(x y)"],
-)
-async def test_search_syntax_in_a_query_is_taken_as_words_never_an_error(
-    office: PostOffice, query: str
-) -> None:
-    alice, bob = await agents(office, "alice", "bob")
-    await office.mailbox.send(alice, "bob", "deploy")
-    found = await office.mailbox.search(bob, query)
-    assert all(m.body == "deploy" for m in found)
-
-
-async def test_search_for_quoted_and_bracketed_words_finds_them(office: PostOffice) -> None:
-    alice, bob = await agents(office, "alice", "bob")
-    await office.mailbox.send(alice, "bob", "deploy AND rollback")
-    assert len(await office.mailbox.search(bob, "deploy AND (")) == 1
-    assert len(await office.mailbox.search(bob, '"rollback"')) == 1
-
-
-@pytest.mark.parametrize(
-    ("query", "found"),
-    [
-        ("postgres", True),
-        ("store/postgres.py", True),
-        ("postgres/store", False),  # the parts of a word, in its order
-        ("example", True),
-        ("github pull", True),
-        ("usr", False),
-    ],
-)
-async def test_search_finds_the_words_of_a_path_an_address_or_a_url(
-    office: PostOffice, query: str, found: bool
-) -> None:
-    """PostgreSQL's parser took `src/agentpost/store/postgres.py` (or an address, or a URL)
-    for one word, so a search for `postgres` found nothing there that SQLite found."""
-    alice, bob = await agents(office, "alice", "bob")
-    body = (
-        "see src/agentpost/store/postgres.py, ask ops@example.com or https://github.com/o/r/pull/7"
-    )
-    await office.mailbox.send(alice, "bob", body)
-    assert [m.body for m in await office.mailbox.search(bob, query)] == ([body] if found else [])
-
-
-@pytest.mark.parametrize(
-    ("query", "code"),
-    [
-        ("", ErrorCode.INVALID_ARGUMENT),
-        ("   ", ErrorCode.INVALID_ARGUMENT),
-        ("x" * 501, ErrorCode.TOO_LARGE),  # text over its limit, as README's table says
-    ],
-)
-async def test_an_empty_query_is_invalid_and_a_huge_one_too_large(
-    office: PostOffice, query: str, code: ErrorCode
-) -> None:
-    (bob,) = await agents(office, "bob")
-    await refused_without_change(office, code, office.mailbox.search(bob, query))
-    assert await office.mailbox.search(bob, "x" * 500) == []
 
 
 # -- waiting ---------------------------------------------------------------------------------
@@ -1080,10 +842,10 @@ async def test_acknowledged_mail_is_purged_once_older_than_thirty_days(
     assert await office.mailbox.sweep() == 0  # exactly thirty days: still kept
     clock.advance(1)
     assert await office.mailbox.sweep() == 1
-    assert await office.mailbox.sent(alice) == []
-    assert await office.mailbox.search(bob, "handled") == []
+    assert await office.history.sent(alice) == []
+    assert await office.history.search(bob, "handled") == []
     assert await bodies(office, bob, unread_only=False) == []
-    await refused_without_change(office, ErrorCode.NOT_FOUND, office.mailbox.thread(bob, "old"))
+    await refused_without_change(office, ErrorCode.NOT_FOUND, office.history.thread(bob, "old"))
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # PostgreSQL has no FTS5 index
@@ -1094,7 +856,7 @@ async def test_a_sweep_leaves_no_word_of_the_mail_it_purged_in_the_sqlite_index(
     (`store.fulltext`), not whenever other news next wakes the background indexing."""
     alice, bob = await agents(office, "alice", "bob")
     sent = await office.mailbox.send(alice, "bob", "nightingale")
-    assert len(await office.mailbox.search(bob, "nightingale")) == 1  # indexed
+    assert len(await office.history.search(bob, "nightingale")) == 1  # indexed
     await office.mailbox.ack(bob, [sent.id])
     await office.store.purge_wiped()  # whatever the file held before
     clock.advance(31 * DAY)
@@ -1120,7 +882,7 @@ async def test_mail_someone_has_not_acknowledged_is_kept_however_old(
     assert [after[t] for t in ("messages", "deliveries")] == [
         before[t] for t in ("messages", "deliveries")
     ]
-    assert len(await office.mailbox.sent(alice)) == 3
+    assert len(await office.history.sent(alice)) == 3
 
 
 async def test_mail_withheld_by_a_block_is_kept_as_long_as_unread_mail_would_be(
@@ -1140,7 +902,7 @@ async def test_mail_withheld_by_a_block_is_kept_as_long_as_unread_mail_would_be(
     await office.mailbox.send(alice, "carol", "withheld, and stale soon", ttl_s=60)
     clock.advance(365 * DAY)
     assert await office.mailbox.sweep() == 1
-    assert sorted(s.message.body for s in await office.mailbox.sent(alice)) == [
+    assert sorted(s.message.body for s in await office.history.sent(alice)) == [
         "bob never reads",
         "carol blocks alice",
         "dave and carol block alice",
@@ -1154,7 +916,7 @@ async def test_expired_mail_is_purged_once_old_enough_tombstone_and_all(
     await office.mailbox.send(alice, "bob", "stale soon", ttl_s=60)  # never looked at
     clock.advance(31 * DAY)
     assert await office.mailbox.sweep() == 1
-    assert await office.mailbox.sent(alice) == []
+    assert await office.history.sent(alice) == []
 
 
 async def test_retention_is_configurable_and_younger_mail_stays(
@@ -1168,7 +930,7 @@ async def test_retention_is_configurable_and_younger_mail_stays(
     await office.mailbox.ack(bob, [old.id, young.id])
     clock.advance(DAY / 2 + 1)
     assert await office.mailbox.sweep() == 1
-    assert [s.message.body for s in await office.mailbox.sent(alice)] == ["this morning"]
+    assert [s.message.body for s in await office.history.sent(alice)] == ["this morning"]
 
 
 async def test_urgent_mail_after_retention_purged_every_message_is_still_previewed(
@@ -1199,7 +961,7 @@ async def test_a_large_sweep_goes_in_batches_and_purges_everything_due(
     await office.mailbox.send(alice, "bob", "still open")
     clock.advance(31 * DAY)
     assert await office.mailbox.sweep(batch=2) == 6
-    assert [s.message.body for s in await office.mailbox.sent(alice)] == [
+    assert [s.message.body for s in await office.history.sent(alice)] == [
         "still open",
         "broadcast to bob",
     ]
@@ -1251,7 +1013,7 @@ async def test_arrivals_follow_a_session_that_takes_another_name(office: PostOff
             me[0] = await office.presence.rename_session(me[0], "bob")
             await anyio.wait_all_tasks_blocked()
             sent = await office.mailbox.send(alice, "bob", "for the new name")
-    assert told == [(await office.mailbox.get(me[0], sent.id)).seq]
+    assert told == [(await office.history.get(me[0], sent.id)).seq]
 
 
 async def test_follow_shows_every_new_message_of_the_post_office(office: PostOffice) -> None:
@@ -1357,7 +1119,7 @@ async def test_ack_of_unread_mail_past_its_ttl_is_not_found_and_the_receipt_says
     clock.advance(6)
     done = await office.mailbox.ack(bob, [sent.id])
     assert (done.acked, done.not_found) == ([], [sent.id])
-    (receipt,) = (await office.mailbox.sent(alice))[0].receipts
+    (receipt,) = (await office.history.sent(alice))[0].receipts
     assert receipt.state is DeliveryState.EXPIRED
 
 
@@ -1451,15 +1213,15 @@ async def test_with_clear_on_ack_content_is_wiped_once_every_recipient_acked(
         alice, ["bob", "carol"], "burn after reading", subject="note", data=[1]
     )
     await office.mailbox.ack(bob, [sent.id])
-    assert (await office.mailbox.get(carol, sent.id)).body == "burn after reading"
+    assert (await office.history.get(carol, sent.id)).body == "burn after reading"
     await office.mailbox.ack(carol, [sent.id])
-    cleared = await office.mailbox.get(alice, sent.id)
+    cleared = await office.history.get(alice, sent.id)
     assert (cleared.body, cleared.data, cleared.subject) == ("", None, "note")
-    assert [r.state for r in (await office.mailbox.sent(alice))[0].receipts] == [
+    assert [r.state for r in (await office.history.sent(alice))[0].receipts] == [
         DeliveryState.ACKED,
         DeliveryState.ACKED,
     ]
-    assert await office.mailbox.search(alice, "burn") == []
+    assert await office.history.search(alice, "burn") == []
 
 
 async def test_with_clear_on_ack_search_no_longer_finds_wiped_words_it_had_indexed(
@@ -1470,14 +1232,14 @@ async def test_with_clear_on_ack_search_no_longer_finds_wiped_words_it_had_index
     alice, bob, _carol = await agents(office, "alice", "bob", "carol")
     acked = await office.mailbox.send(alice, "bob", "marmalade plans", subject="jam")
     lapsed = await office.mailbox.send(alice, ["bob", "carol"], "marmalade recipe", ttl_s=5)
-    assert len(await office.mailbox.search(alice, "marmalade")) == 2
+    assert len(await office.history.search(alice, "marmalade")) == 2
     await office.mailbox.ack(bob, [acked.id, lapsed.id])
     clock.advance(6)
     await office.mailbox.expire_due()
 
     for reader in (alice, bob):
-        assert await office.mailbox.search(reader, "marmalade") == []
-    assert [m.id for m in await office.mailbox.search(bob, "jam")] == [acked.id]
+        assert await office.history.search(reader, "marmalade") == []
+    assert [m.id for m in await office.history.search(bob, "jam")] == [acked.id]
 
 
 async def test_with_clear_on_ack_mail_withheld_by_a_block_keeps_its_content_for_its_sender(
@@ -1490,7 +1252,7 @@ async def test_with_clear_on_ack_mail_withheld_by_a_block_keeps_its_content_for_
     await office.directory.block(carol, "alice")
     sent = await office.mailbox.send(alice, ["bob", "carol"], "kept while carol has not acked")
     await office.mailbox.ack(bob, [sent.id])
-    assert (await office.mailbox.get(alice, sent.id)).body == "kept while carol has not acked"
+    assert (await office.history.get(alice, sent.id)).body == "kept while carol has not acked"
 
 
 async def test_with_clear_on_ack_content_is_wiped_when_the_last_open_copy_expires_after_an_ack(
@@ -1506,9 +1268,9 @@ async def test_with_clear_on_ack_content_is_wiped_when_the_last_open_copy_expire
     await office.mailbox.ack(bob, [sent.id])
     clock.advance(10)
     await office.mailbox.expire_due()  # the sweeper's look as the TTL falls due
-    assert (await office.mailbox.get(alice, sent.id)).body == ""
-    assert await office.mailbox.search(alice, "burn") == []
-    assert (await office.mailbox.get(alice, unread.id)).body == "nobody read me"
+    assert (await office.history.get(alice, sent.id)).body == ""
+    assert await office.history.search(alice, "burn") == []
+    assert (await office.history.get(alice, unread.id)).body == "nobody read me"
 
 
 async def test_with_clear_on_ack_the_last_ack_after_the_others_ttl_passed_wipes_at_once(
@@ -1523,7 +1285,7 @@ async def test_with_clear_on_ack_the_last_ack_after_the_others_ttl_passed_wipes_
     await office.mailbox.inbox(bob)
     clock.advance(10)
     await office.mailbox.ack(bob, [sent.id])
-    assert (await office.mailbox.get(alice, sent.id)).body == ""
+    assert (await office.history.get(alice, sent.id)).body == ""
 
 
 async def test_with_clear_on_ack_mail_withheld_by_a_block_is_wiped_once_its_ttl_has_passed(
@@ -1538,7 +1300,7 @@ async def test_with_clear_on_ack_mail_withheld_by_a_block_is_wiped_once_its_ttl_
     await office.mailbox.ack(bob, [sent.id])
     clock.advance(10)
     await office.mailbox.expire_due()
-    assert (await office.mailbox.get(alice, sent.id)).body == ""
+    assert (await office.history.get(alice, sent.id)).body == ""
 
 
 async def test_without_clear_on_ack_acknowledged_mail_keeps_its_content(
@@ -1548,7 +1310,7 @@ async def test_without_clear_on_ack_acknowledged_mail_keeps_its_content(
     alice, bob = await agents(office, "alice", "bob")
     sent = await office.mailbox.send(alice, "bob", "keep me")
     await office.mailbox.ack(bob, [sent.id])
-    assert (await office.mailbox.get(bob, sent.id)).body == "keep me"
+    assert (await office.history.get(bob, sent.id)).body == "keep me"
 
 
 async def test_data_stored_nested_past_the_limit_before_it_was_refused_reads_as_a_note(
@@ -1567,4 +1329,4 @@ async def test_data_stored_nested_past_the_limit_before_it_was_refused_reads_as_
     )
     (message,) = (await office.mailbox.inbox(bob)).messages
     assert message.data == {"agentpost": "data nested deeper than 64 levels, not shown"}
-    assert (await office.mailbox.get(alice, sent.id)).data == message.data
+    assert (await office.history.get(alice, sent.id)).data == message.data

@@ -198,9 +198,9 @@ async def test_a_blocked_senders_mail_is_dropped_silently(office: PostOffice) ->
     assert await bodies(office, bob) == []
     assert (await office.mailbox.inbox(bob)).unread == 0
     assert await bodies(office, carol) == ["hello both"]
-    await refused_without_change(office, ErrorCode.NOT_FOUND, office.mailbox.get(bob, sent.id))
-    assert await office.mailbox.search(bob, "hello") == []
-    receipts = (await office.mailbox.sent(alice))[0].receipts
+    await refused_without_change(office, ErrorCode.NOT_FOUND, office.history.get(bob, sent.id))
+    assert await office.history.search(bob, "hello") == []
+    receipts = (await office.history.sent(alice))[0].receipts
     assert [(r.to, r.state) for r in receipts] == [
         ("bob", DeliveryState.QUEUED),  # as if bob never read it
         ("carol", DeliveryState.READ),
@@ -214,7 +214,7 @@ async def test_a_blocked_senders_receipt_expires_as_unread_mail_does(
     await office.directory.block(bob, "alice")
     await office.mailbox.send(alice, "bob", "soon gone", ttl_s=10)
     clock.advance(10)
-    (receipt,) = (await office.mailbox.sent(alice))[0].receipts
+    (receipt,) = (await office.history.sent(alice))[0].receipts
     assert (receipt.state, receipt.expired_at) == (DeliveryState.EXPIRED, clock.now)
 
 
@@ -228,7 +228,7 @@ async def test_a_blockers_receipt_reads_as_a_never_readers_after_a_late_sweep(
     await office.mailbox.send(alice, ["bob", "carol"], "soon gone", ttl_s=10)
     clock.advance(3600)
     await office.mailbox.expire_due()
-    blocker, reader = (await office.mailbox.sent(alice))[0].receipts
+    blocker, reader = (await office.history.sent(alice))[0].receipts
     assert (blocker.state, blocker.expired_at) == (reader.state, reader.expired_at)
 
 

@@ -43,7 +43,7 @@ async def test_every_service_shares_the_store_and_its_clock(
     assert office.mailbox.store is office.presence.store is office.channels.store is office.store
     alice = await office.presence.ensure_agent("alice")
     sent = await office.mailbox.send(alice, "alice", "stamped")
-    assert (await office.mailbox.get(alice, sent.id)).created_at == clock.now
+    assert (await office.history.get(alice, sent.id)).created_at == clock.now
 
 
 async def test_a_post_office_whose_database_answers_is_ready(
@@ -83,7 +83,7 @@ async def test_an_id_holding_a_nul_character_is_unknown_alike_on_both_databases(
     owner = Caller("owner", admin=True)
     odd = "m_\x00"
     lookups = [
-        lambda: office.mailbox.get(alice, odd),
+        lambda: office.history.get(alice, odd),
         lambda: office.mailbox.send(alice, "alice", "re", reply_to=odd),
         lambda: office.channels.history(alice, "#general", before=odd),
         lambda: office.tasks.task(alice, odd),

@@ -42,7 +42,7 @@ async def test_a_request_is_answered_while_the_asker_waits(office: PostOffice) -
         async with anyio.create_task_group() as group:
             group.start_soon(ask)
             request_id = await asked(office, bob)
-            [request] = await office.mailbox.thread(bob, request_id)
+            [request] = await office.history.thread(bob, request_id)
             assert (request.sender, request.body, request.data) == (
                 "alice",
                 "Which port?",
@@ -97,7 +97,7 @@ async def test_a_late_answer_past_its_ttl_is_handed_over_as_expired_not_read(
     assert checked.response is not None
     assert checked.response.state is DeliveryState.EXPIRED
     [receipt] = next(
-        s.receipts for s in await office.mailbox.sent(bob) if s.message.id == answer.id
+        s.receipts for s in await office.history.sent(bob) if s.message.id == answer.id
     )
     assert receipt.state is DeliveryState.EXPIRED
 
@@ -332,7 +332,7 @@ async def test_an_answer_from_an_agent_the_asker_blocked_after_asking_is_dropped
         checked = await office.requests.check_request(alice, asked_.request_id)
         assert (checked.answered, checked.answer, checked.response) == (False, None, None)
         assert (await office.mailbox.inbox(alice, unread_only=False)).messages == []
-        assert [m.id for m in await office.mailbox.thread(alice, asked_.request_id)] == [
+        assert [m.id for m in await office.history.thread(alice, asked_.request_id)] == [
             asked_.request_id
         ]
         await office.directory.unblock(alice, "bob")

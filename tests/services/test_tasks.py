@@ -309,7 +309,7 @@ async def test_the_assignee_finishes_a_task_whose_creator_was_disabled_meanwhile
     done = await office.tasks.update_task(worker, task.id, "done", note="green again")
     assert done.status is TaskStatus.DONE
     assert (await office.tasks.task(worker, task.id)).status is TaskStatus.DONE
-    [notice] = await office.mailbox.sent(worker)  # kept in the thread
+    [notice] = await office.history.sent(worker)  # kept in the thread
     assert (notice.message.thread_id, notice.message.data["status"]) == (task.thread_id, "done")
     await office.store.write(lambda conn: agent_rows.update_agent(conn, "boss", disabled_at=None))
     assert (await office.mailbox.inbox(boss)).messages == []  # passed over while disabled

@@ -75,13 +75,13 @@ async def _story(office: PostOffice, pause: float) -> None:
     _step("bob reads the reply and checks his receipt:")
     for m in (await office.mailbox.inbox(bob)).messages:
         console.print(message_line(m))
-    for s in await office.mailbox.sent(bob):
+    for s in await office.history.sent(bob):
         for r in s.receipts:
             console.print(styled(f"  {s.message.id} → {r.to}: ", (r.state.value, "green")))
     await anyio.sleep(pause)
 
     _step("the whole thread, oldest first:")
-    for m in await office.mailbox.thread(bob, sent.thread_id):
+    for m in await office.history.thread(bob, sent.thread_id):
         console.print(message_line(m))
     await office.presence.end_session(a.id)
     await office.presence.end_session(b.id)

@@ -22,6 +22,7 @@ from agentpost.cli.guard import guard_app
 from agentpost.cli.install import install_app, uninstall_app
 from agentpost.cli.speaking import (
     AsOption,
+    BeforeOption,
     JsonOption,
     KeyOption,
     Speaker,
@@ -268,6 +269,7 @@ app.command()(respond)
 def thread(
     thread_id: Annotated[str, typer.Argument(help="The thread's id, or any of its messages'.")],
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
+    before: BeforeOption = None,
     as_: AsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
@@ -278,11 +280,11 @@ def thread(
 
     found = run(
         Speaker(as_, as_json, url, key),
-        lambda o, c: o.mailbox.thread(c, thread_id, limit),
-        lambda client: client.thread(thread_id, limit=limit),
+        lambda o, c: o.history.thread(c, thread_id, limit, before),
+        lambda client: client.thread(thread_id, limit=limit, before=before),
     )
     if as_json:
-        named = found[0].thread_id  # a message's id names its thread
+        named = found[0].thread_id if found else thread_id  # a message's id names its thread
         emit_json({"thread_id": named, "messages": [m.to_dict() for m in found]})
     else:
         show_messages(found)
@@ -290,7 +292,8 @@ def thread(
 
 @app.command()
 def sent(
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 20,
+    limit: Annotated[int, typer.Option(help="At most this many, the newest.")] = 20,
+    before: BeforeOption = None,
     as_: AsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
@@ -301,8 +304,8 @@ def sent(
 
     found = run(
         Speaker(as_, as_json, url, key),
-        lambda o, c: o.mailbox.sent(c, limit),
-        lambda client: client.sent(limit=limit),
+        lambda o, c: o.history.sent(c, limit, before),
+        lambda client: client.sent(limit=limit, before=before),
     )
     if as_json:
         emit_json({"messages": [s.to_dict() for s in found]})
@@ -314,7 +317,7 @@ def sent(
 def search(
     query: Annotated[str, typer.Argument(help="Words to find.")],
     limit: Annotated[int, typer.Option(help="At most this many, the newest.")] = 20,
-    before: Annotated[str | None, typer.Option(help="Only matches older than this id.")] = None,
+    before: BeforeOption = None,
     as_: AsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
@@ -325,7 +328,7 @@ def search(
 
     found = run(
         Speaker(as_, as_json, url, key),
-        lambda o, c: o.mailbox.search(c, query, limit, before),
+        lambda o, c: o.history.search(c, query, limit, before),
         lambda client: client.search(query, limit=limit, before=before),
     )
     if as_json:
@@ -406,9 +409,7 @@ def leave(
 def history(
     channel: ChannelArgument,
     limit: Annotated[int, typer.Option(help="At most this many, the newest.")] = 20,
-    before: Annotated[
-        str | None, typer.Option(help="Only messages older than this message id.")
-    ] = None,
+    before: BeforeOption = None,
     as_: AsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,

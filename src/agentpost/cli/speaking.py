@@ -26,6 +26,9 @@ AsOption = Annotated[
     typer.Option("--as", help="Act as this agent (default AGENTPOST_AGENT, else owner)."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+BeforeOption = Annotated[
+    str | None, typer.Option(help="Only messages older than this id (a page's oldest).")
+]
 UrlOption = Annotated[
     str | None,
     typer.Option("--url", help="Act on this remote post office (default AGENTPOST_URL)."),

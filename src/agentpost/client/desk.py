@@ -311,11 +311,15 @@ class RemoteDesk:
     async def ack(self, ids: Sequence[str]) -> AckResult:
         return await self.keep_session(lambda: self.client.ack(ids))
 
-    async def thread(self, thread_id: str, limit: int = 50) -> list[Message]:
-        return await self.keep_session(lambda: self.client.thread(thread_id, limit=limit))
+    async def thread(
+        self, thread_id: str, limit: int = 50, before: str | None = None
+    ) -> list[Message]:
+        return await self.keep_session(
+            lambda: self.client.thread(thread_id, limit=limit, before=before)
+        )
 
-    async def sent(self, limit: int = 20) -> list[SentMessage]:
-        return await self.keep_session(lambda: self.client.sent(limit=limit))
+    async def sent(self, limit: int = 20, before: str | None = None) -> list[SentMessage]:
+        return await self.keep_session(lambda: self.client.sent(limit=limit, before=before))
 
     async def search(self, query: str, limit: int = 20, before: str | None = None) -> list[Message]:
         return await self.keep_session(

@@ -111,16 +111,20 @@ def get_message(message_id: str) -> Request[Message]:
     return Request(Message.from_dict, path_args={"message_id": message_id})
 
 
-def thread(thread_id: str, *, limit: int = 50) -> Request[list[Message]]:
-    """A thread's messages that you may see, oldest first (the newest `limit` of them); named
-    by its thread id or by the id of any of its messages."""
-    return Request(_messages, path_args={"thread_id": thread_id}, params={"limit": limit})
+def thread(thread_id: str, *, limit: int = 50, before: str | None = None) -> Request[list[Message]]:
+    """A thread's messages that you may see, oldest first (the newest `limit` of them, or of
+    those older than `before`, a page's first id); named by its thread id or by the id of any
+    of its messages."""
+    params = {"limit": limit, "before": before}
+    return Request(_messages, path_args={"thread_id": thread_id}, params=params)
 
 
-def sent(*, limit: int = 20) -> Request[list[SentMessage]]:
-    """Your sent messages, newest first, each with its recipients' receipts."""
+def sent(*, limit: int = 20, before: str | None = None) -> Request[list[SentMessage]]:
+    """Your sent messages, newest first, each with its recipients' receipts (`before`: a
+    page's last id, for the older ones)."""
     return Request(
-        lambda a: [SentMessage.from_dict(m) for m in a["messages"]], params={"limit": limit}
+        lambda a: [SentMessage.from_dict(m) for m in a["messages"]],
+        params={"limit": limit, "before": before},
     )
 
 

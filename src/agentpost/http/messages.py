@@ -15,6 +15,9 @@ from agentpost.http.schemas import AckBody, SendBody
 router = api_router(prefix="/v1", tags=["messages"])
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
+Before = Annotated[
+    str | None, Query(description="A message's id (a page's last): the page older than it.")
+]
 
 
 def _page(messages: list[Any], **extra: Any) -> dict[str, Any]:
@@ -95,21 +98,23 @@ async def ack(body: AckBody, office: Office, me: Me) -> dict[str, Any]:
 @router.get("/messages/{message_id:path}", operation_id="get_message")
 async def get_message(message_id: str, office: Office, me: Me) -> dict[str, Any]:
     """One message you may see (as a recipient, its sender, or a member of its channel)."""
-    return (await office.mailbox.get(me, message_id)).to_dict()
+    return (await office.history.get(me, message_id)).to_dict()
 
 
 @router.get("/threads/{thread_id:path}", operation_id="thread")
-async def thread(thread_id: str, office: Office, me: Me, limit: Limit = 50) -> dict[str, Any]:
-    """A thread's messages that you may see, oldest first (the newest `limit` of them); named
-    by its thread id or by the id of any of its messages."""
-    found = await office.mailbox.thread(me, thread_id, limit)
-    return _page(found, thread_id=found[0].thread_id)
+async def thread(
+    thread_id: str, office: Office, me: Me, limit: Limit = 50, before: Before = None
+) -> dict[str, Any]:
+    """A thread's messages that you may see, oldest first (the newest `limit` of them, or of
+    those older than `before`); named by its thread id or by the id of any of its messages."""
+    found = await office.history.thread(me, thread_id, limit, before)
+    return _page(found, thread_id=found[0].thread_id if found else thread_id)
 
 
 @router.get("/sent", operation_id="sent")
-async def sent(office: Office, me: Me, limit: Limit = 20) -> dict[str, Any]:
+async def sent(office: Office, me: Me, limit: Limit = 20, before: Before = None) -> dict[str, Any]:
     """Your sent messages, newest first, each with its recipients' receipts."""
-    return _page(await office.mailbox.sent(me, limit))
+    return _page(await office.history.sent(me, limit, before))
 
 
 @router.get("/search", operation_id="search")
@@ -118,9 +123,7 @@ async def search(
     me: Me,
     q: str,
     limit: Limit = 20,
-    before: Annotated[
-        str | None, Query(description="A message's id (a page's last): the older matches.")
-    ] = None,
+    before: Before = None,
 ) -> dict[str, Any]:
     """Full-text search over the messages you may see, newest first."""
-    return _page(await office.mailbox.search(me, q, limit, before))
+    return _page(await office.history.search(me, q, limit, before))

@@ -150,14 +150,16 @@ class LocalDesk:
     async def ack(self, ids: Sequence[str]) -> AckResult:
         return await self.office.mailbox.ack(self.caller, ids)
 
-    async def thread(self, thread_id: str, limit: int = 50) -> list[Message]:
-        return await self.office.mailbox.thread(self.caller, thread_id, limit)
+    async def thread(
+        self, thread_id: str, limit: int = 50, before: str | None = None
+    ) -> list[Message]:
+        return await self.office.history.thread(self.caller, thread_id, limit, before)
 
-    async def sent(self, limit: int = 20) -> list[SentMessage]:
-        return await self.office.mailbox.sent(self.caller, limit)
+    async def sent(self, limit: int = 20, before: str | None = None) -> list[SentMessage]:
+        return await self.office.history.sent(self.caller, limit, before)
 
     async def search(self, query: str, limit: int = 20, before: str | None = None) -> list[Message]:
-        return await self.office.mailbox.search(self.caller, query, limit, before)
+        return await self.office.history.search(self.caller, query, limit, before)
 
     async def channels(self) -> list[ChannelInfo]:
         return await self.office.channels.overview(self.caller)

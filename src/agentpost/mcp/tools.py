@@ -167,18 +167,20 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         return await reply(structured, summary, found.messages)
 
     @tool
-    async def thread(thread_id: str, limit: int = 50) -> ToolOutput:
+    async def thread(thread_id: str, limit: int = 50, before: str | None = None) -> ToolOutput:
         """A thread's messages that you may see, oldest first (the newest `limit` of them);
-        name it by its thread id or by the id of any of its messages."""
-        found = await desk.thread(thread_id, limit)
-        thread = found[0].thread_id
+        name it by its thread id or by the id of any of its messages. `before` (a page's first,
+        oldest id) gives the messages before that page."""
+        found = await desk.thread(thread_id, limit, before)
+        thread = found[0].thread_id if found else thread_id
         summary = f"Thread {token(thread)}: {count(len(found), 'message')}"
         return await reply({"thread_id": thread, "messages": messages_json(found)}, summary, found)
 
     @tool
-    async def sent(limit: int = 20) -> ToolOutput:
-        """Your sent messages, newest first, with each recipient's state and times."""
-        found = await desk.sent(limit)
+    async def sent(limit: int = 20, before: str | None = None) -> ToolOutput:
+        """Your sent messages, newest first, with each recipient's state and times; `before`
+        (a page's last id) gives the older ones."""
+        found = await desk.sent(limit, before)
         lines = [
             f"- {s.message.id} to {', '.join(s.message.to)}: "
             + (", ".join(f"{r.to}={r.state.value}" for r in s.receipts) or "no recipients")

@@ -1,4 +1,4 @@
-"""Messaging: send, read, acknowledge, wait, threads, receipts, search.
+"""Messaging: send, read, acknowledge, wait, be told; `services.history` reads what was said.
 
 Each operation's writes are one transaction (`wait`, `notices` and `sweep` run several
 small ones). The sender is always the caller; nothing in the arguments can name another
@@ -15,7 +15,7 @@ import anyio
 
 from agentpost.config import Settings
 from agentpost.domain import limits as rules
-from agentpost.domain.errors import AgentpostError, ErrorCode, not_found
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import (
     AckResult,
     Caller,
@@ -24,7 +24,6 @@ from agentpost.domain.models import (
     Message,
     Notices,
     SendResult,
-    SentMessage,
     Trust,
 )
 from agentpost.domain.names import POST_OFFICE, SYSTEM
@@ -41,7 +40,7 @@ from agentpost.services.heartbeats import Heartbeat, check_standing
 from agentpost.services.presence import check_identity
 from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
-from agentpost.store import blocks, clearing, expiry, mail, reading, withheld
+from agentpost.store import blocks, clearing, expiry, mail, reading
 from agentpost.store.database import Connection, Store
 
 
@@ -390,80 +389,6 @@ class Mailbox:
             return AckResult(acked, [i for i in wanted if i not in acked])
 
         return await self.store.write(tx)
-
-    async def thread(self, caller: Caller, thread_id: str, limit: int = 50) -> list[Message]:
-        """A thread's newest `limit` messages the caller may see, oldest first, never none (that
-        is `not_found`). It may be named by any of its messages' ids too: a reply's id is what
-        a reader has in hand, and each message says its thread's own id."""
-        thread = drafts.check_thread_id(thread_id) or ""
-        rules.check_limit(limit)
-
-        def tx(conn: Connection) -> list[Message]:
-            channels = member_channels(conn, caller.agent)
-            now = self.store.clock()
-            named = reading.thread_named(conn, caller.agent, channels, thread, now)
-            found = reading.thread_rows(conn, caller.agent, channels, named, limit, now)
-            return [mail.message_from_row(r, r.delivery_state) for r in found]
-
-        found = await self.store.read(tx)
-        if not found:
-            raise not_found(f"no thread {thread_id!r} with messages you can see")
-        return found
-
-    async def get(self, caller: Caller, message_id: str) -> Message:
-        rules.check_id(message_id, "message_id")
-
-        def tx(conn: Connection) -> Message | None:
-            channels = member_channels(conn, caller.agent)
-            row = reading.visible_message(
-                conn, caller.agent, channels, message_id, self.store.clock()
-            )
-            return None if row is None else mail.message_from_row(row, row.delivery_state)
-
-        found = await self.store.read(tx)
-        if found is None:
-            raise not_found(f"no message {message_id!r} that you can see")
-        return found
-
-    async def sent(self, caller: Caller, limit: int = 20) -> list[SentMessage]:
-        rules.check_limit(limit)
-
-        def tx(conn: Connection) -> list[SentMessage]:
-            now = self.store.clock()
-            found = [mail.message_from_row(r) for r in mail.sent_rows(conn, caller.agent, limit)]
-            receipts = mail.receipts(conn, [m.seq for m in found], now)
-            blockers = withheld.of_messages(conn, [m.seq for m in found if m.channel])
-            return [
-                SentMessage(
-                    m,
-                    outbox.with_silent_receipts(m, receipts[m.seq], blockers.get(m.seq, ()), now),
-                )
-                for m in found
-            ]
-
-        return await self.store.read(tx)
-
-    async def search(
-        self, caller: Caller, query: str, limit: int = 20, before: str | None = None
-    ) -> list[Message]:
-        """Newest first; `before` (a page's last id) pages back past the newest `limit`."""
-        rules.check_limit(limit)
-        words = rules.check_query(query).split()
-        if before is not None:
-            rules.check_id(before, "before")
-
-        def tx(conn: Connection) -> list[Message]:
-            channels = member_channels(conn, caller.agent)
-            now = self.store.clock()
-            found = reading.search_rows(
-                conn, self.store.dialect, caller.agent, channels, words, limit, now, before
-            )
-            if found is None:
-                raise not_found(f"no message {before!r} that you can see", before=before)
-            return [mail.message_from_row(r, r.delivery_state) for r in found]
-
-        await self.store.index_for_search()
-        return await self.store.read(tx)
 
     # -- retention ---------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from agentpost.services.admin_gate import AdminGate
 from agentpost.services.channels import Channels
 from agentpost.services.directory import Directory
 from agentpost.services.events import Events
+from agentpost.services.history import History
 from agentpost.services.keys import Keys
 from agentpost.services.leadership import Leadership
 from agentpost.services.mailbox import Mailbox
@@ -55,6 +56,7 @@ class PostOffice:
         self.settings = settings
         self.presence = PresenceService(store, settings)
         self.mailbox = Mailbox(store, settings)
+        self.history = History(store, settings)
         self.channels = Channels(store, settings)
         gate = AdminGate(store, settings)  # one memory of refused admin acts for all three
         self.keys = Keys(store, settings, gate)

@@ -451,15 +451,26 @@ def message_row(conn: Connection, message_id: str) -> Row[Any] | None:
     return conn.execute(select(messages).where(messages.c.id == message_id)).first()
 
 
-def sent_rows(conn: Connection, sender: str, limit: int) -> list[Row[Any]]:
-    return list(
-        conn.execute(
-            select(messages)
-            .where(messages.c.sender == sender)
-            .order_by(messages.c.seq.desc())
-            .limit(limit)
-        )
+def sent_rows(
+    conn: Connection, sender: str, limit: int, before_seq: int | None = None
+) -> list[Row[Any]]:
+    query = (
+        select(messages)
+        .where(messages.c.sender == sender)
+        .order_by(messages.c.seq.desc())
+        .limit(limit)
     )
+    if before_seq is not None:
+        query = query.where(messages.c.seq < before_seq)
+    return list(conn.execute(query))
+
+
+def sent_seq(conn: Connection, sender: str, message_id: str) -> int | None:
+    """The `seq` of a message `sender` sent (None: no such message of theirs)."""
+    seq = conn.execute(
+        select(messages.c.seq).where(messages.c.id == message_id, messages.c.sender == sender)
+    ).scalar()
+    return None if seq is None else int(seq)
 
 
 def receipts(conn: Connection, seqs: Sequence[int], now: float) -> dict[int, list[Receipt]]:

@@ -125,16 +125,25 @@ def thread_named(
 
 
 def thread_rows(
-    conn: Connection, reader: str, channels: Iterable[str], thread_id: str, limit: int, now: float
+    conn: Connection,
+    reader: str,
+    channels: Iterable[str],
+    thread_id: str,
+    limit: int,
+    now: float,
+    before_seq: int | None = None,
 ) -> list[Row[Any]]:
-    """The newest `limit` messages of a thread that `reader` may see, returned oldest first."""
-    newest = conn.execute(
+    """The newest `limit` messages of a thread that `reader` may see (before a cursor),
+    returned oldest first."""
+    query = (
         select(messages, _with_reader_state(reader, now))
         .where(messages.c.thread_id == thread_id, visible_to(reader, channels, now))
         .order_by(messages.c.seq.desc())
         .limit(limit)
     )
-    return list(reversed(list(newest)))
+    if before_seq is not None:
+        query = query.where(messages.c.seq < before_seq)
+    return list(reversed(list(conn.execute(query))))
 
 
 def channel_rows(
