@@ -146,3 +146,27 @@ async def test_sessions_minted_at_both_replicas_at_once_never_pass_the_cap(
     assert sorted(a.status_code for a in answers) == [201] * 10 + [409] * 20
     for alice_at in alice:
         assert (await alice_at.post("/v1/sessions", json={})).status_code == 409
+
+
+async def test_a_session_that_stood_aside_through_one_replica_takes_no_seat_through_the_other(
+    replicas: tuple[Service, Service],
+) -> None:
+    """Standing aside (minted without `auto_lead`, or stepping down) was remembered only by
+    the replica that heard it: the session's next move onto `main`, sent by the load balancer
+    to the other replica, took the free seat it had given up."""
+    one, two = replicas
+    key = await one.create_agent("alice")
+    body = {"project": "rocket", "branch": "feature-x", "auto_lead": False}
+    aside = (await one.client(key).post("/v1/sessions", json=body)).json()["session_id"]
+    body = {"project": "rocket", "branch": "main", "worktree": "/elsewhere"}
+    down = (await one.client(key).post("/v1/sessions", json=body)).json()["session_id"]
+    released = await one.client(key, **speaking_for(down)).post("/v1/leadership/release")
+    assert released.json()["released"] is True
+    alice = two.client(key, **speaking_for(aside))
+    for session, branch in ((aside, "main"), (down, "master")):  # each a branch that may lead
+        beat = await alice.post(f"/v1/sessions/{session}/heartbeat", json={"branch": branch})
+        assert beat.status_code == 200, beat.text
+        assert (await alice.get("/v1/leadership")).json()["leader"] is None
+
+    claimed = (await alice.post("/v1/leadership/claim")).json()  # its word is its own to take back
+    assert (claimed["leader"], claimed["session_id"]) == ("alice", aside)

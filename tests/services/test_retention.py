@@ -174,6 +174,29 @@ async def test_a_seat_held_for_weeks_and_just_given_up_is_kept(
     assert (await office.leadership.leader(alice)).term == 1
 
 
+async def test_a_sessions_word_to_stand_aside_lives_as_long_as_the_session(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Kept in the store, so that every replica keeps it: while the session beats, however
+    long, and not for ever after it fell silent."""
+    alice = await session_caller(office, "alice")
+    await office.leadership.claim(alice)
+    await office.leadership.release(alice)
+
+    def words(conn: Connection) -> list[str]:
+        query = select(leases.c.name).where(leases.c.name.startswith("aside:"))
+        return list(conn.execute(query).scalars())
+
+    assert await office.store.read(words) == [f"aside:{alice.session_id}"]
+    clock.advance(31 * DAY)
+    await office.presence.heartbeat(alice.session_id or "")
+    await office.mailbox.sweep()
+    assert await office.store.read(words) == [f"aside:{alice.session_id}"]
+    clock.advance(31 * DAY)
+    await office.mailbox.sweep()
+    assert await office.store.read(words) == []
+
+
 # -- requests -----------------------------------------------------------------------------------
 
 

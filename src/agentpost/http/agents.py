@@ -89,7 +89,7 @@ async def open_session(
     if body.auto_lead:
         await office.leadership.claim_if_eligible(minted)
     else:
-        office.leadership.stand_aside(minted)
+        await office.leadership.stand_aside(minted)
     return {"session_id": session.id, "agent": session.agent, "project": session.project}
 
 

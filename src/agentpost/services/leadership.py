@@ -132,7 +132,8 @@ class Leadership:
         """Sessions over HTTP whose heartbeat moved them lately, oldest claim first."""
         self._stepped_down: set[str] = set()
         """Sessions of this process that released the seat: they stand no more until they
-        claim again, or their own standing would take back at once what they gave up."""
+        claim again, or their own standing would take back at once what they gave up. The
+        store keeps their word too (`leases.stand_aside`), for the other replicas."""
 
     @property
     def _ttl_s(self) -> float:
@@ -220,6 +221,10 @@ class Leadership:
         self._stepped_down.discard(caller.session_id)
         return seat
 
+    def _stands_aside(self, conn: Connection, caller: Caller) -> bool:
+        sid = caller.session_id
+        return sid is not None and (sid in self._stepped_down or leases.stands_aside(conn, sid))
+
     async def claim_if_eligible(self, caller: Caller) -> Leader | None:
         """What a session minted over HTTP does with `auto_lead` when it opens, and when its
         heartbeat moves it to another branch (a local session stands afresh then): take its
@@ -231,9 +236,11 @@ class Leadership:
         and one opened as its leader's session ended must take the seat then, not a window
         later. A client opening sessions in a loop pays a write for each open anyway, and a
         claim that cannot succeed is refused by a read (`claim`)."""
-        if not self.settings.auto_lead or caller.session_id in self._stepped_down:
+        if not self.settings.auto_lead:
             return None
         try:
+            if await self.store.read(lambda conn: self._stands_aside(conn, caller)):
+                return None
             return await self.claim(caller)
         except AgentpostError as err:
             # Not eligible: the seat is held or the session may not lead (conflict,
@@ -243,12 +250,16 @@ class Leadership:
                 log.warning("a new session could not stand for leader: %s", err)
             return None
 
-    def stand_aside(self, caller: Caller) -> None:
+    async def stand_aside(self, caller: Caller) -> None:
         """The caller's session takes no free seat by itself, as one that stepped down, until
         it claims one: a client minting again the session of one that stepped down (its old
-        one ended from outside) keeps its word."""
-        if caller.session_id is not None:
-            self._stepped_down.add(caller.session_id)
+        one ended from outside) keeps its word, whichever replica its requests reach."""
+        if (sid := caller.session_id) is not None:
+            self._stepped_down.add(sid)
+            now = self.store.clock()
+            await self.store.write(
+                lambda conn: leases.stand_aside(conn, self.store.dialect, sid, caller.agent, now)
+            )
 
     async def heartbeat_of(
         self, caller: Caller, session_id: str, *, branch: str | None = None
@@ -280,11 +291,13 @@ class Leadership:
 
         def tx(conn: Connection) -> Leader:
             name = self._project(conn, caller, project)
-            beat_asking(conn, caller.session_id, self.store.clock())
+            now = self.store.clock()
+            beat_asking(conn, caller.session_id, now)
             before = self._seat(conn, name)
             mine = before.leader is not None and before.session_id == caller.session_id
             if not mine:
                 return replace(before, released=False)
+            leases.stand_aside(conn, self.store.dialect, caller.session_id or "", caller.agent, now)
             leases.release(
                 conn,
                 lease_name(name),
@@ -366,14 +379,17 @@ class Leadership:
         def look(conn: Connection) -> leases.Holding | None:
             return leases.holding(conn, name, now=self.store.clock(), ttl_s=self._ttl_s)
 
+        def aside(conn: Connection) -> tuple[bool, leases.Holding | None]:
+            return self._stands_aside(conn, caller), look(conn)
+
         def vouched(conn: Connection) -> None:
             check_vouched(accounts.as_stored(conn, caller))
 
-        held = await self.store.read(look)
+        stood_aside, held = await self.store.read(aside)
         if held is not None and held.live and _process_gone(held):
             await self.presence.end_dead_local_sessions(held.holder)
-            held = await self.store.read(look)
-        if caller.session_id in self._stepped_down or (held is not None and held.live):
+            stood_aside, held = await self.store.read(aside)
+        if stood_aside or (held is not None and held.live):
             mine = held is None or not held.live or held.session_id == caller.session_id
             return self._view(project, held), None if mine else held
         # An agent not vouched for is refused by a read: its standing wakes on every commit.
@@ -438,6 +454,7 @@ class Leadership:
         )
         if term is None:
             raise _held_by(caller, project, before)
+        leases.stand_again(conn, caller.session_id or "")
         if before is not None and before.live and before.session_id != caller.session_id:
             # A live holder put out of the seat: kept in the audit log as the owner's acts are.
             audit.record(

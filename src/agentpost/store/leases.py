@@ -26,6 +26,12 @@ TERMS_FLOOR = "terms:forgotten"
 """The row keeping the greatest term of any lease forgotten: never a lease of anyone's (a
 leader's lease is `leader:<project>`)."""
 
+ASIDE_PREFIX = "aside:"
+"""`aside:<session_id>`: the session's word that it takes no free seat by itself (it stepped
+down, or was minted without `auto_lead`) until it claims one. Kept here, not in a process's
+memory, so every replica and a restarted one keep it; it lives while the session does, and is
+forgotten with the session's other leases (`forget_lapsed`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Holding:
@@ -145,6 +151,30 @@ def release(
     if session_ids is not None:
         stmt = stmt.where(leases.c.session_id.in_(session_ids))
     return bool(conn.execute(stmt.values(holder=None, session_id=None, acquired_at=now)).rowcount)
+
+
+def stand_aside(
+    conn: Connection, dialect: ModuleType, session_id: str, agent: str, now: float
+) -> None:
+    """Record that `session_id` stands aside (`ASIDE_PREFIX`)."""
+    values = {
+        "name": ASIDE_PREFIX + session_id,
+        "holder": agent,
+        "session_id": session_id,
+        "term": 0,
+        "acquired_at": now,
+    }
+    conn.execute(dialect.upsert(leases, ["name"], values, {"acquired_at": now}))
+
+
+def stands_aside(conn: Connection, session_id: str) -> bool:
+    query = select(leases.c.name).where(leases.c.name == ASIDE_PREFIX + session_id)
+    return conn.execute(query).first() is not None
+
+
+def stand_again(conn: Connection, session_id: str) -> None:
+    """`session_id` claimed a seat: it stands for free seats by itself again."""
+    conn.execute(delete(leases).where(leases.c.name == ASIDE_PREFIX + session_id))
 
 
 _HOLDING = select(

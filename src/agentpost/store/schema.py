@@ -278,7 +278,7 @@ webhook_deliveries = Table(
 leases = Table(
     "leases",
     metadata,
-    Column("name", String(200), primary_key=True),  # "leader:<project>"
+    Column("name", String(200), primary_key=True),  # "leader:<project>", "aside:<session>"
     Column("holder", String(64)),  # the agent when it claimed; NULL once released
     Column("session_id", String(40)),  # the holder's session: the lease lives while it does
     Column("term", SeqType, nullable=False),  # grows with every new holder, never reused
