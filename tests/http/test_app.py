@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
+from agentpost.store.migrate import SCHEMA_HEAD
 from backends import refuse_connections, refuse_writes
 from service_process import Service, running_service
 
@@ -93,6 +95,29 @@ async def test_a_replica_whose_database_takes_no_writes_is_unready_and_says_why(
         finally:
             await refuse_writes(fresh_pg_url, refuse=False)
         assert (await anonymous.get("/ready")).status_code == 200
+
+
+async def test_a_replica_whose_database_a_newer_release_migrated_is_unready_and_says_why(
+    service: Service,
+) -> None:
+    """A rolling upgrade: a newer replica migrated the database while this one ran. It would
+    refuse to start on it now, yet answered ready (naming the new schema as its own), and the
+    load balancer kept sending it writes the new schema may not take."""
+    database = service.home / "agentpost.db"
+    with sqlite3.connect(database) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    anonymous = service.client()
+    unready = await anonymous.get("/ready")
+    assert unready.status_code == 503
+    assert unready.json()["error"] == {
+        "code": "unavailable",
+        "message": f"the database's schema (9999) is newer than this agentpost knows"
+        f" ({SCHEMA_HEAD}); upgrade agentpost to open it",
+    }
+    assert (await anonymous.get("/health")).status_code == 200  # not one to restart
+    with sqlite3.connect(database) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = ?", (SCHEMA_HEAD,))
+    assert (await anonymous.get("/ready")).status_code == 200
 
 
 @contextmanager

@@ -25,6 +25,7 @@ from agentpost.services.reservations import Reservations
 from agentpost.services.sweeper import Sweeper
 from agentpost.services.tasks import Tasks
 from agentpost.services.webhooks import Webhooks
+from agentpost.store import migrate
 from agentpost.store.database import Clock, Store
 
 READY_WITHIN_S = 5.0
@@ -77,9 +78,9 @@ class PostOffice:
 
     async def readiness(self) -> Readiness:
         """Whether this process can serve requests now: its database answers a read, within
-        `READY_WITHIN_S`, holds agentpost's schema, and takes writes (a replica that reads
-        but cannot store mail is no use to a sender). Raises `unavailable` otherwise, for a
-        load balancer to send requests to another replica meanwhile."""
+        `READY_WITHIN_S`, holds agentpost's schema (not a newer one), and takes writes (a
+        replica that reads but cannot store mail is no use to a sender). Raises `unavailable`
+        otherwise, for a load balancer to send requests to another replica meanwhile."""
         try:
             with anyio.fail_after(READY_WITHIN_S):
                 schema = await self.store.schema_revision()
@@ -91,6 +92,10 @@ class PostOffice:
             ) from None
         if schema is None:
             raise AgentpostError(ErrorCode.UNAVAILABLE, "the database holds no agentpost schema")
+        # A newer replica migrated it while this one ran: the load balancer must drain this one,
+        # which would refuse to start on it now and may not write what the new schema holds.
+        if (newer := migrate.newer_than_known(schema)) is not None:
+            raise newer
         if refusal is not None:
             raise AgentpostError(ErrorCode.UNAVAILABLE, f"{refusal}: this replica stores no mail")
         return Readiness(

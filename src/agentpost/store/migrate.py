@@ -8,6 +8,7 @@ file lock beside a SQLite file, an advisory lock on PostgreSQL) and check again 
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -36,20 +37,28 @@ def current_revision(conn: Connection) -> str | None:
         return None
 
 
+@functools.cache  # asked at every readiness check too
 def known_revisions() -> frozenset[str]:
     """The revisions this agentpost's migrations hold (their files are named `NNNN_…`)."""
     return frozenset(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*.py"))
 
 
+def newer_than_known(found: str | None) -> AgentpostError | None:
+    """The refusal of a schema newer than this agentpost knows (a newer replica migrated it),
+    with the way out; None for one it knows."""
+    if found is None or found in known_revisions():
+        return None
+    return AgentpostError(
+        ErrorCode.UNAVAILABLE,
+        f"the database's schema ({found}) is newer than this agentpost knows"
+        f" ({SCHEMA_HEAD}); upgrade agentpost to open it",
+    )
+
+
 def _refuse_unknown(found: str | None) -> None:
-    """A schema newer than this agentpost knows (a newer replica migrated it) is refused, with
-    the way out: an older program would otherwise fail deep in Alembic."""
-    if found is not None and found not in known_revisions():
-        raise AgentpostError(
-            ErrorCode.UNAVAILABLE,
-            f"the database's schema ({found}) is newer than this agentpost knows"
-            f" ({SCHEMA_HEAD}); upgrade agentpost to open it",
-        )
+    """Refused at start: an older program would otherwise fail deep in Alembic."""
+    if (refusal := newer_than_known(found)) is not None:
+        raise refusal
 
 
 def upgrade(conn: Connection, target: str = "head") -> None:
