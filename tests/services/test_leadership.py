@@ -596,6 +596,32 @@ async def test_a_session_flapping_between_branches_claims_at_most_once_a_window(
     assert len(claims) == 2
 
 
+async def test_a_session_over_http_takes_the_seat_its_silent_leader_left_at_its_heartbeat(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Failover over HTTP: a remote-backed stdio session claimed only as it opened or moved,
+    so once the leader's machine (or the replica its connection was on) died, the seat stayed
+    free with every other session on main heartbeating on."""
+    sessions = {}
+    for name in ("alice", "bob"):
+        caller, _ = await keyed(office, name, project="shop")
+        opened = await office.presence.open_http_session(
+            caller, host="elsewhere", project="shop", branch="main"
+        )
+        sessions[name] = replace(caller, session_id=opened.id)
+        await office.leadership.claim_if_eligible(sessions[name])  # as minting does
+    alice, bob = sessions["alice"], sessions["bob"]
+    assert bob.session_id is not None
+    await office.leadership.heartbeat_of(bob, bob.session_id)
+    seat = await office.leadership.leader(bob)
+    assert (seat.leader, seat.session_id) == ("alice", alice.session_id)
+
+    clock.advance(office.settings.offline_after_s + 1)  # alice heartbeats no more
+    await office.leadership.heartbeat_of(bob, bob.session_id)
+    seat = await office.leadership.leader(bob)
+    assert (seat.leader, seat.session_id, seat.term) == ("bob", bob.session_id, 2)
+
+
 async def test_a_session_that_ends_while_its_claim_looks_at_its_branch_takes_no_seat(
     office: PostOffice, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -221,6 +221,17 @@ class Leadership:
         self._stepped_down.discard(caller.session_id)
         return seat
 
+    def _left_free(self, conn: Connection, session_id: str) -> bool:
+        """Whether the session's project has a seat someone held and nobody holds now, and the
+        session has not stood aside."""
+        session = agent_rows.get_session(conn, session_id)
+        if session is None or not session.project or leases.stands_aside(conn, session_id):
+            return False
+        held = leases.holding(
+            conn, lease_name(session.project), now=self.store.clock(), ttl_s=self._ttl_s
+        )
+        return held is not None and not held.live
+
     def _stands_aside(self, conn: Connection, caller: Caller) -> bool:
         sid = caller.session_id
         return sid is not None and (sid in self._stepped_down or leases.stands_aside(conn, sid))
@@ -266,8 +277,12 @@ class Leadership:
     ) -> None:
         """Keep one of the caller's sessions online (`PresenceService.heartbeat_of`); one
         moved to another branch than the store held stands afresh (`claim_if_eligible`), as a
-        local session does at a checkout, at most once in `CLAIM_AFTER_MOVE_S`."""
+        local session does at a checkout, at most once in `CLAIM_AFTER_MOVE_S`. So does one
+        whose project's seat was left free (its leader fell silent, ended or stepped down), as
+        a local session's standing does: else over HTTP the seat failed over to nobody."""
         moved = await self.presence.heartbeat_of(caller, session_id, branch=branch)
+        if not moved and self.settings.auto_lead:
+            moved = await self.store.read(lambda conn: self._left_free(conn, session_id))
         now = self.store.clock()
         last = self._moves.get(session_id)
         if last is None and not moved:
