@@ -479,6 +479,34 @@ def test_install_claude_repairs_a_command_whose_agentpost_is_gone(tmp_path: Path
     assert "repaired" in done.stdout
 
 
+def test_install_codex_repairs_a_command_whose_agentpost_is_gone(tmp_path: Path) -> None:
+    """Codex's entry too: `already set up` for a command that no longer starts anything left
+    Codex without agentpost; only the command changes, the user's comment and env stay."""
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    config = codex_home / "config.toml"
+    gone = str(tmp_path / "old-venv" / "bin" / "agentpost")
+    config.write_text(
+        THEIR_CODEX + f'\n[mcp_servers.agentpost]\ncommand = "{gone}"  # my clone\n'
+        'args = ["mcp"]\nenv = { AGENTPOST_AGENT = "codex-a" }\n'
+    )
+    done = install("codex", cwd=tmp_path, codex_home=codex_home, path="/usr/bin:/bin")
+    assert done.returncode == 0, done.stderr
+    assert "repaired [mcp_servers.agentpost]" in done.stdout
+    now = str(AGENTPOST.resolve())
+    text = config.read_text()
+    assert text.startswith(THEIR_CODEX)
+    assert f'command = "{now}"  # my clone' in text
+    assert tomllib.loads(text)["mcp_servers"]["agentpost"] == {
+        "command": now,
+        "args": ["mcp"],
+        "env": {"AGENTPOST_AGENT": "codex-a"},
+    }
+    again = install("codex", cwd=tmp_path, codex_home=codex_home, path="/usr/bin:/bin")
+    assert "already set up, unchanged" in again.stdout
+    assert config.read_text() == text
+
+
 def test_both_installs_write_what_the_readme_tells_a_user_to_write_by_hand(tmp_path: Path) -> None:
     """The README's `.mcp.json` and `~/.codex/config.toml` snippets, with `agentpost` on PATH."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()

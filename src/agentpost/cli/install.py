@@ -323,7 +323,7 @@ def codex_change(path: Path, command: str) -> Change:
     document = _parse_toml(path, before)
     servers = _servers_of(path, document)
     if servers is not None and SERVER in servers:
-        return Change(path, before, before or "", [])
+        return _codex_repair(path, before, document, servers[SERVER], command)
     wanted = {"command": command, "args": ["mcp"]}
     expected = document.unwrap()
     expected.setdefault("mcp_servers", {})[SERVER] = wanted
@@ -346,6 +346,33 @@ def codex_change(path: Path, command: str) -> Change:
         ErrorCode.INVALID_ARGUMENT,
         f"{path}: cannot add [mcp_servers.{SERVER}] without changing the rest; add it by hand",
     )
+
+
+def _codex_repair(
+    path: Path, before: str | None, document: Any, entry: Any, command: str
+) -> Change:
+    """An `agentpost` server kept as written, unless its command is an absolute path to an
+    agentpost that is gone: then that one value is pointed at this one, every other byte kept."""
+    import tomllib
+
+    import tomlkit
+
+    if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
+        return Change(path, before, before or "", [])
+    if not _gone(entry["command"]):
+        return Change(path, before, before or "", [])
+    expected = document.unwrap()
+    expected["mcp_servers"][SERVER]["command"] = command
+    entry["command"] = command
+    after = tomlkit.dumps(document)
+    if tomllib.loads(after) != expected:  # written otherwise than tomlkit edits cleanly
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{path}: cannot repair [mcp_servers.{SERVER}] (its agentpost is gone) without "
+            "changing the rest; set its command by hand",
+        )
+    repaired = f"repaired [mcp_servers.{SERVER}]: its agentpost is gone, now {command}"
+    return Change(path, before, after, [repaired])
 
 
 def _parse_toml(path: Path, before: str | None) -> Any:
