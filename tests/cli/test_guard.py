@@ -100,14 +100,15 @@ def reserve(
     worktree: str = "/elsewhere/shop",
     exclusive: bool = True,
     reason: str = "rewriting it",
+    project: str = "shop",
 ) -> None:
-    """`agent` reserves `paths` of project shop from a live local session (of `OUTSIDER_PID`)."""
+    """`agent` reserves `paths` of `project` from a live local session (of `OUTSIDER_PID`)."""
 
     async def main() -> None:
         office = await PostOffice.open(Settings())
         try:
             context = LocalContext(
-                host=this_host(), pid=OUTSIDER_PID, project="shop", worktree=worktree, branch="x"
+                host=this_host(), pid=OUTSIDER_PID, project=project, worktree=worktree, branch="x"
             )
             session = await office.presence.open_local_session(context, name=agent)
             caller = Caller(agent, session.id)
@@ -188,7 +189,8 @@ def test_two_agents_in_one_worktree_are_told_apart_by_the_claude_code_that_commi
     repo: Path,
 ) -> None:
     installed(repo)
-    reserve("alice", ["src/**"], worktree=str(repo))  # from the worktree bob works in too
+    # From the worktree bob works in too, in the project the stand-in's `agentpost mcp` names.
+    reserve("alice", ["src/**"], worktree=str(repo), project="apollo")
     logs = repo.parent
     with (
         claude_code("alice", cwd=repo, log=logs / "alice.stderr", env=git_env()) as alice,
@@ -201,6 +203,23 @@ def test_two_agents_in_one_worktree_are_told_apart_by_the_claude_code_that_commi
         done = ask(alice, ["git", "commit", "-qm", "alice's change"])
         assert done["returncode"] == 0, done["stderr"]
     assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+
+
+def test_a_project_named_in_claude_codes_settings_for_the_server_holds_for_its_commits(
+    repo: Path,
+) -> None:
+    """`.mcp.json` may give `agentpost mcp` an `AGENTPOST_PROJECT` its commits never see (the
+    stand-in's is apollo, the folder's shop): the guard checked shop, saw none of the
+    reservations made in apollo, and let every commit through."""
+    installed(repo)
+    reserve("alice", ["src/app.py"], project="apollo")
+    with claude_code("bob", cwd=repo, log=repo.parent / "bob.stderr", env=git_env()) as bob:
+        stage(repo, "src/app.py")
+        refused = ask(bob, ["git", "commit", "-qm", "bob's change"])
+    assert refused["returncode"] == 1, refused["stderr"]
+    assert "(project apollo)" in refused["stderr"]
+    assert "src/app.py: held by alice" in refused["stderr"]
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "1"
 
 
 def test_every_worktree_of_the_repository_shares_the_guard(repo: Path, tmp_path: Path) -> None:

@@ -12,7 +12,9 @@ them exclusively in this project, naming the path, the holder and until when. Th
 agent is `AGENTPOST_AGENT`, else the agent of the live local `agentpost mcp` session started by
 the same parent as one of the commit's ancestors (Claude Code starts both; the hook's lookup), so
 two agents sharing a worktree are held to each other's reservations; only when neither names one
-are the reservations made from this worktree yours. It reads the local post office, or the
+are the reservations made from this worktree yours. The project is `AGENTPOST_PROJECT`, else that
+session's (an `env` of the client's settings for the server names it there alone), else the
+worktree's. It reads the local post office, or the
 remote one of `AGENTPOST_URL`/`AGENTPOST_KEY` (which knows no local processes); when that cannot
 be read, whatever the reason (a bad config file included), it warns and lets the commit through:
 reservations are advisory, and a broken guard must not stop work.
@@ -188,23 +190,28 @@ def staged_files() -> list[str]:
 
 async def _read_post_office(
     settings: Settings, project: str
-) -> tuple[str | None, list[Reservation]]:
-    """(the committing agent, the project's live reservations). The agent is AGENTPOST_AGENT,
-    else the one whose local `agentpost mcp` the same Claude Code started (see
-    `Reservations.agent_of_process`); None when neither says: then the worktree says which
-    reservations are yours."""
+) -> tuple[str | None, str, list[Reservation]]:
+    """(the committing agent, its project, the project's live reservations). The agent is
+    AGENTPOST_AGENT, else the one whose local `agentpost mcp` the same Claude Code started (see
+    `Reservations.session_of_process`); None when neither says: then the worktree says which
+    reservations are yours. The project is AGENTPOST_PROJECT, else that session's (the client's
+    settings may have named it for the server alone), else the worktree's."""
     if settings.url:  # a remote post office knows no local processes
         from agentpost.client import AsyncClient
 
         async with AsyncClient(settings.url, settings.key) as client:
-            return settings.agent, await client.reservations(project=project)
+            return settings.agent, project, await client.reservations(project=project)
     from agentpost.services import PostOffice
 
     office = await PostOffice.open(settings)
     try:
-        held = await office.reservations.live(project)
-        agent = settings.agent or await office.reservations.agent_of_process(os.getpid())
-        return agent, held
+        agent = settings.agent
+        session = await office.reservations.session_of_process(os.getpid())
+        if session is not None:
+            agent = agent or session[0]
+            if settings.project is None and session[1]:
+                project = session[1]
+        return agent, project, await office.reservations.live(project)
     finally:
         await office.aclose()
 
@@ -225,7 +232,7 @@ def check(environ: Mapping[str, str]) -> int:
             return 0
         settings = load_settings()
         context = detect(project_override=settings.project)
-        agent, held = anyio.run(_read_post_office, settings, context.project)
+        agent, project, held = anyio.run(_read_post_office, settings, context.project)
     except Exception as exc:  # a bad config, an unreadable store, no git: never stop the commit
         if isinstance(exc, AgentpostError):
             why = f"{exc.code.value}: {exc.message}"
@@ -240,7 +247,7 @@ def check(environ: Mapping[str, str]) -> int:
         return 0
     lines = [
         "agentpost guard: this commit touches files another agent holds exclusively "
-        f"(project {context.project}):"
+        f"(project {project}):"
     ]
     for path, r in refused:
         until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(r.expires_at))

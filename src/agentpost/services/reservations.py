@@ -386,19 +386,21 @@ class Reservations:
             lambda conn: rows.live(conn, project, now, self.settings.offline_after_s)
         )
 
-    async def agent_of_process(self, pid: int) -> str | None:
-        """The agent a local process acts for (the commit guard's `git commit`): that of the
-        live stdio session of this host started by the same parent as one of the process's
-        ancestors, as Claude Code starts both `agentpost mcp` and the commands it runs (the
-        hook's lookup, agentpost.store.notes); None when there is none."""
+    async def session_of_process(self, pid: int) -> tuple[str, str | None] | None:
+        """(agent, project) of the session a local process acts for (the commit guard's `git
+        commit`): the live stdio session of this host started by the same parent as one of the
+        process's ancestors, as Claude Code starts both `agentpost mcp` and the commands it runs
+        (the hook's lookup, agentpost.store.notes); None when there is none. Its project is the
+        one it reserves in, which the client's settings may have named for the server alone."""
         now, host = self.store.clock(), this_host()
         found = await self.store.read(
             lambda conn: agent_rows.live_sessions(conn, now, self.settings.offline_after_s)
         )
         here = [
-            notes.LiveSession(s.agent, int(s.pid), float(s.started_at))
+            notes.LiveSession(s.agent, int(s.pid), float(s.started_at), s.project)
             for s in found
             if s.transport == "stdio" and s.host == host and s.pid
         ]
         here.sort(key=lambda s: s.started_at, reverse=True)
-        return notes.agent_of_this_session(here, pid)
+        session = notes.session_of_this_process(here, pid)
+        return None if session is None else (session.agent, session.project)

@@ -35,6 +35,8 @@ class LiveSession:
     agent: str
     pid: int
     started_at: float
+    project: str | None = None
+    """Read by the commit guard only (the hook has no use for it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,12 +220,18 @@ def ancestors(pid: int) -> list[int]:
     return chain
 
 
-def agent_of_this_session(sessions: Sequence[LiveSession], pid: int) -> str | None:
-    """The agent of the session whose process is a child of `pid`'s nearest ancestor that has
-    one (newest first when several are); None when no ancestor has."""
+def session_of_this_process(sessions: Sequence[LiveSession], pid: int) -> LiveSession | None:
+    """The session whose process is a child of `pid`'s nearest ancestor that has one (newest
+    first when several are); None when no ancestor has."""
     parents = {s.pid: parent_of(s.pid) for s in sessions}
     for ancestor in ancestors(pid):
         for session in sessions:  # newest first
             if parents[session.pid] == ancestor:
-                return session.agent
+                return session
     return None
+
+
+def agent_of_this_session(sessions: Sequence[LiveSession], pid: int) -> str | None:
+    """The agent of `session_of_this_process`."""
+    session = session_of_this_process(sessions, pid)
+    return None if session is None else session.agent
