@@ -56,6 +56,27 @@ def test_every_worktree_of_a_repository_shares_its_project(repo: Path) -> None:
     assert context.derived_name == "my-shop-feature-login"
 
 
+@pytest.mark.parametrize(
+    ("bare", "pointer", "project"),
+    [("shop/.bare", "shop/.git", "shop"), ("shop.git", None, "shop")],
+    ids=["hidden-in-the-project-folder", "named-dot-git"],
+)
+def test_worktrees_of_a_bare_repository_take_its_projects_name(
+    repo: Path, tmp_path: Path, bare: str, pointer: str | None, project: str
+) -> None:
+    """`git clone --bare URL shop/.bare` with `shop/.git` pointing at it: every such repository
+    was project `bare`, so unrelated repositories shared one leader, reservations and channel."""
+    git(tmp_path, "clone", "-q", "--bare", str(repo), bare)
+    if pointer is not None:
+        (tmp_path / pointer).write_text("gitdir: ./.bare\n")
+    top = tmp_path / "shop" if pointer is not None else tmp_path / bare
+    git(top, "worktree", "add", "-q", str(tmp_path / "shop-main"), "main")
+    git(top, "worktree", "add", "-q", "-b", "fix", str(tmp_path / "shop-fix"))
+    main, fix = detect(tmp_path / "shop-main"), detect(tmp_path / "shop-fix")
+    assert (main.project, main.branch) == (project, "main")
+    assert (fix.project, fix.branch) == (project, "fix")
+
+
 def test_a_detached_head_is_named_after_its_commit(repo: Path) -> None:
     git(repo, "checkout", "-q", "--detach")
     context = detect(repo)

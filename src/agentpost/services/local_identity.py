@@ -78,7 +78,9 @@ def detect(cwd: Path | None = None, *, project_override: str | None = None) -> L
     head_file: str | None = None
     if out and len(out.splitlines()) == 3:
         common_dir, toplevel, git_dir = (Path(line) for line in out.splitlines())
-        main = common_dir.parent if common_dir.name == ".git" else common_dir
+        # `.git`, or a bare repository hidden in the project's folder (`shop/.bare`, a common
+        # layout for worktrees): the folder names it. Else a bare `shop.git` does.
+        main = common_dir.parent if common_dir.name.startswith(".") else common_dir
         project = main.name.removesuffix(".git")
         head_file = str(git_dir / "HEAD")
         branch = checked_out(cwd)
