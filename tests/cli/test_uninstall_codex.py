@@ -52,6 +52,8 @@ def test_uninstall_codex_takes_back_exactly_what_install_added(tmp_path: Path) -
     config = home / "config.toml"
     assert agentpost("install", "codex", codex_home=home).returncode == 0
     assert "agentpost" in tomllib.loads(config.read_text())["mcp_servers"]
+    # Set apart from the table that follows it, as theirs are (it came right above it).
+    assert 'args = ["mcp"]\n\n[profiles.fast]' in config.read_text()
 
     done = agentpost("uninstall", "codex", codex_home=home)
     assert done.returncode == 0, done.stderr

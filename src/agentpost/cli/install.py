@@ -337,7 +337,7 @@ def codex_change(path: Path, command: str) -> Change:
         entry.update(wanted)
         try:
             merged["mcp_servers"][SERVER] = entry
-            after = tomlkit.dumps(merged)
+            after = _spaced(tomlkit.dumps(merged))
             if tomllib.loads(after) == expected:
                 return Change(path, before, after, [f"added [mcp_servers.{SERVER}]"])
         except (TOMLKitError, ValueError):
@@ -346,6 +346,15 @@ def codex_change(path: Path, command: str) -> Change:
         ErrorCode.INVALID_ARGUMENT,
         f"{path}: cannot add [mcp_servers.{SERVER}] without changing the rest; add it by hand",
     )
+
+
+def _spaced(text: str) -> str:
+    """A blank line between our table and a table tomlkit put right after it, as between
+    theirs (uninstall takes it out with the table)."""
+    ours = f"[mcp_servers.{SERVER}]\n"
+    start = text.find(ours)
+    end = text.find("\n[", start + len(ours)) if start >= 0 else -1
+    return text if end < 0 else f"{text[: end + 1]}\n{text[end + 1 :]}"
 
 
 def _codex_repair(
