@@ -363,6 +363,23 @@ def test_install_honours_core_hooks_path(repo: Path) -> None:
     git(repo, "config", "core.hooksPath", ".githooks")
     installed(repo)
     assert (repo / ".githooks" / "pre-commit").exists()
+
+
+def test_install_under_a_relative_hooks_path_says_it_guards_this_worktree_only(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Said to guard every worktree, it guarded only the one it was run in: git looks for a
+    relative core.hooksPath in the worktree that commits."""
+    git(repo, "config", "core.hooksPath", ".githooks")
+    linked = tmp_path / "shop-feature"
+    git(repo, "worktree", "add", "-q", "-b", "feature", str(linked))
+    done = agentpost(repo, "guard", "install")
+    assert done.returncode == 0, done.stderr
+    assert "this guards this worktree only" in done.stdout
+    assert not (linked / ".githooks" / "pre-commit").exists()
+    git(repo, "config", "core.hooksPath", str(tmp_path / "hooks"))
+    shared = agentpost(repo, "guard", "install")
+    assert "worktree only" not in shared.stdout
     assert not (repo / ".git" / "hooks" / "pre-commit").exists()
     reserve("bob", ["src/**"])
     assert commit(repo, "src/app.py").returncode == 1

@@ -161,7 +161,22 @@ def install(cwd: Path | None = None) -> str:
                 note = f"; your hook runs after it, kept as {chained}"
         hook.write_text(hook_script())
         hook.chmod(0o755)
-    return f"agentpost guard installed in {hook}{note}"
+    return f"agentpost guard installed in {hook}{note}{_per_worktree(cwd)}"
+
+
+def _per_worktree(cwd: Path | None) -> str:
+    """A relative `core.hooksPath` names a folder in each worktree: a hook written into this
+    one's guards no other (the shared hooks folder guards them all)."""
+    from agentpost.services.local_identity import run_git
+
+    done = run_git(cwd, "config", "--get", "core.hooksPath", timeout=GIT_TIMEOUT_S)
+    named = done.stdout.strip() if done is not None and done.returncode == 0 else ""
+    if not named or named.startswith("~") or Path(named).is_absolute():
+        return ""
+    return (
+        f"; core.hooksPath ({named}) is relative, a folder of each worktree: this guards this "
+        "worktree only, run agentpost guard install in each of the others too"
+    )
 
 
 def uninstall(cwd: Path | None = None) -> str:
