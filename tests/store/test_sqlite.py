@@ -123,6 +123,27 @@ async def test_a_home_that_cannot_be_made_is_unavailable_naming_it(tmp_path: Pat
     assert str(blocker / "home" / "agentpost.db") in caught.value.message
 
 
+@pytest.mark.parametrize("folder", ["q?mode=memory", "issue#12", "p%20q", "with space ✉"])
+async def test_a_home_whose_name_reads_as_a_url_keeps_the_post_office_in_its_own_file(
+    tmp_path: Path, folder: str
+) -> None:
+    """A path is a path, not a URL: `?` once sent the mail to a world-readable file named for
+    what came before it, and `%20` to a folder that does not exist (`unavailable`)."""
+    path = tmp_path / folder / "agentpost.db"
+    store = await Store.open(f"sqlite:///{path}")
+    try:
+        await store.write(insert_key("kept"))
+    finally:
+        await store.aclose()
+    assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == [folder]
+    assert (await anyio.Path(path).stat()).st_mode & 0o777 == 0o600
+    reopened = await Store.open(f"sqlite:///{path}")
+    try:
+        assert await stored_keys(reopened) == {"kept"}
+    finally:
+        await reopened.aclose()
+
+
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
 async def test_a_file_deleted_or_replaced_under_a_running_store_is_refused_naming_it(
     tmp_path: Path, how: str

@@ -56,7 +56,7 @@ class Note:
 
 def database_path(url: str) -> Path:
     """The file of a `sqlite:///…` URL (as `agentpost.store.sqlite` reads it)."""
-    return Path(url.removeprefix("sqlite:///").split("?", 1)[0]).expanduser()
+    return Path(url.removeprefix("sqlite:///")).expanduser()
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import URL, Connection, Engine, create_engine, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import DBAPIError, InvalidRequestError, OperationalError
 from sqlalchemy.pool import NullPool
@@ -166,7 +166,7 @@ def ensure_wal(path: Path) -> None:
 def make_engine(path: Path, *, pooled: bool = True) -> Engine:
     """An engine whose connections leave transactions to us: say them with `transaction`."""
     engine = create_engine(
-        f"sqlite:///{path}",
+        URL.create("sqlite", database=str(path)),  # a `?`, `#` or `%` in it is the path's own
         connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
         poolclass=None if pooled else NullPool,
     )
