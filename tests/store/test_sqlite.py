@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 from pathlib import Path
@@ -142,6 +143,41 @@ async def test_a_home_whose_name_reads_as_a_url_keeps_the_post_office_in_its_own
         assert await stored_keys(reopened) == {"kept"}
     finally:
         await reopened.aclose()
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+async def test_the_readmes_backup_taken_while_the_store_writes_holds_every_committed_write(
+    tmp_path: Path,
+) -> None:
+    """The newest commits are in the WAL, which a copy of the file alone lacks: the README's
+    backup command copies one consistent state, and the copy opens as a post office."""
+    program = re.search(r"python3 -c '([^']+)'", README.read_text())
+    assert program is not None, "the README shows a backup command"
+    path, copy = tmp_path / "agentpost.db", tmp_path / "backup" / "agentpost.db"
+    copy.parent.mkdir()
+    store = await Store.open(f"sqlite:///{path}")
+    try:
+        for n in range(200):
+            await store.write(insert_key(f"before-{n}"))
+        async with anyio.create_task_group() as writers:
+
+            async def go_on_writing() -> None:
+                for n in range(200):
+                    await store.write(insert_key(f"during-{n}"))
+
+            writers.start_soon(go_on_writing)
+            await anyio.run_process([sys.executable, "-c", program[1], str(path), str(copy)])
+    finally:
+        await store.aclose()
+    restored = await Store.open(f"sqlite:///{copy}")
+    try:
+        kept = await stored_keys(restored)
+    finally:
+        await restored.aclose()
+    assert {f"before-{n}" for n in range(200)} <= kept
+    assert kept - {f"during-{n}" for n in range(200)} == {f"before-{n}" for n in range(200)}
 
 
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
