@@ -180,6 +180,42 @@ async def test_the_readmes_backup_taken_while_the_store_writes_holds_every_commi
     assert kept - {f"during-{n}" for n in range(200)} == {f"before-{n}" for n in range(200)}
 
 
+async def test_a_write_ahead_log_deleted_under_a_running_store_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    """Its -wal and -shm gone, a process started after would make new ones, and the two would
+    keep separate books on one file: a send the newcomer acknowledged was gone once the running
+    process checkpointed. So the running one refuses, as for the file itself."""
+    path = tmp_path / "agentpost.db"
+    store = await Store.open(f"sqlite:///{path}")
+    try:
+        await store.write(insert_key("before"))
+        for name in (path.name + "-wal", path.name + "-shm"):
+            (tmp_path / name).unlink()
+        with pytest.raises(AgentpostError) as caught:
+            await store.write(insert_key("after"))
+        assert caught.value.code is ErrorCode.UNAVAILABLE
+        assert f"{path}-wal was deleted or replaced" in caught.value.message
+    finally:
+        await store.aclose()
+
+
+async def test_a_store_opened_beside_another_is_not_refused_when_that_one_closes(
+    tmp_path: Path,
+) -> None:
+    """The last process to close a file removes its -wal and -shm; one still open keeps them."""
+    path = tmp_path / "agentpost.db"
+    first = await Store.open(f"sqlite:///{path}")
+    second = await Store.open(f"sqlite:///{path}")
+    await first.write(insert_key("first"))
+    await first.aclose()
+    try:
+        await second.write(insert_key("second"))
+        assert await stored_keys(second) == {"first", "second"}
+    finally:
+        await second.aclose()
+
+
 @pytest.mark.parametrize("how", ["deleted", "replaced"])
 async def test_a_file_deleted_or_replaced_under_a_running_store_is_refused_naming_it(
     tmp_path: Path, how: str

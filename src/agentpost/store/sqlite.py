@@ -117,29 +117,40 @@ class OpenedFile:
     """The database file a process opened. Once its path names another (a user deleted it to
     start over, or moved a backup into place), every transaction is refused: work kept on in
     the old, unlinked file would be lost with the last process holding it, while new processes
-    used the new one, two post offices that may even share a WAL."""
+    used the new one, two post offices that may even share a WAL.
+
+    So for its `-wal` and `-shm`: while this process keeps a connection open, SQLite never
+    removes them (only the last connection to close does), so either gone or another means a
+    user deleted them, and a process started after keeps a log of its own on the same file.
+    Make it once this process has read the file, so that its connection holds them."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._identity = self._now()
+        self._files = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+        self._identities = [self._now(file) for file in self._files]
         self._told = False
 
-    def _now(self) -> tuple[int, int] | None:
+    @staticmethod
+    def _now(file: Path) -> tuple[int, int] | None:
         try:
-            found = os.stat(self.path)
+            found = os.stat(file)
         except OSError:
             return None
         return found.st_dev, found.st_ino
 
     def check(self) -> None:
-        """`unavailable`, naming the file, once the path no longer names the file opened."""
-        if self._now() == self._identity:
-            return
+        """`unavailable`, naming the file, once its path no longer names the file opened."""
+        for file, identity in zip(self._files, self._identities, strict=True):
+            watched = identity is not None or file is self.path  # a log never seen is not
+            if watched and self._now(file) != identity:
+                self._refuse(file)
+
+    def _refuse(self, file: Path) -> None:
         refusal = AgentpostError(
             ErrorCode.UNAVAILABLE,
-            f"the database {self.path} was deleted or replaced while this process used it; "
+            f"the database {file} was deleted or replaced while this process used it; "
             "restart agentpost (the MCP server, the service) to use the file there now",
-            details={"path": str(self.path)},
+            details={"path": str(file)},
         )
         if not self._told:
             self._told = True

@@ -200,10 +200,10 @@ class SqliteRunner:
         both at once: whoever uses it holds `_write_lock`. None once the writer has stopped."""
         self._write_conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
         self._write_conn.commit()
-        self._opened = OpenedFile(path)
         self._write_conn_waits = True
         """Whether the writer's connection waits out the busy timeout (`_waiting`)."""
         self._foreign_since_last_look(self._write_conn)  # the baseline
+        self._opened = OpenedFile(path)  # having read: the file's -wal and -shm are ours too
         self._write_lock = threading.Lock()
         self._here: list[_Job] = []
         """Writes asked for during this turn of the event loop, for `_write_here`."""
