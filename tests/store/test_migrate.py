@@ -289,6 +289,20 @@ async def test_the_database_file_and_its_folder_are_private_to_the_user(tmp_path
         await store.aclose()
 
 
+async def test_a_database_file_made_read_only_is_made_private_and_kept_read_only(
+    tmp_path: Path,
+) -> None:
+    """Making it private takes others' access away and gives its owner none: a file the owner
+    set read-only (an archived post office, say) stays so, rather than be written again."""
+    path = tmp_path / "agentpost.db"
+    store = await Store.open(f"sqlite:///{path}")
+    await store.aclose()
+    path.chmod(0o444)
+    with contextlib.suppress(AgentpostError):  # unavailable but to root, who writes it anyway
+        await (await Store.open(f"sqlite:///{path}")).aclose()
+    assert path.stat().st_mode & 0o777 == 0o400
+
+
 async def test_an_existing_database_file_is_made_private_again(tmp_path: Path) -> None:
     path = tmp_path / "agentpost.db"
     path.touch(mode=0o644)

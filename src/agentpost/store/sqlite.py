@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import sqlite3
+import stat
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -52,7 +53,7 @@ def prepare_file(path: Path) -> None:
                 f"the database {path} is not a file",
                 details={"path": str(path)},
             )
-        os.chmod(path, 0o600)
+        os.chmod(path, stat.S_IMODE(path.stat().st_mode) & 0o600)  # never more than it had
 
 
 @contextlib.contextmanager
