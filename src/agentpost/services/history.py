@@ -37,12 +37,7 @@ class History:
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
-            before_seq = None
-            if before is not None:
-                anchor = reading.visible_message(conn, caller.agent, channels, before, now)
-                if anchor is None:
-                    raise not_found(f"no message {before!r} that you can see", before=before)
-                before_seq = int(anchor.seq)
+            before_seq = _seen_seq(conn, caller, channels, before, now)
             named = reading.thread_named(conn, caller.agent, channels, thread, now)
             found = reading.thread_rows(conn, caller.agent, channels, named, limit, now, before_seq)
             return [mail.message_from_row(r, r.delivery_state) for r in found]
@@ -109,12 +104,23 @@ class History:
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
+            before_seq = _seen_seq(conn, caller, channels, before, now)
             found = reading.search_rows(
-                conn, self.store.dialect, caller.agent, channels, words, limit, now, before
+                conn, self.store.dialect, caller.agent, channels, words, limit, now, before_seq
             )
-            if found is None:
-                raise not_found(f"no message {before!r} that you can see", before=before)
             return [mail.message_from_row(r, r.delivery_state) for r in found]
 
         await self.store.index_for_search()
         return await self.store.read(tx)
+
+
+def _seen_seq(
+    conn: Connection, caller: Caller, channels: list[str], before: str | None, now: float
+) -> int | None:
+    """The `seq` of a page's cursor, which must be a message the caller may see."""
+    if before is None:
+        return None
+    anchor = reading.visible_message(conn, caller.agent, channels, before, now)
+    if anchor is None:
+        raise not_found(f"no message {before!r} that you can see", before=before)
+    return int(anchor.seq)

@@ -169,19 +169,15 @@ def search_rows(
     words: list[str],
     limit: int,
     now: float,
-    before: str | None = None,
-) -> list[Row[Any]] | None:
-    """The newest `limit` matches `reader` may see, newest first; with `before`, those older
-    than that message (None when `reader` may not see it: a cursor tells nothing it hides)."""
+    before_seq: int | None = None,
+) -> list[Row[Any]]:
+    """The newest `limit` matches `reader` may see (before a cursor), newest first."""
     query = (
         select(messages, _with_reader_state(reader, now))
         .where(visible_to(reader, channels, now))
         .order_by(messages.c.seq.desc())
         .limit(limit)
     )
-    if before is not None:
-        anchor = visible_message(conn, reader, channels, before, now)
-        if anchor is None:
-            return None
-        query = query.where(messages.c.seq < anchor.seq)
+    if before_seq is not None:
+        query = query.where(messages.c.seq < before_seq)
     return list(conn.execute(dialect.search(query, messages, words)))
