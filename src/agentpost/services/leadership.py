@@ -130,10 +130,6 @@ class Leadership:
         """Worktrees' origin's HEAD and when it was looked up, oldest first."""
         self._moves: OrderedDict[str, _Move] = OrderedDict()
         """Sessions over HTTP whose heartbeat moved them lately, oldest claim first."""
-        self._stepped_down: set[str] = set()
-        """Sessions of this process that released the seat: they stand no more until they
-        claim again, or their own standing would take back at once what they gave up. The
-        store keeps their word too (`leases.stand_aside`), for the other replicas."""
 
     @property
     def _ttl_s(self) -> float:
@@ -217,9 +213,7 @@ class Leadership:
             return self._take(conn, caller, checked(conn), force=force)
 
         await self.store.read(look)
-        seat = await self.store.write(tx)
-        self._stepped_down.discard(caller.session_id)
-        return seat
+        return await self.store.write(tx)
 
     def _left_free(self, conn: Connection, session_id: str) -> bool:
         """Whether the session's project has a seat someone held and nobody holds now, and the
@@ -233,8 +227,12 @@ class Leadership:
         return held is not None and not held.live
 
     def _stands_aside(self, conn: Connection, caller: Caller) -> bool:
+        """A session that released the seat, or was minted aside, stands no more until it
+        claims again, or its own standing would take back at once what it gave up: its word is
+        kept in the store (`leases.stand_aside`), so every replica, and a restarted one, keeps
+        it."""
         sid = caller.session_id
-        return sid is not None and (sid in self._stepped_down or leases.stands_aside(conn, sid))
+        return sid is not None and leases.stands_aside(conn, sid)
 
     async def claim_if_eligible(self, caller: Caller) -> Leader | None:
         """What a session minted over HTTP does with `auto_lead` when it opens, and when its
@@ -266,7 +264,6 @@ class Leadership:
         it claims one: a client minting again the session of one that stepped down (its old
         one ended from outside) keeps its word, whichever replica its requests reach."""
         if (sid := caller.session_id) is not None:
-            self._stepped_down.add(sid)
             now = self.store.clock()
             await self.store.write(
                 lambda conn: leases.stand_aside(conn, self.store.dialect, sid, caller.agent, now)
@@ -331,21 +328,9 @@ class Leadership:
             )
             return replace(self._seat(conn, name), released=True)
 
-        session_id = caller.session_id
-        if session_id is None:
-            return await self.store.write(tx)
-        # Marked before the commit: this process's standing wakes on it and must not retake.
-        stood_down = session_id in self._stepped_down
-        self._stepped_down.add(session_id)
-        try:
-            seat = await self.store.write(tx)
-        except BaseException:
-            if not stood_down:
-                self._stepped_down.discard(session_id)
-            raise
-        if not seat.released and not stood_down:
-            self._stepped_down.discard(session_id)  # it held nothing: it stands as before
-        return seat
+        # The word to stand aside commits with the release: standing that wakes on the
+        # commit reads both at once, and never retakes the seat.
+        return await self.store.write(tx)
 
     # -- standing for the seat ---------------------------------------------------------------
 
