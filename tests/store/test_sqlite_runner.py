@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import Connection, select
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.store import sqlite_runner
+from agentpost.store import sqlite_jobs, sqlite_runner
 from agentpost.store.database import Store
 from agentpost.store.schema import rate_windows
 from agentpost.store.sqlite_runner import SqliteRunner
@@ -355,7 +355,7 @@ async def test_a_write_let_in_just_before_close_is_refused_not_left_waiting(
     loop = asyncio.get_running_loop()
     runner = SqliteRunner(path, on_commit=lambda _: None, commit_loop=loop)
     late: asyncio.Future[Any] = loop.create_future()
-    job = sqlite_runner._Job(insert_key("late"), loop, late)
+    job = sqlite_jobs.Job(insert_key("late"), loop, late)
     runner._jobs.put(None)  # as close does: the writer thread takes its marker and ends
     writer = next(t for t in runner._threads if t.name == "agentpost-writer")
     await anyio.to_thread.run_sync(writer.join, 10)

@@ -16,23 +16,18 @@ connections cost one hand-off per transaction, a fraction of a pool checkout on 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import queue
 import sqlite3
 import threading
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.domain.limits import not_unicode
 from agentpost.store import wakeups
 from agentpost.store.checkpoints import Checkpoints
 from agentpost.store.sqlite import (
@@ -44,6 +39,7 @@ from agentpost.store.sqlite import (
     transaction,
     unavailable,
 )
+from agentpost.store.sqlite_jobs import Job, Outcome, apply, closed, released, settle
 
 log = logging.getLogger(__name__)
 
@@ -57,88 +53,8 @@ CHECKPOINT_EVERY = 200
 a lengthy write's commit that changed anything has one of its own."""
 HERE_UP_TO = 4
 """The most writes of one batch that run right there on the event loop (`_write_here`)."""
-
-
-@dataclass
-class _Job:
-    fn: Callable[[Connection], Any]
-    loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[Any]
-    handed_back: Callable[[], None] | None = None
-    """Called on `loop` once the result is handed back there, whether or not anyone waits."""
-    touches_accounts: bool = True
-    """Whether the write may change what authentication reads (see `accounts_version`)."""
-    lengthy: bool = False
-    """A write that may hold the lock for long: it commits alone (see `_writer`)."""
-
-
-Outcome = tuple[_Job, Any, BaseException | None]
 _LOOK = object()
 """On the writer's queue: look whether another process committed (see `look_for_foreign`)."""
-
-
-def _apply(outcomes: list[Outcome], then: Callable[[], None] | None = None) -> None:
-    """Hand results back, then run `then`: the callers' tasks are woken first, so whoever
-    `then` wakes in turn (waiters for the commit, the push to MCP clients) queues behind
-    the answers the writes were made for."""
-    try:
-        for job, result, error in outcomes:
-            if job.handed_back is not None:
-                job.handed_back()
-            if job.future.done():  # the caller gave up waiting; the write stands
-                continue
-            if error is not None:
-                job.future.set_exception(error)
-            else:
-                job.future.set_result(result)
-    finally:  # whatever a future raised (the loop logs it), the commit is told
-        if then is not None:
-            _tell_commit(then)
-
-
-def _tell_commit(then: Callable[[], None]) -> None:
-    """Run `then`, whose failure goes to the loop's exception handler: raised, it could reach
-    a caller whose write ran at once (`_ask_here`) as if that write had failed."""
-    try:
-        then()
-    except Exception as exc:
-        asyncio.get_running_loop().call_exception_handler(
-            {"message": "telling of a commit failed", "exception": exc}
-        )
-
-
-def _settle(
-    outcomes: list[Outcome],
-    then: tuple[asyncio.AbstractEventLoop, Callable[[], None]] | None = None,
-) -> None:
-    """Hand results back with one wake-up per event loop for a whole batch, not one per job;
-    `then` runs on its loop right after that loop's results are handed back, in the same
-    wake-up."""
-    by_loop: dict[asyncio.AbstractEventLoop, list[Outcome]] = {}
-    if then is not None:
-        by_loop[then[0]] = []
-    for outcome in outcomes:
-        by_loop.setdefault(outcome[0].loop, []).append(outcome)
-    for loop, items in by_loop.items():
-        after = then[1] if then is not None and then[0] is loop else None
-        with contextlib.suppress(RuntimeError):  # that loop has closed: nobody is waiting
-            loop.call_soon_threadsafe(_apply, items, after)
-
-
-def _released(exc: BaseException) -> BaseException:
-    """`exc` as its caller gets it: without the local variables of the frames it went through
-    (a cursor a failed job left half-read would otherwise live on with it, and keep its
-    connection's read snapshot open: a writer's `PRAGMA data_version` would then stand still,
-    and the next write there fail as busy); and text sqlite3 could not bind, which only half
-    of a surrogate pair makes, as the refusal it is."""
-    traceback.clear_frames(exc.__traceback__)
-    if isinstance(exc, UnicodeEncodeError):
-        return not_unicode("a value")
-    return exc
-
-
-def _closed() -> AgentpostError:
-    return AgentpostError(ErrorCode.UNAVAILABLE, "the post office is closing")
 
 
 class SqliteRunner:
@@ -205,12 +121,12 @@ class SqliteRunner:
         self._foreign_since_last_look(self._write_conn)  # the baseline
         self._opened = OpenedFile(path)  # having read: the file's -wal and -shm are ours too
         self._write_lock = threading.Lock()
-        self._here: list[_Job] = []
+        self._here: list[Job] = []
         """Writes asked for during this turn of the event loop, for `_write_here`."""
         self._wrote_this_turn = False
         """A write already ran at once during this turn of the event loop (`_ask_here`)."""
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._reads: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._reads: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self.checkpoints = Checkpoints(self._read_engine)
         self._closing = False
         self._commits = 0
@@ -243,7 +159,7 @@ class SqliteRunner:
         ask = self._ask_here if here else self._hand_over
         return await self._submit(ask, fn, touches_accounts=touches_accounts, lengthy=lengthy)
 
-    def _ask_here(self, job: _Job) -> None:
+    def _ask_here(self, job: Job) -> None:
         """The first write of a turn of the loop runs at once, within its caller's step: put
         off to a callback, it would wait out the rest of the turn and the caller another turn
         for its answer, a third of an MCP `send`'s time over HTTP. The writes asked for later
@@ -271,7 +187,7 @@ class SqliteRunner:
         SQLite work runs beside it."""
         batch, self._here = self._here, []
         if self._closing:
-            _apply([(job, None, _closed()) for job in batch])
+            apply([(job, None, closed()) for job in batch])
             return
         ran = False
         if (
@@ -288,7 +204,7 @@ class SqliteRunner:
             for job in batch:
                 self._hand_over(job)
 
-    def _hand_over(self, job: _Job) -> None:
+    def _hand_over(self, job: Job) -> None:
         """Queue `job` for the writer thread. `on_writer_busy` hears (on the commit loop) when
         the thread takes that loop's first write, True, and when it hands the last one back."""
         if job.loop is self._commit_loop and self._on_writer_busy is not None:
@@ -308,7 +224,7 @@ class SqliteRunner:
 
     async def _submit(
         self,
-        ask: Callable[[_Job], None],
+        ask: Callable[[Job], None],
         fn: Callable[[Connection], T],
         *,
         touches_accounts: bool,
@@ -317,7 +233,7 @@ class SqliteRunner:
         self._refuse_when_unusable()
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        ask(_Job(fn, loop, future, touches_accounts=touches_accounts, lengthy=lengthy))
+        ask(Job(fn, loop, future, touches_accounts=touches_accounts, lengthy=lengthy))
         return await future
 
     def look_for_foreign(self) -> None:
@@ -368,7 +284,7 @@ class SqliteRunner:
 
     def _refuse_when_unusable(self) -> None:
         if self._closing:  # no thread would ever take the job: refuse rather than wait forever
-            raise _closed()
+            raise closed()
         self._opened.check()
 
     async def glance(self, fn: Callable[[Connection], T]) -> T:
@@ -390,7 +306,7 @@ class SqliteRunner:
         except OperationalError:
             return await self.read(fn)
         except Exception as exc:
-            raise _released(exc) from None
+            raise released(exc) from None
 
     def _reader(self) -> None:
         """Connected at its first read, and again after a failed connect: a reader that died
@@ -404,11 +320,11 @@ class SqliteRunner:
                     with transaction(conn):
                         result = job.fn(conn)
                 except OperationalError as exc:
-                    _settle([(job, None, unavailable(exc))])
+                    settle([(job, None, unavailable(exc))])
                 except Exception as exc:  # the caller's error, raised where it awaits
-                    _settle([(job, None, _released(exc))])
+                    settle([(job, None, released(exc))])
                 else:
-                    _settle([(job, result, None)])
+                    settle([(job, result, None)])
         finally:
             if conn is not None:
                 conn.close()
@@ -419,7 +335,7 @@ class SqliteRunner:
         commits (a purge's step behind two sends held them up for its whole merge)."""
         conn = self._write_conn
         assert conn is not None
-        next_job: _Job | None = None  # a lengthy write, found while gathering a batch
+        next_job: Job | None = None  # a lengthy write, found while gathering a batch
         with conn:
             while True:
                 job, next_job = next_job or self._jobs.get(), None
@@ -477,7 +393,7 @@ class SqliteRunner:
         if foreign:
             self._on_foreign()
 
-    def _run_batch(self, conn: Connection, batch: list[_Job], *, here: bool = False) -> bool:
+    def _run_batch(self, conn: Connection, batch: list[Job], *, here: bool = False) -> bool:
         """One write transaction for `batch`, its results handed back. `here`, on the event
         loop: only if the write lock is free at once; if not, False, and nothing done."""
         self.batches_begun += 1
@@ -508,7 +424,7 @@ class SqliteRunner:
             outcomes = [(job, None, error) for job in batch]
         except Exception as exc:  # a lone job failed: its transaction was rolled back
             self._look_unless(looked)
-            outcomes = [(job, None, _released(exc)) for job in batch]
+            outcomes = [(job, None, released(exc)) for job in batch]
         else:
             if any(err is None for _, _, err in outcomes):
                 if any(job.touches_accounts for job in batch):
@@ -521,9 +437,9 @@ class SqliteRunner:
                 if self._commits % CHECKPOINT_EVERY == 0 or large:
                     self.checkpoints.due()
         if here:  # on the results' loop: handed back now, in this very turn
-            _apply(outcomes, None if committed is None else committed[1])
+            apply(outcomes, None if committed is None else committed[1])
         else:
-            _settle(outcomes, committed)
+            settle(outcomes, committed)
         return True
 
     def _committed(
@@ -543,7 +459,7 @@ class SqliteRunner:
             self.look_for_foreign()
 
     @staticmethod
-    def _run_in_savepoint(conn: Connection, job: _Job) -> Outcome:
+    def _run_in_savepoint(conn: Connection, job: Job) -> Outcome:
         """One job of a batch: its failure undoes its own writes only.
 
         Plain SQL savepoints: SQLAlchemy's nested-transaction objects cost more than the SQL.
@@ -560,7 +476,7 @@ class SqliteRunner:
                 raise  # SQLite undid the whole transaction (a full disk): the batch's failure
             raw(conn, "ROLLBACK TO job")
             raw(conn, "RELEASE job")
-            return (job, None, _released(exc))
+            return (job, None, released(exc))
         raw(conn, "RELEASE job")
         return (job, result, None)
 
@@ -577,10 +493,10 @@ class SqliteRunner:
                     job = queued.get_nowait()
                 except queue.Empty:
                     break
-                if isinstance(job, _Job):
-                    left.append((job, None, _closed()))
+                if isinstance(job, Job):
+                    left.append((job, None, closed()))
         if left:
-            _settle(left)
+            settle(left)
 
     def close(self) -> None:
         self._closing = True
