@@ -7,14 +7,18 @@ error (`is_error`) whose text starts with the stable code, and nothing changed a
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from stdio_agents import Agents
+from agentpost.store import migrate
+from service_process import eventually
+from stdio_agents import Agents, text_of
 
 SUBJECT_OVER_DEFAULT = "s" * 201
 BODY_OVER_DEFAULT = "b" * 32769
@@ -179,3 +183,49 @@ async def test_a_session_whose_file_was_deleted_names_it_in_its_log_once_not_at_
     assert told >= 1
     await anyio.sleep(2)
     assert alice.stderr().count("was deleted or replaced") == told
+
+
+def migrate_as_a_newer_agentpost(database: Path) -> str:
+    """What a newer agentpost's next migration does to the file: a column this one does not
+    know (its rows would take the default), and the revision. The refusal a start now gets."""
+    newer = f"{int(migrate.SCHEMA_HEAD) + 1:04d}"
+    with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ALTER TABLE messages ADD COLUMN sender_trust_then TEXT DEFAULT 'untrusted'")
+        conn.execute("UPDATE alembic_version SET version_num = ?", (newer,))
+        conn.execute("COMMIT")
+    refusal = migrate.newer_than_known(newer)
+    assert refusal is not None
+    return f"unavailable: {refusal.message}"
+
+
+def stored_messages(database: Path) -> int:
+    with contextlib.closing(sqlite3.connect(database)) as conn:
+        return int(conn.execute("SELECT count(*) FROM messages").fetchone()[0])
+
+
+@pytest.mark.anyio
+async def test_sessions_running_on_a_file_a_newer_agentpost_migrated_refuse_every_call(
+    agents: Agents,
+) -> None:
+    """An older session kept writing with its old idea of the schema: the newer columns took
+    their defaults, rows the newer code misreads. It refuses as a start would, storing nothing;
+    one that only reads learns of it from the file's change as well."""
+    alice, bob = await agents.start_many("alice", "bob")
+    await alice.call("send", to="bob", body="before")
+    database = Path(os.environ["AGENTPOST_HOME"]) / "agentpost.db"
+    said = migrate_as_a_newer_agentpost(database)
+
+    refused = await alice.result("send", to="bob", body="with an old idea of the schema")
+    assert refused.is_error is True
+    assert text_of(refused) == said
+    assert stored_messages(database) == 1
+    assert await alice.refused("inbox") == "unavailable"
+    assert await alice.refused("whoami") == "unavailable"
+
+    async def bob_is_refused() -> bool:
+        return bool((await bob.result("inbox", peek=True)).is_error)
+
+    await eventually(bob_is_refused)
+    assert text_of(await bob.result("inbox", peek=True)) == said
+    assert alice.stderr().count("refuses every call from now on") == 1  # said once, in its log

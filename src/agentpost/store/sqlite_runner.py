@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from agentpost.store import wakeups
 from agentpost.store.checkpoints import Checkpoints
+from agentpost.store.schema_watch import SchemaWatch
 from agentpost.store.sqlite import (
     BUSY_TIMEOUT_MS,
     OpenedFile,
@@ -77,7 +78,9 @@ class SqliteRunner:
     in between) and whenever asked to look (`look_for_foreign`), so every foreign commit is
     seen by exactly one such read. The loop may take a look itself, right away, when the
     writer's connection is free (`look_here`, for `accounts_version`); `on_foreign` is then
-    called on the loop.
+    called on the loop. A look that sees another's commit also looks whether a newer agentpost
+    migrated the file (`store.schema_watch`): from then on every call is refused, a write whose
+    transaction has begun as well.
     """
 
     def __init__(
@@ -119,6 +122,8 @@ class SqliteRunner:
         self._write_conn_waits = True
         """Whether the writer's connection waits out the busy timeout (`_waiting`)."""
         self._foreign_since_last_look(self._write_conn)  # the baseline
+        # After it: a migration after the baseline is another process's commit, looked at later.
+        self._schema = SchemaWatch(self._driver(self._write_conn))
         self._opened = OpenedFile(path)  # having read: the file's -wal and -shm are ours too
         self._write_lock = threading.Lock()
         self._here: list[Job] = []
@@ -248,14 +253,20 @@ class SqliteRunner:
         committed since the last call?"""
         self._look_queued = False  # a request from now on needs a look after this one
         self.looks_begun += 1
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        current = int(raw.execute("PRAGMA data_version").fetchone()[0])
-        seen, self._data_version = self._data_version, current
-        foreign = seen is not None and current != seen
-        if foreign:
+        driver = self._driver(conn)
+        current = int(driver.execute("PRAGMA data_version").fetchone()[0])
+        foreign = self._data_version is not None and current != self._data_version
+        if foreign:  # a newer agentpost's migration is another process's commit
+            self._schema.look(driver)  # if that fails, the next look sees this commit again
             self.accounts_version += 1
+        self._data_version = current
         return foreign
+
+    @staticmethod
+    def _driver(conn: Connection) -> sqlite3.Connection:
+        driver: sqlite3.Connection | None = conn.connection.driver_connection
+        assert driver is not None
+        return driver
 
     def look_here(self) -> bool | None:
         """Look right now, on the calling thread, whether another process committed since the
@@ -286,6 +297,7 @@ class SqliteRunner:
         if self._closing:  # no thread would ever take the job: refuse rather than wait forever
             raise closed()
         self._opened.check()
+        self._schema.refuse()
 
     async def glance(self, fn: Callable[[Connection], T]) -> T:
         """Run a tiny indexed read right here on the event loop, on a connection of its own.
@@ -371,9 +383,7 @@ class SqliteRunner:
         hands the write to the thread instead). A PRAGMA only when that changes: the loop,
         which takes the connection most often, leaves it as it needs it."""
         if wait != self._write_conn_waits:
-            driver = conn.connection.driver_connection
-            assert driver is not None
-            driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
+            self._driver(conn).execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS if wait else 0}")
             self._write_conn_waits = wait
 
     def _look(self, conn: Connection) -> None:
@@ -410,6 +420,7 @@ class SqliteRunner:
                 looked = True
                 if foreign:
                     self._on_foreign()
+                self._schema.refuse()  # migrated past us: nothing written with an old idea of it
                 if len(batch) == 1:
                     job = batch[0]
                     outcomes.append((job, job.fn(conn), None))
