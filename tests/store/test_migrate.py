@@ -331,6 +331,25 @@ def _pretend_newer(conn: Connection) -> None:
     conn.commit()
 
 
+async def test_an_upgrade_moves_the_schema_cookie_even_when_it_changes_only_data(
+    tmp_path: Path,
+) -> None:
+    """0020 changes only data: without a move of the cookie, an older process on the file
+    would not look at the revision, and write on as if the file were its own."""
+    from store.test_fulltext import alembic_on
+
+    path = tmp_path / "agentpost.db"
+    await (await Store.open(f"sqlite:///{path}")).aclose()
+    alembic_on(path, "downgrade", "0019")
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        before = conn.execute("PRAGMA schema_version").fetchone()[0]
+    assert migrate.migrate_sqlite(path) is True
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA schema_version").fetchone()[0] != before
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert "agentpost_upgraded" not in tables
+
+
 def test_the_known_revisions_are_the_migration_files() -> None:
     assert migrate.SCHEMA_HEAD in migrate.known_revisions()
     assert len(migrate.known_revisions()) == int(migrate.SCHEMA_HEAD)

@@ -108,9 +108,19 @@ def migrate_sqlite(path: Path) -> bool:
                     return False
                 _refuse_unknown(found)
                 upgrade(conn)
+                _move_schema_cookie(conn)
                 return True
         finally:
             engine.dispose()
+
+
+def _move_schema_cookie(conn: Connection) -> None:
+    """Move SQLite's schema cookie, in the upgrade's transaction, even when its revisions
+    change only data (0020 does): an older agentpost still running on the file learns by the
+    cookie that it was migrated under it (`store.schema_watch`). A table made and dropped
+    moves it and leaves nothing."""
+    sqlite.raw(conn, "CREATE TABLE agentpost_upgraded (x)")
+    sqlite.raw(conn, "DROP TABLE agentpost_upgraded")
 
 
 def _sqlite_revision(path: Path) -> str | None:

@@ -10,7 +10,8 @@ It costs the hot path nothing: the runner's writer asks only when it sees anothe
 commit (`PRAGMA data_version` moved), within the write transaction that would otherwise write,
 and then reads SQLite's schema cookie (`PRAGMA schema_version`, a number in the file's header
 that any change of tables, columns or indexes moves: a few microseconds); only when the cookie
-moved is the migration level read.
+moved is the migration level read. An upgrade moves the cookie even when its revisions change
+only data (`migrate.migrate_sqlite`).
 """
 
 from __future__ import annotations
