@@ -159,6 +159,16 @@ def test_search_pages_back_with_before() -> None:
     assert [m["id"] for m in older["messages"]] == [sent[0]["id"]]
 
 
+def test_the_whole_inbox_pages_back_with_before() -> None:
+    arrange("alice", "bob")
+    sent = [agentpost_json("send", "bob", f"note {n}", "--as", "alice") for n in range(3)]
+    newest = agentpost_json("inbox", "--all", "--limit", "2", "--as", "bob")
+    assert [m["id"] for m in newest["messages"]] == [sent[1]["id"], sent[2]["id"]]
+    older = agentpost_json("inbox", "--all", "--before", sent[1]["id"], "--as", "bob")
+    assert [m["id"] for m in older["messages"]] == [sent[0]["id"]]
+    refused(agentpost("inbox", "--before", sent[1]["id"], "--as", "bob"), "invalid_argument")
+
+
 def test_names_separated_by_commas_may_have_spaces_after_the_commas() -> None:
     arrange("alice", "bob", "carol")
     sent = agentpost_json("send", "bob, carol", "standup in 5", "--as", "alice")

@@ -297,3 +297,16 @@ async def test_the_health_check_needs_no_key(office: Office) -> None:
 async def test_the_readiness_check_needs_no_key(office: Office) -> None:
     ready = await office.client(None).ready()
     assert ready["status"] == "ready"
+
+
+async def test_the_whole_inbox_pages_back_with_before(office: Office) -> None:
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    sent = [await alice.send("bob", f"note {n}") for n in range(3)]
+    newest = await bob.inbox(unread_only=False, limit=2, peek=True)
+    assert [m.id for m in newest.messages] == [sent[1].id, sent[2].id]
+    older = await bob.inbox(unread_only=False, limit=2, peek=True, before=sent[1].id)
+    assert [m.id for m in older.messages] == [sent[0].id]
+    with pytest.raises(AgentpostError) as refused:
+        await bob.inbox(before=sent[1].id)
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert (await bob.inbox(peek=True)).unread == 3

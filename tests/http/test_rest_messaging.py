@@ -130,6 +130,25 @@ async def test_search_pages_back_with_a_pages_last_id(service: Service) -> None:
     assert (hidden.status_code, hidden.json()["error"]["code"]) == (404, "not_found")
 
 
+async def test_the_whole_inbox_pages_back_with_before(service: Service) -> None:
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    for n in range(3):
+        await alice.post("/v1/messages", json={"to": "bob", "body": f"note {n}"})
+    secret = (await alice.post("/v1/messages", json={"to": "alice", "body": "mine"})).json()
+
+    whole = {"unread_only": "false", "limit": 2, "peek": "true"}
+    newest = (await bob.get("/v1/inbox", params=whole)).json()["messages"]
+    assert [m["body"] for m in newest] == ["note 1", "note 2"]
+    older = await bob.get("/v1/inbox", params={**whole, "before": newest[0]["id"]})
+    assert [m["body"] for m in older.json()["messages"]] == ["note 0"]
+    hidden = await bob.get("/v1/inbox", params={**whole, "before": secret["id"]})
+    assert (hidden.status_code, hidden.json()["error"]["code"]) == (404, "not_found")
+    unread = await bob.get("/v1/inbox", params={"before": newest[0]["id"]})
+    assert (unread.status_code, unread.json()["error"]["code"]) == (400, "invalid_argument")
+    assert (await bob.get("/v1/inbox", params={"peek": "true"})).json()["unread"] == 3
+
+
 async def test_sent_and_a_thread_page_back_with_before(service: Service) -> None:
     alice = await service.agent("alice")
     bob = await service.agent("bob")

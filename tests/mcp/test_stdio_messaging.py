@@ -137,3 +137,17 @@ async def test_sent_a_thread_and_a_search_page_back_with_before(agents: Agents) 
     found = (await bob.call("search", query="rollout", limit=2))["messages"]
     rest = await bob.call("search", query="rollout", limit=2, before=found[-1]["id"])
     assert [m["body"] for m in rest["messages"]] == ["rollout step 0"]
+
+
+@pytest.mark.anyio
+async def test_the_whole_inbox_pages_back_with_before(agents: Agents) -> None:
+    alice, bob = await agents.start_many("alice", "bob")
+    for n in range(3):
+        await alice.call("send", to="bob", body=f"note {n}")
+
+    newest = (await bob.call("inbox", unread_only=False, limit=2))["messages"]
+    assert [m["body"] for m in newest] == ["note 1", "note 2"]
+    older = await bob.call("inbox", unread_only=False, limit=2, before=newest[0]["id"])
+    assert [m["body"] for m in older["messages"]] == ["note 0"]
+    assert await bob.refused("inbox", before=newest[0]["id"]) == "invalid_argument"
+    assert await bob.refused("inbox", unread_only=False, before="m_nosuch") == "not_found"

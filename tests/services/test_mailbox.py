@@ -15,7 +15,7 @@ import pytest
 
 from account_helpers import owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
-from agentpost.domain.models import Caller, DeliveryState, Kind, Priority, Trust
+from agentpost.domain.models import Caller, DeliveryState, Kind, Message, Priority, Trust
 from agentpost.services import PostOffice
 from agentpost.store import fulltext
 from backends import (
@@ -675,6 +675,57 @@ async def test_an_inbox_page_size_outside_1_to_500_is_refused(
     await refused_without_change(
         office, ErrorCode.INVALID_ARGUMENT, office.mailbox.inbox(bob, limit=limit)
     )
+
+
+async def test_the_whole_inbox_pages_back_from_a_pages_first_message(office: PostOffice) -> None:
+    """As a thread does: the page before a cursor is the newest `limit` older than it, oldest
+    first, never past what the reader may see; a page read is marked read, a peek is not."""
+    alice, bob, carol = await agents(office, "alice", "bob", "carol")
+    for n in range(5):
+        await office.mailbox.send(alice, "bob", f"m{n}")
+    hidden = await office.mailbox.send(alice, "carol", "for carol alone")
+    await office.mailbox.send(carol, "bob", "m5")
+
+    async def page(before: str | None, peek: bool = True) -> list[Message]:
+        found = await office.mailbox.inbox(
+            bob, unread_only=False, limit=2, before=before, peek=peek
+        )
+        return found.messages
+
+    newest = await page(None)
+    assert [m.body for m in newest] == ["m4", "m5"]
+    older = await page(newest[0].id)
+    assert [m.body for m in older] == ["m2", "m3"]
+    oldest = await page(older[0].id, peek=False)
+    assert [(m.body, m.state) for m in oldest] == [
+        ("m0", DeliveryState.READ),
+        ("m1", DeliveryState.READ),
+    ]
+    assert await page(oldest[0].id) == []  # past the first mail
+    assert await bodies(office, bob, peek=True) == ["m2", "m3", "m4", "m5"]
+    # Any message the reader may see is a cursor, one they sent too.
+    own = await office.mailbox.send(bob, "alice", "mine")
+    assert [m.body for m in await page(own.id)] == ["m4", "m5"]
+    for cursor in (hidden.id, "m_nosuch"):
+        await refused_without_change(
+            office, ErrorCode.NOT_FOUND, office.mailbox.inbox(bob, unread_only=False, before=cursor)
+        )
+    await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.mailbox.inbox(bob, unread_only=False, before="")
+    )
+
+
+@pytest.mark.parametrize("peek", [False, True])
+async def test_unread_mail_takes_no_cursor(office: PostOffice, peek: bool) -> None:
+    """Unread mail is read from the oldest on, and reading a page moves on to the next: a page
+    older than a cursor would be the same oldest mail every time. Refused, nothing marked."""
+    alice, bob = await agents(office, "alice", "bob")
+    first = await office.mailbox.send(alice, "bob", "first")
+    await office.mailbox.send(alice, "bob", "second")
+    refused = await refused_without_change(
+        office, ErrorCode.INVALID_ARGUMENT, office.mailbox.inbox(bob, before=first.id, peek=peek)
+    )
+    assert "unread_only=false" in refused.message
 
 
 async def test_ack_marks_handled_and_reports_what_it_could_not_find(office: PostOffice) -> None:

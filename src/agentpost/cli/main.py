@@ -214,23 +214,26 @@ def inbox(
     thread: Annotated[
         str | None, typer.Option(help="Only this thread: its id, or any of its messages'.")
     ] = None,
+    before: BeforeOption = None,
     as_: AsOption = None,
     as_json: JsonOption = False,
     url: UrlOption = None,
     key: KeyOption = None,
 ) -> None:
-    """Read your mail, oldest first (marked read unless --peek)."""
+    """Read your mail, oldest first (marked read unless --peek); --all --before pages back."""
     from agentpost.cli.render import emit_json, show_messages
 
     async def local(office: PostOffice, caller: Caller) -> Inbox:
         return await office.mailbox.inbox(
-            caller, unread_only=not all_, limit=limit, thread_id=thread, peek=peek
+            caller, unread_only=not all_, limit=limit, thread_id=thread, peek=peek, before=before
         )
 
     found = run(
         Speaker(as_, as_json, url, key),
         local,
-        lambda client: client.inbox(unread_only=not all_, limit=limit, thread_id=thread, peek=peek),
+        lambda client: client.inbox(
+            unread_only=not all_, limit=limit, thread_id=thread, peek=peek, before=before
+        ),
     )
     if as_json:
         emit_json({"messages": [m.to_dict() for m in found.messages], "unread": found.unread})

@@ -294,6 +294,7 @@ class RemoteDesk:
         thread_id: str | None = None,
         urgent_only: bool = False,
         peek: bool = False,
+        before: str | None = None,
     ) -> Inbox:
         return await self.keep_session(
             lambda: self.client.inbox(
@@ -302,6 +303,7 @@ class RemoteDesk:
                 thread_id=thread_id,
                 urgent_only=urgent_only,
                 peek=peek,
+                before=before,
             )
         )
 

@@ -79,15 +79,18 @@ def inbox(
     thread_id: str | None = None,
     urgent_only: bool = False,
     peek: bool = False,
+    before: str | None = None,
 ) -> Request[Inbox]:
-    """Your mail, oldest first (with `unread_only=false`, the newest `limit`); marked read
-    unless `peek`. `thread_id` narrows it to a thread, named by its id or any of its messages'."""
+    """Your mail, oldest first (with `unread_only=false`, the newest `limit`, or of what is older
+    than `before`, a page's first id); marked read unless `peek`. `thread_id` narrows it to a
+    thread, named by its id or any of its messages'."""
     params = {
         "unread_only": unread_only,
         "limit": limit,
         "thread_id": thread_id,
         "urgent_only": urgent_only,
         "peek": peek,
+        "before": before,
     }
     return Request(Inbox.from_dict, params=params, hands_over=not peek)
 

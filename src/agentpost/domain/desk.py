@@ -85,6 +85,7 @@ class Desk(Protocol):
         thread_id: str | None = None,
         urgent_only: bool = False,
         peek: bool = False,
+        before: str | None = None,
     ) -> Inbox: ...
 
     async def wait(self, *, timeout_s: float = 60, thread_id: str | None = None) -> Inbox: ...

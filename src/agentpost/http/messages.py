@@ -16,7 +16,7 @@ router = api_router(prefix="/v1", tags=["messages"])
 
 Limit = Annotated[int, Query(ge=1, le=MAX_LIMIT)]
 Before = Annotated[
-    str | None, Query(description="A message's id (a page's last): the page older than it.")
+    str | None, Query(description="A message's id (a page's oldest): the page older than it.")
 ]
 
 
@@ -57,9 +57,11 @@ async def inbox(
     thread_id: str | None = None,
     urgent_only: bool = False,
     peek: bool = False,
+    before: Before = None,
 ) -> dict[str, Any]:
-    """Your mail, oldest first (with `unread_only=false`, the newest `limit`); marked read
-    unless `peek`. `thread_id` narrows it to a thread, named by its id or any of its messages'."""
+    """Your mail, oldest first (with `unread_only=false`, the newest `limit`, or of what is older
+    than `before`, a page's first id); marked read unless `peek`. `thread_id` narrows it to a
+    thread, named by its id or any of its messages'."""
     found = await office.mailbox.inbox(
         me,
         unread_only=unread_only,
@@ -67,6 +69,7 @@ async def inbox(
         thread_id=thread_id,
         urgent_only=urgent_only,
         peek=peek,
+        before=before,
     )
     return _page(found.messages, unread=found.unread)
 

@@ -134,6 +134,7 @@ class LocalDesk:
         thread_id: str | None = None,
         urgent_only: bool = False,
         peek: bool = False,
+        before: str | None = None,
     ) -> Inbox:
         return await self.office.mailbox.inbox(
             self.caller,
@@ -142,6 +143,7 @@ class LocalDesk:
             thread_id=thread_id,
             urgent_only=urgent_only,
             peek=peek,
+            before=before,
         )
 
     async def wait(self, *, timeout_s: float = 60, thread_id: str | None = None) -> Inbox:

@@ -132,16 +132,19 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         thread_id: str | None = None,
         urgent_only: bool = False,
         peek: bool = False,
+        before: str | None = None,
     ) -> ToolOutput:
         """Read your mail, oldest first (with `unread_only=false`, the newest `limit` of it, read
-        and acked too); it is marked read unless `peek`. `ack` what you handled. `thread_id`
-        narrows it to one thread, named by its id or by the id of any of its messages."""
+        and acked too, and `before`, a page's first id, gives the page before); it is marked read
+        unless `peek`. `ack` what you handled. `thread_id` narrows it to one thread, named by its
+        id or by the id of any of its messages."""
         found = await desk.inbox(
             unread_only=unread_only,
             limit=limit,
             thread_id=thread_id,
             urgent_only=urgent_only,
             peek=peek,
+            before=before,
         )
         summary = count(len(found.messages), "message") if found.messages else "No new mail."
         return await reply({"messages": messages_json(found.messages)}, summary, found.messages)

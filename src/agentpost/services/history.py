@@ -37,7 +37,7 @@ class History:
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
-            before_seq = _seen_seq(conn, caller, channels, before, now)
+            before_seq = seen_seq(conn, caller, channels, before, now)
             named = reading.thread_named(conn, caller.agent, channels, thread, now)
             found = reading.thread_rows(conn, caller.agent, channels, named, limit, now, before_seq)
             return [mail.message_from_row(r, r.delivery_state) for r in found]
@@ -104,7 +104,7 @@ class History:
         def tx(conn: Connection) -> list[Message]:
             channels = member_channels(conn, caller.agent)
             now = self.store.clock()
-            before_seq = _seen_seq(conn, caller, channels, before, now)
+            before_seq = seen_seq(conn, caller, channels, before, now)
             found = reading.search_rows(
                 conn, self.store.dialect, caller.agent, channels, words, limit, now, before_seq
             )
@@ -114,10 +114,11 @@ class History:
         return await self.store.read(tx)
 
 
-def _seen_seq(
+def seen_seq(
     conn: Connection, caller: Caller, channels: list[str], before: str | None, now: float
 ) -> int | None:
-    """The `seq` of a page's cursor, which must be a message the caller may see."""
+    """The `seq` of a page's cursor, which must be a message the caller may see (the inbox's
+    cursor too)."""
     if before is None:
         return None
     anchor = reading.visible_message(conn, caller.agent, channels, before, now)

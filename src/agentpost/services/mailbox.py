@@ -15,7 +15,7 @@ import anyio
 
 from agentpost.config import Settings
 from agentpost.domain import limits as rules
-from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.models import (
     AckResult,
     Caller,
@@ -37,6 +37,7 @@ from agentpost.services import (
 )
 from agentpost.services.channels import member_channels, members
 from agentpost.services.heartbeats import Heartbeat, check_standing
+from agentpost.services.history import seen_seq
 from agentpost.services.presence import check_identity
 from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
@@ -307,14 +308,29 @@ class Mailbox:
         thread_id: str | None = None,
         urgent_only: bool = False,
         peek: bool = False,
+        before: str | None = None,
     ) -> Inbox:
+        """Unread mail from the oldest on, marked read unless `peek`; with `unread_only=False`,
+        the whole inbox's newest `limit` (oldest first), and `before` (a page's first, oldest
+        id) pages back. Unread mail takes no cursor: reading a page moves on to the next."""
         rules.check_limit(limit)
         thread = drafts.check_thread_id(thread_id)
+        if before is not None:
+            rules.check_id(before, "before")
+            if unread_only:
+                raise invalid(
+                    "before pages back through the whole inbox: give unread_only=false with it "
+                    "(unread mail is read from the oldest on, each page moving on to the next)"
+                )
 
         def fetch(conn: Connection) -> Inbox:
             now = self.store.clock()
             if not peek:
                 self.expire_due_in(conn, now, caller.agent)
+            before_seq = None
+            if before is not None:  # the common look, without a cursor, asks for no channels
+                channels = member_channels(conn, caller.agent)
+                before_seq = seen_seq(conn, caller, channels, before, now)
             found = mail.inbox_rows(
                 conn,
                 caller.agent,
@@ -323,6 +339,7 @@ class Mailbox:
                 limit=limit,
                 thread_id=self._narrowed(conn, caller, thread),
                 urgent_only=urgent_only,
+                before_seq=before_seq,
             )
             states = {r.seq: r.delivery_state for r in found}
             if not peek:

@@ -250,7 +250,9 @@ def _from_newest(unread_only: bool, after: bool) -> bool:
 
 
 @cache
-def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: bool) -> Prepared:
+def _inbox_query(
+    unread_only: bool, by_thread: bool, urgent_only: bool, after: bool, before: bool
+) -> Prepared:
     shown = deliveries.c.state == DeliveryState.QUEUED.value if unread_only else _NOT_EXPIRED_STATE
     query = (
         select(messages, deliveries.c.state.label("delivery_state"))
@@ -274,6 +276,8 @@ def _inbox_query(unread_only: bool, by_thread: bool, urgent_only: bool, after: b
         query = query.where(deliveries.c.urgent.is_(True))
     if after:
         query = query.where(deliveries.c.message_seq > bindparam("after_seq"))
+    if before:
+        query = query.where(deliveries.c.message_seq < bindparam("before_seq"))
     return Prepared(query)
 
 
@@ -287,15 +291,25 @@ def inbox_rows(
     thread_id: str | None = None,
     urgent_only: bool = False,
     after_seq: int | None = None,
+    before_seq: int | None = None,
 ) -> Sequence[Any]:
     """Oldest first: an inbox is worked through in the order mail arrived. Unread mail (or
-    what came after `after_seq`) from the oldest on; the whole inbox, its newest `limit`."""
-    query = _inbox_query(unread_only, thread_id is not None, urgent_only, after_seq is not None)
+    what came after `after_seq`) from the oldest on; the whole inbox, its newest `limit` (of
+    what came before `before_seq`)."""
+    query = _inbox_query(
+        unread_only,
+        thread_id is not None,
+        urgent_only,
+        after_seq is not None,
+        before_seq is not None,
+    )
     params: dict[str, Any] = {"for_recipient": recipient, "now": now, "limit": limit}
     if thread_id is not None:
         params["thread_id"] = thread_id
     if after_seq is not None:
         params["after_seq"] = after_seq
+    if before_seq is not None:
+        params["before_seq"] = before_seq
     rows = query.rows(conn, params)
     return rows[::-1] if _from_newest(unread_only, after_seq is not None) else rows
 
