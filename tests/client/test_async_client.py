@@ -56,7 +56,9 @@ async def test_mail_goes_from_send_to_inbox_to_ack_with_receipts(office: Office)
     assert (await bob.get_message(sent.id)).state is DeliveryState.ACKED
 
 
-@pytest.mark.parametrize("thread_id", ["feature/login", "..", ".", "50% done", "#42?"])
+@pytest.mark.parametrize(
+    "thread_id", ["feature/login", "..", ".", "50% done", "#42?", "two\nlines"]
+)
 async def test_any_thread_id_a_send_takes_reads_back_through_the_client(
     office: Office, thread_id: str
 ) -> None:

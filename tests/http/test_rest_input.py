@@ -206,6 +206,62 @@ async def test_the_probes_take_what_a_monitor_adds_to_their_query(service: Servi
     assert (await anyone.get("/ready", params={"ts": "1"})).status_code == 200
 
 
+async def test_a_line_feed_in_a_path_is_part_of_the_name_it_is_in(service: Service) -> None:
+    """Starlette's patterns stop at a line feed: `#dev%0A` found no route (a bare "Not Found"),
+    and `bob%0A` at a path's end was read as `bob`. Each is refused by the name's own rules, as
+    a tab or a carriage return is, and changes nothing."""
+    await service.create_agent("bob")
+    alice = await service.agent("alice")
+    assert (await alice.put("/v1/channels/%23dev/members/me")).status_code == 200
+    for method, path, name in (
+        ("GET", "/v1/channels/%23dev%0A/messages", "'dev\\n'"),
+        ("PUT", "/v1/channels/%23dev%0A/members/me", "'dev\\n'"),
+        ("DELETE", "/v1/channels/%23dev%0A/members/me", "'dev\\n'"),
+        ("PUT", "/v1/blocks/bob%0A", "'bob\\n'"),
+        ("PUT", "/v1/blocks/bob%0Ax", "'bob\\nx'"),
+    ):
+        answer = await alice.request(method, path)
+        refused_as_invalid(answer)
+        assert name in answer.json()["error"]["message"], (path, answer.text)
+    assert (await alice.get("/v1/blocks")).json()["blocked"] == []
+    channels = (await alice.get("/v1/channels")).json()["channels"]
+    assert [c["name"] for c in channels if c["joined"]].count("#dev") == 1  # not left
+    gone = await alice.get("/v1/messages/m_gone%0A")
+    assert (gone.status_code, gone.json()["error"]["message"]) == (
+        404,
+        "no message 'm_gone\\n' that you can see",
+    )
+
+
+async def test_a_thread_whose_id_holds_a_line_feed_is_read_over_rest(service: Service) -> None:
+    await service.create_agent("bob")
+    alice = await service.agent("alice")
+    body = {"to": "bob", "body": "x", "thread_id": "two\nlines"}
+    sent = (await alice.post("/v1/messages", json=body)).json()
+    thread = (await alice.get("/v1/threads/two%0Alines")).json()
+    assert (thread["thread_id"], [m["id"] for m in thread["messages"]]) == (
+        "two\nlines",
+        [sent["id"]],
+    )
+
+
+async def test_a_control_character_where_no_route_takes_one_is_invalid_input(
+    service: Service,
+) -> None:
+    """Not a bare "Not Found", and never the route without it: `/v1/inbox%0A` read the inbox,
+    and marked it read."""
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    assert (await alice.post("/v1/messages", json={"to": "bob", "body": "x"})).status_code == 201
+    for path in ("/v1/inbox%0A", "/v1/me%0A", "/v1/nowhere%09", "/health%0A", "/v1/me%7F"):
+        answer = await bob.get(path)
+        refused_as_invalid(answer)
+        assert "control character" in answer.json()["error"]["message"], path
+    assert (await bob.get("/v1/inbox", params={"peek": "true"})).json()["unread"] == 1
+    nowhere = await bob.get("/v1/nowhere")
+    assert (nowhere.status_code, nowhere.json()["error"]["code"]) == (404, "not_found")
+
+
 def endpoints(routes: Iterable[Any]) -> Iterator[Any]:
     """Every route with an endpoint, through the routers FastAPI includes lazily."""
     for route in routes:

@@ -21,7 +21,7 @@ from agentpost.http import (
 )
 from agentpost.http.deps import Office
 from agentpost.http.errors import install_error_handlers
-from agentpost.http.routing import UnicodeJsonRoute
+from agentpost.http.routing import LineFeedsRouted, UnicodeJsonRoute
 from agentpost.services import PostOffice
 
 DESCRIPTION = """\
@@ -46,6 +46,7 @@ def build_rest_app(office: PostOffice) -> FastAPI:
         static_url=DOCS_ASSETS,
     )
     app.router.route_class = UnicodeJsonRoute  # its own routes too, as the routers' are
+    app.add_middleware(LineFeedsRouted)
     app.state.office = office
     install_error_handlers(app)
     for module in (messages, agents, channels, events, leadership, tasks, reservations, admin):

@@ -4,6 +4,7 @@ DESIGN.md gives each stable code, and `Retry-After` where waiting helps."""
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -13,7 +14,8 @@ from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match
 
-from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
+from agentpost.http.routing import restore_line_feeds
 
 STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_ARGUMENT: 400,
@@ -95,6 +97,12 @@ def _routes(routes: Iterable[BaseRoute]) -> Iterator[BaseRoute]:
         yield from _routes(included.routes) if included is not None else (route,)
 
 
+def _control_character(path: str) -> str | None:
+    """The first control character of a path that no route took: why it is bad input, where
+    the router would say only "Not Found"."""
+    return next((c for c in path if unicodedata.category(c) == "Cc"), None)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def refused(_request: Request, exc: Exception) -> Response:
         assert isinstance(exc, AgentpostError)
@@ -106,6 +114,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
+        restore_line_feeds(request.scope)
+        if exc.status_code == 404 and (control := _control_character(request.scope["path"])):
+            return error_response(
+                invalid(
+                    f"the path {request.scope['path']!r} holds a control character "
+                    f"(U+{ord(control):04X}) where no route takes one"
+                )
+            )
         code = _FROM_STATUS.get(exc.status_code, ErrorCode.INVALID_ARGUMENT)
         message = exc.detail if isinstance(exc.detail, str) else code.value
         allowed = _methods_taken(request) if exc.status_code == 405 else None

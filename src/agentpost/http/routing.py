@@ -12,6 +12,13 @@ A query parameter a route does not take is refused too, as a body's unknown fiel
 an MCP tool refuses an argument it does not declare: dropped, `GET /v1/inbox?peak=true` read
 (and marked read) the mail it meant to peek at. So is a parameter given twice, of which
 FastAPI would quietly take the last.
+
+A path holding a line feed (`%0A`) is routed as any other path: Starlette's patterns match no
+line feed with `.` and end at one with `$`, so `/v1/channels/%23dev%0A/messages` found no
+route, and `PUT /v1/blocks/bob%0A` blocked `bob`. The router sees a stand-in for each line feed
+and the route its own path and parameters back, line feeds and all, so a name holding one is
+refused by the name's rules, as one holding a tab or a carriage return is, and a thread whose id
+holds one is read.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import holds_half_pair, not_unicode
@@ -80,6 +88,37 @@ def check_query_string(request: Request, taken: set[str]) -> None:
         )
 
 
+_STAND_IN = "agentpost.line_feed"
+"""The scope's key for the character that stands for a line feed while a path is routed."""
+
+
+class LineFeedsRouted:
+    """ASGI, before the router: each line feed of a path is a character the path does not
+    hold (of the private use area) while it is routed; `restore_line_feeds` undoes it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and "\n" in path:
+            stand_in = next(c for c in map(chr, range(0xE000, 0xF900)) if c not in path)
+            scope = {**scope, "path": path.replace("\n", stand_in), _STAND_IN: stand_in}
+        await self.app(scope, receive, send)
+
+
+def restore_line_feeds(scope: Scope) -> None:
+    """The request's own path and path parameters back, once it is routed."""
+    stand_in = scope.pop(_STAND_IN, None)
+    if stand_in is None:
+        return
+    scope["path"] = scope["path"].replace(stand_in, "\n")
+    scope["path_params"] = {
+        name: value.replace(stand_in, "\n") if isinstance(value, str) else value
+        for name, value in scope.get("path_params", {}).items()
+    }
+
+
 class UnicodeJsonRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -89,6 +128,7 @@ class UnicodeJsonRoute(APIRoute):
         taken = _query_names(self.dependant) if api else None
 
         async def with_unicode_json(request: Request) -> Response:
+            restore_line_feeds(request.scope)
             if taken is not None:
                 check_query_string(request, taken)
             return await handler(UnicodeJsonRequest(request.scope, request.receive))
