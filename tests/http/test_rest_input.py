@@ -262,6 +262,18 @@ async def test_a_control_character_where_no_route_takes_one_is_invalid_input(
     assert (nowhere.status_code, nowhere.json()["error"]["code"]) == (404, "not_found")
 
 
+async def test_a_line_feed_in_a_path_that_holds_every_stand_in_is_still_refused(
+    service: Service,
+) -> None:
+    """The router's stand-ins for a line feed are the private use area's characters: a path
+    that holds all of them is refused as bad input too, not answered with a 500."""
+    alice = await service.agent("alice")
+    every = "".join(map(chr, range(0xE000, 0xF900)))
+    for path in (f"/v1/blocks/{every}%0A", f"/v1/inbox{every}%0A"):
+        refused_as_invalid(await alice.put(path) if "blocks" in path else await alice.get(path))
+    assert (await alice.get("/v1/blocks")).json()["blocked"] == []
+
+
 def endpoints(routes: Iterable[Any]) -> Iterator[Any]:
     """Every route with an endpoint, through the routers FastAPI includes lazily."""
     for route in routes:

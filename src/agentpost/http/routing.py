@@ -102,8 +102,11 @@ class LineFeedsRouted:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] == "http" and "\n" in path:
-            stand_in = next(c for c in map(chr, range(0xE000, 0xF900)) if c not in path)
-            scope = {**scope, "path": path.replace("\n", stand_in), _STAND_IN: stand_in}
+            stand_in = next((c for c in map(chr, range(0xE000, 0xF900)) if c not in path), None)
+            if stand_in is None:  # a path that holds them all: its line feeds stay refused,
+                scope = {**scope, "path": path.replace("\n", "\x7f")}  # by a control character
+            else:
+                scope = {**scope, "path": path.replace("\n", stand_in), _STAND_IN: stand_in}
         await self.app(scope, receive, send)
 
 
