@@ -208,7 +208,7 @@ async def _read_post_office(
 ) -> tuple[str | None, str, list[Reservation]]:
     """(the committing agent, its project, the project's live reservations). The agent is
     AGENTPOST_AGENT, else the one whose local `agentpost mcp` the same Claude Code started (see
-    `Reservations.session_of_process`); None when neither says: then the worktree says which
+    `PresenceService.session_of_process`); None when neither says: then the worktree says which
     reservations are yours. The project is AGENTPOST_PROJECT, else that session's (the client's
     settings may have named it for the server alone), else the worktree's."""
     if settings.url:  # a remote post office knows no local processes
@@ -221,11 +221,11 @@ async def _read_post_office(
     office = await PostOffice.open(settings)
     try:
         agent = settings.agent
-        session = await office.reservations.session_of_process(os.getpid())
+        session = await office.presence.session_of_process(os.getpid())
         if session is not None:
-            agent = agent or session[0]
-            if settings.project is None and session[1]:
-                project = session[1]
+            agent = agent or session.agent
+            if settings.project is None and session.project:
+                project = session.project
         return agent, project, await office.reservations.live(project)
     finally:
         await office.aclose()

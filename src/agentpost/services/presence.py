@@ -32,6 +32,7 @@ from agentpost.services.accounts import check_project
 from agentpost.services.heartbeats import Heartbeat
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
+from agentpost.store import notes
 from agentpost.store.database import Connection, Row, Store
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,25 @@ class PresenceService:
         return Caller(agent=name)
 
     # -- sessions ----------------------------------------------------------------------------
+
+    async def session_of_process(self, pid: int) -> notes.LiveSession | None:
+        """The session a local process acts for (a command an agent runs, the commit guard's
+        `git commit`): the live stdio session of this host started by the same parent as one of
+        the process's ancestors, as Claude Code starts both `agentpost mcp` and the commands it
+        runs (the hook's lookup, agentpost.store.notes); None when there is none. It carries the
+        session's project, the one it reserves in, which the client's settings may have named
+        for the server alone."""
+        now, host = self.store.clock(), this_host()
+        found = await self.store.read(
+            lambda conn: rows.live_sessions(conn, now, self.settings.offline_after_s)
+        )
+        here = [
+            notes.LiveSession(s.agent, int(s.pid), float(s.started_at), s.project, s.id)
+            for s in found
+            if s.transport == "stdio" and s.host == host and s.pid
+        ]
+        here.sort(key=lambda s: s.started_at, reverse=True)
+        return notes.session_of_this_process(here, pid)
 
     async def end_dead_local_sessions(self, agent: str | None = None) -> None:
         """End live-looking sessions of this host whose process is gone."""

@@ -57,11 +57,9 @@ from agentpost.domain.reservations import (
 )
 from agentpost.services import accounts
 from agentpost.services.heartbeats import beat_asking
-from agentpost.services.local_identity import this_host
 from agentpost.services.presence import PresenceService
 from agentpost.services.worktree_files import local_worktree, tracked_files
 from agentpost.store import agents as agent_rows
-from agentpost.store import notes
 from agentpost.store import reservations as rows
 from agentpost.store.database import Connection, Store
 
@@ -385,22 +383,3 @@ class Reservations:
         return await self.store.read(
             lambda conn: rows.live(conn, project, now, self.settings.offline_after_s)
         )
-
-    async def session_of_process(self, pid: int) -> tuple[str, str | None] | None:
-        """(agent, project) of the session a local process acts for (the commit guard's `git
-        commit`): the live stdio session of this host started by the same parent as one of the
-        process's ancestors, as Claude Code starts both `agentpost mcp` and the commands it runs
-        (the hook's lookup, agentpost.store.notes); None when there is none. Its project is the
-        one it reserves in, which the client's settings may have named for the server alone."""
-        now, host = self.store.clock(), this_host()
-        found = await self.store.read(
-            lambda conn: agent_rows.live_sessions(conn, now, self.settings.offline_after_s)
-        )
-        here = [
-            notes.LiveSession(s.agent, int(s.pid), float(s.started_at), s.project)
-            for s in found
-            if s.transport == "stdio" and s.host == host and s.pid
-        ]
-        here.sort(key=lambda s: s.started_at, reverse=True)
-        session = notes.session_of_this_process(here, pid)
-        return None if session is None else (session.agent, session.project)

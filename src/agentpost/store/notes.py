@@ -37,6 +37,8 @@ class LiveSession:
     started_at: float
     project: str | None = None
     """Read by the commit guard only (the hook has no use for it)."""
+    id: str | None = None
+    """Read by the command line only, which acts in the session it runs under."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,8 +198,8 @@ class Cursors:
 
 # -- which session is this process's ----------------------------------------------------------
 # Claude Code starts both `agentpost mcp` and the hooks and commands it runs: the agent a process
-# of the session acts for is the session started by the same parent. The hook and the commit
-# guard (through `agentpost.services.reservations`) both ask here.
+# of the session acts for is the session started by the same parent. The hook, the commit guard
+# and the command line (the last two through `agentpost.services.presence`) all ask here.
 
 
 def parent_of(pid: int) -> int | None:
