@@ -5,7 +5,7 @@ Starts `AGENTPOST mcp` as its child (AGENTPOST_AGENT=NAME in that child's enviro
 initializes it over its pipes so its session is registered, prints `ready`; then for every line
 on stdin: a JSON object (a hook's input) runs `AGENTPOST hook claude` as another child and prints
 its stdout as one JSON string; a JSON array is a command, run as another child as Claude Code's
-Bash tool runs one, and prints {"returncode", "stderr"}. Closing stdin ends both.
+Bash tool runs one, and prints {"returncode", "stdout", "stderr"}. Closing stdin ends both.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def main() -> None:
         command = json.loads(line)
         if isinstance(command, list):
             ran = subprocess.run(command, capture_output=True, text=True, check=False)
-            print(json.dumps({"returncode": ran.returncode, "stderr": ran.stderr}), flush=True)
+            said = {"returncode": ran.returncode, "stdout": ran.stdout, "stderr": ran.stderr}
+            print(json.dumps(said), flush=True)
             continue
         done = subprocess.run(
             [agentpost, "hook", "claude"], input=line, capture_output=True, text=True, check=True

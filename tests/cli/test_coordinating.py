@@ -344,25 +344,25 @@ async def test_an_agent_in_an_mcp_session_takes_the_task_and_answers_the_person(
     tmp_path: Path,
 ) -> None:
     """The use the commands are for: a person at the command line delegates to, and asks, an
-    agent working through `agentpost mcp`."""
+    agent working through `agentpost mcp`. Here this test is both bob's MCP client and the
+    person's terminal, so each command names the owner: unnamed, a command its client runs
+    speaks as bob (tests/cli/test_speaking.py)."""
     async with anyio.create_task_group() as group:
         agents = Agents(group, MODERN, tmp_path)
         try:
             bob = await agents.start("bob")
-            done = await anyio.run_process(
-                [str(AGENTPOST), "delegate", "bob", "Fix the build", "--json"], check=False
-            )
+            delegate = [str(AGENTPOST), "delegate", "bob", "Fix the build", "--as", "owner"]
+            done = await anyio.run_process([*delegate, "--json"], check=False)
             assert done.returncode == 0, done.stderr.decode()
             task_id = json.loads(done.stdout)["id"]
             given = await bob.call("tasks", role="assigned")
             assert [(t["id"], t["creator"]) for t in given["tasks"]] == [(task_id, "owner")]
             await bob.call("update_task", task_id=task_id, status="done", result={"pr": 9})
-            seen = json.loads(
-                (await anyio.run_process([str(AGENTPOST), "task", task_id, "--json"])).stdout
-            )
+            shown = [str(AGENTPOST), "task", task_id, "--as", "owner", "--json"]
+            seen = json.loads((await anyio.run_process(shown)).stdout)
             assert (seen["status"], seen["result"]) == ("done", {"pr": 9})
 
-            async with asking("bob", "may I deploy?", "--json") as asked:
+            async with asking("bob", "may I deploy?", "--as", "owner", "--json") as asked:
                 await bob.call("respond", request_id=asked.request_id, answer="not yet")
                 status, out, _ = await asked.finished()
             assert status == 0
@@ -376,10 +376,12 @@ async def test_an_agent_in_an_mcp_session_takes_the_task_and_answers_the_person(
 
 
 async def _reserve(project: str, name: str, paths: Sequence[str], reason: str) -> None:
-    """A local session of `name` (this test's live process) in `project` reserves `paths`."""
+    """A local session of `name` in `project` reserves `paths`. Its process is init (1):
+    alive, so the session is, and the parent of no command's ancestor, so the commands run
+    under no session, as the person's own (see tests/cli/test_speaking.py)."""
     office = await PostOffice.open(Settings())
     try:
-        context = LocalContext(this_host(), os.getpid(), project, f"/src/{project}", "main")
+        context = LocalContext(this_host(), 1, project, f"/src/{project}", "main")
         session = await office.presence.open_local_session(context, name=name)
         await office.reservations.reserve(Caller(name, session.id), list(paths), reason=reason)
     finally:

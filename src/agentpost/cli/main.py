@@ -1,9 +1,10 @@
 """`agentpost`: the command line. Each command is one service call, shown as text or JSON.
 
-The mailbox commands act as `--as NAME` (default `AGENTPOST_AGENT`, else `owner`) on the local
-post office, or, given `--url` (or `AGENTPOST_URL`), as the agent of `--key` (or
-`AGENTPOST_KEY`) on that remote service, through the Python client. Exit status 0 on success; a
-refusal prints `error: <code>: <message>` and exits with the code's status (see EXIT_CODES).
+The mailbox commands act on the local post office as `--as NAME` (default `AGENTPOST_AGENT`,
+else the agent of the `agentpost mcp` session the command runs under, else `owner`), or given
+`--url` (or `AGENTPOST_URL`) as the agent of `--key` (or `AGENTPOST_KEY`) on that remote service
+(agentpost.cli.speaking; `whoami` says which). Exit status 0 on success; a refusal prints
+`error: <code>: <message>` and exits with the code's status (see EXIT_CODES).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from agentpost.cli.speaking import (
     run,
     seconds,
 )
+from agentpost.cli.whoami import whoami
 from agentpost.config import load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Inbox, Message
@@ -120,6 +122,9 @@ def who(
         emit_json({"agents": [p.to_dict() for p in found]})
     else:
         show_presence(found, include_offline=all_)
+
+
+app.command()(whoami)
 
 
 @app.command()

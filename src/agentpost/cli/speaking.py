@@ -1,10 +1,13 @@
-"""Who a mailbox command speaks as, and where: `--as` on the local post office, or the key's
-agent on a remote service through the Python client; the options every such command takes."""
+"""Who a mailbox command speaks as, and where: on the local post office `--as` (else
+AGENTPOST_AGENT, else the agent whose `agentpost mcp` session the command runs under, else the
+owner), or the key's agent on a remote service through the Python client; the options every
+such command takes."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -23,7 +26,11 @@ T = TypeVar("T")
 
 AsOption = Annotated[
     str | None,
-    typer.Option("--as", help="Act as this agent (default AGENTPOST_AGENT, else owner)."),
+    typer.Option(
+        "--as",
+        help="Act as this agent (default AGENTPOST_AGENT, else the agent whose session runs "
+        "this command, else owner).",
+    ),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 BeforeOption = Annotated[
@@ -110,7 +117,9 @@ def run(
     Locally, only a send brings a new identity into being, and it does so itself, in the
     transaction that stores the message (`creates_sender`: the caller is passed on unchecked):
     a refused send, like a read as a name nobody has used (`not_found`), leaves no agent
-    behind. Remotely the key says who speaks, so `--as` is refused there rather than ignored.
+    behind. Run under an agent's session with no name given, it speaks as that agent in that
+    session (`local_caller`). Remotely the key says who speaks, so `--as` is refused there
+    rather than ignored.
 
     `as_admin` (the `admin` commands) speaks locally as the owner holding admin rights: whoever
     opens the post office's own files holds its admin key too (`admin.key` lives beside the
@@ -134,16 +143,11 @@ def run(
 
         office = await PostOffice.open(settings)
         try:
-            name = speaker.as_ or settings.agent or OWNER
             if as_admin:
                 owner = await office.presence.ensure_agent(OWNER)
                 caller = replace(owner, admin=True)
-            elif creates_sender:
-                caller = Caller(agent=name)
-            elif name == OWNER:
-                caller = await office.presence.ensure_agent(name)
             else:
-                caller = await office.presence.existing_agent(name)
+                caller = await local_caller(office, speaker.as_ or settings.agent, creates_sender)
             return await local(office, caller)
         finally:
             await office.aclose()
@@ -152,6 +156,23 @@ def run(
         return anyio.run(main)
     except AgentpostError as err:
         raise refusal(as_spelled(err), as_json=speaker.as_json) from None
+
+
+async def local_caller(office: PostOffice, named: str | None, creates_sender: bool) -> Caller:
+    """Who a local command speaks as: the agent `--as` (or AGENTPOST_AGENT) names; else, run
+    under an agent's session (a command its Claude Code runs), that session's agent, in that
+    session: an agent's words never reach a colleague as the owner's; else the owner."""
+    session = None
+    if named is None:
+        session = await office.presence.session_of_process(os.getpid())
+    name = named or (session.agent if session is not None else OWNER)
+    if creates_sender:
+        caller = Caller(agent=name)  # the send admits its sender itself: see `run`
+    elif name == OWNER:
+        caller = await office.presence.ensure_agent(name)
+    else:
+        caller = await office.presence.existing_agent(name)
+    return caller if session is None else replace(caller, session_id=session.id)
 
 
 async def remote_run(url: str, speaker: Speaker, settings: Settings, action: Remote[T]) -> T:
