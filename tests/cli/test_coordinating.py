@@ -26,6 +26,7 @@ from agentpost.config import Settings
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
+from claude_stand_in import ask, claude_code
 from command_line import (
     AGENTPOST,
     WAIT_S,
@@ -375,13 +376,17 @@ async def test_an_agent_in_an_mcp_session_takes_the_task_and_answers_the_person(
 # -- reservations -------------------------------------------------------------------------------
 
 
+OUTSIDER_PID = 1
+"""init: alive, and the parent of no command's ancestor, so its sessions are no command's own (a
+session of this test's own process would be taken for its commands': the process that started
+the test is one of their ancestors)."""
+
+
 async def _reserve(project: str, name: str, paths: Sequence[str], reason: str) -> None:
-    """A local session of `name` in `project` reserves `paths`. Its process is init (1):
-    alive, so the session is, and the parent of no command's ancestor, so the commands run
-    under no session, as the person's own (see tests/cli/test_speaking.py)."""
+    """A live local session of `name`, no command's own, in `project` reserves `paths`."""
     office = await PostOffice.open(Settings())
     try:
-        context = LocalContext(this_host(), 1, project, f"/src/{project}", "main")
+        context = LocalContext(this_host(), OUTSIDER_PID, project, f"/src/{project}", "main")
         session = await office.presence.open_local_session(context, name=name)
         await office.reservations.reserve(Caller(name, session.id), list(paths), reason=reason)
     finally:
@@ -408,6 +413,25 @@ def test_reservations_lists_those_of_the_current_directorys_project() -> None:
     none = agentpost("reservations", "--project", "elsewhere")
     assert none.stdout == "No live reservations in elsewhere.\n"
     refused(agentpost("reservations", "--project", "not a name"), "invalid_argument")
+
+
+def test_reservations_run_by_claude_code_lists_the_project_its_agentpost_mcp_was_given() -> None:
+    """`.mcp.json` may give `agentpost mcp` an `AGENTPOST_PROJECT` the commands Claude Code runs
+    never see (the stand-in's is apollo, the folder's work): the listing showed work's, none of
+    the reservations the session itself makes and is refused by."""
+    anyio.run(_reserve, "apollo", "alice", ["src/app.py"], "rewriting it")
+    here = Path.cwd()  # the scratch folder `work`
+    with claude_code("bob", cwd=here, log=here.parent / "bob.stderr") as bob:
+        listed = ask(bob, [str(AGENTPOST), "reservations", "--json"])
+        shown = ask(bob, [str(AGENTPOST), "reservations"])
+        named = ask(bob, [str(AGENTPOST), "reservations", "--project", "work", "--json"])
+    assert listed["returncode"] == 0, listed["stderr"]
+    found = json.loads(listed["stdout"])
+    assert found["project"] == "apollo"
+    assert [(r["agent"], r["path"]) for r in found["reservations"]] == [("alice", "src/app.py")]
+    assert "reservations in apollo" in shown["stdout"]
+    assert json.loads(named["stdout"]) == {"project": "work", "reservations": []}
+    assert agentpost_json("reservations")["project"] == "work", "run by no client: the folder's"
 
 
 # -- on a remote post office --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
+from agentpost.cli.guard import acting_here
 from agentpost.cli.speaking import (
     AsOption,
     JsonOption,
@@ -238,7 +239,11 @@ def check_request(
 
 def reservations(
     project: Annotated[
-        str | None, typer.Option(help="This project (default: the current directory's).")
+        str | None,
+        typer.Option(
+            help="This project (default: AGENTPOST_PROJECT, else that of the agentpost mcp the "
+            "same client started, else the current directory's)."
+        ),
     ] = None,
     as_: AsOption = None,
     as_json: JsonOption = False,
@@ -249,23 +254,27 @@ def reservations(
     from agentpost.cli.render import emit_json, show_reservations
 
     @functools.cache
-    def here() -> str:
+    def folder() -> str:
         """--project, else the project the current directory belongs to, as `agentpost mcp`
-        and the commit guard name it (AGENTPOST_PROJECT first); asked inside `run`, so that a
-        configuration mistake is refused as any."""
+        names it (AGENTPOST_PROJECT first); asked inside `run`, so that a configuration mistake
+        is refused as any."""
         from agentpost.services.local_identity import detect
 
         return project or detect(project_override=load_settings().project).project
 
-    async def local(office: PostOffice, caller: Caller) -> list[Reservation]:
-        return await office.reservations.reservations(caller, here())
+    async def local(office: PostOffice, caller: Caller) -> tuple[str, list[Reservation]]:
+        # Run by a Claude Code (or another client) whose `agentpost mcp` was given its project in
+        # the client's settings alone, the project is that session's, as the commit guard's.
+        here = folder()
+        if project is None:
+            _, here = await acting_here(office, load_settings(), here)
+        return here, await office.reservations.reservations(caller, here)
 
-    found = run(
-        Speaker(as_, as_json, url, key),
-        local,
-        lambda client: client.reservations(project=here()),
-    )
+    async def remote(client: AsyncClient) -> tuple[str, list[Reservation]]:
+        return folder(), await client.reservations(project=folder())
+
+    here, found = run(Speaker(as_, as_json, url, key), local, remote)
     if as_json:
-        emit_json({"project": here(), "reservations": [r.to_dict() for r in found]})
+        emit_json({"project": here, "reservations": [r.to_dict() for r in found]})
     else:
-        show_reservations(found, here())
+        show_reservations(found, here)

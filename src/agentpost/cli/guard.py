@@ -42,6 +42,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 if TYPE_CHECKING:  # the check loads what it needs when it runs: install stays quick
     from agentpost.config import Settings
     from agentpost.domain.reservations import Reservation
+    from agentpost.services import PostOffice
 
 MARKER = "# agentpost-guard"
 CHAINED = "pre-commit.before-agentpost"
@@ -206,11 +207,9 @@ def staged_files() -> list[str]:
 async def _read_post_office(
     settings: Settings, project: str
 ) -> tuple[str | None, str, list[Reservation]]:
-    """(the committing agent, its project, the project's live reservations). The agent is
-    AGENTPOST_AGENT, else the one whose local `agentpost mcp` the same Claude Code started (see
-    `PresenceService.session_of_process`); None when neither says: then the worktree says which
-    reservations are yours. The project is AGENTPOST_PROJECT, else that session's (the client's
-    settings may have named it for the server alone), else the worktree's."""
+    """(the committing agent, its project, the project's live reservations), as `acting_here`
+    reads them; no agent when nothing names one: then the worktree says which reservations are
+    yours."""
     if settings.url:  # a remote post office knows no local processes
         from agentpost.client import AsyncClient
 
@@ -220,15 +219,27 @@ async def _read_post_office(
 
     office = await PostOffice.open(settings)
     try:
-        agent = settings.agent
-        session = await office.presence.session_of_process(os.getpid())
-        if session is not None:
-            agent = agent or session.agent
-            if settings.project is None and session.project:
-                project = session.project
+        agent, project = await acting_here(office, settings, project)
         return agent, project, await office.reservations.live(project)
     finally:
         await office.aclose()
+
+
+async def acting_here(
+    office: PostOffice, settings: Settings, project: str
+) -> tuple[str | None, str]:
+    """(the agent, the project) this process acts for on the local post office, as the guard
+    reads them for a commit and `agentpost reservations` for its listing: AGENTPOST_AGENT, else
+    the agent of the live local `agentpost mcp` the same Claude Code started (see
+    `PresenceService.session_of_process`), else None; AGENTPOST_PROJECT, else that session's (the
+    client's settings may have named it for the server alone), else `project`, the worktree's."""
+    agent = settings.agent
+    session = await office.presence.session_of_process(os.getpid())
+    if session is not None:
+        agent = agent or session.agent
+        if settings.project is None and session.project:
+            project = session.project
+    return agent, project
 
 
 def check(environ: Mapping[str, str]) -> int:
