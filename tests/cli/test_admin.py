@@ -98,7 +98,7 @@ async def test_a_revoked_key_is_refused_and_the_agents_other_key_goes_on(
 def test_keys_shows_each_key_id_whole_in_a_narrow_terminal_so_revoke_key_can_take_it() -> None:
     name = "bob-the-long-named-reviewer-of-the-backend-team"
     create_agent(name)
-    shown = agentpost("admin", "keys", name, COLUMNS="80")  # a pipe is 80 columns wide too
+    shown = agentpost("admin", "keys", name, COLUMNS="80")  # a terminal 80 columns wide
     assert shown.returncode == 0, shown.stderr
     [key_id] = [word for word in shown.stdout.split() if word.startswith("k_")]
     assert "…" not in shown.stdout

@@ -300,7 +300,7 @@ def test_without_json_the_output_is_for_people() -> None:
 
 
 def flat(text: str) -> str:
-    """Output with its line wrapping undone: Rich wraps at 80 columns when piped."""
+    """Output with its spacing and any line wrapping undone (COLUMNS may narrow it)."""
     return " ".join(text.split())
 
 

@@ -44,11 +44,11 @@ def test_line_breaks_tabs_and_the_rest_of_unicode_stay_as_they_are() -> None:
     assert visible(text) == text
 
 
-def shown_to_bob(body: str, subject: str) -> str:
+def shown_to_bob(body: str, subject: str, **env: str) -> str:
     """What `agentpost inbox` prints for bob of alice's message."""
     arrange("alice", "bob")
     agentpost_json("send", "bob", body, "--subject", subject, "--as", "alice")
-    shown = agentpost("inbox", "--as", "bob")
+    shown = agentpost("inbox", "--as", "bob", **env)
     assert shown.returncode == 0, shown.stderr
     return shown.stdout
 
@@ -236,3 +236,33 @@ def test_who_says_how_long_ago_in_the_unit_a_person_reads(
     show_presence([left])
     row = next(line for line in capsys.readouterr().out.splitlines() if "alice" in line)
     assert row.split("│")[-2].strip() == seen
+
+
+LONG_BODY = ", then ".join(["step one", "step two", "the release notes and the changelog"] * 4)
+
+
+def test_output_to_a_pipe_keeps_a_long_subject_body_and_tables_cells_whole_on_their_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rich takes a pipe (a script's, a file's) for 80 columns: it folded a long body and cut
+    a table's cells short, so a script read a subject, a body or an objective in pieces."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    subject = ", ".join(["the parser rewrite"] * 5)
+    shown = shown_to_bob(LONG_BODY, subject).splitlines()
+    assert f" alice → bob {subject} " in shown[0]
+    assert shown[1] == f"  {LONG_BODY}"
+
+    objective = "rewriting the parser so that a long objective reads whole in a script's output"
+    anyio.run(_at_work, "alice", "main", objective)
+    who = agentpost("who")
+    assert who.returncode == 0, who.stderr
+    [row] = [line for line in who.stdout.splitlines() if "alice" in line]
+    assert objective in row
+
+
+def test_output_to_a_pipe_is_folded_at_the_width_columns_gives() -> None:
+    shown = shown_to_bob(LONG_BODY, "", COLUMNS="60")
+    lines = shown.splitlines()
+    assert len(lines) > 4
+    assert all(len(line) <= 60 for line in lines)
+    assert " ".join(shown.split()).endswith(LONG_BODY)

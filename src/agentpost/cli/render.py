@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -38,7 +39,20 @@ class _LiteralConsole(Console):
         return super().render_str(visible(text), **options)
 
 
-console = _LiteralConsole(highlight=False, markup=False, emoji=False)
+UNFOLDED = 1_000_000
+"""The width of output to a file or a pipe: no line a script reads is folded or cut short."""
+
+
+def _width() -> int | None:
+    """A terminal's own width, or `COLUMNS` where it gives one (Rich reads both); else, writing
+    to a file or a pipe, no limit: Rich's fallback, 80 columns, folded a long subject or body
+    and cut a table's cells short in every script that read the output."""
+    if os.environ.get("COLUMNS", "").strip().isdigit() or sys.stdout.isatty():
+        return None
+    return UNFOLDED
+
+
+console = _LiteralConsole(highlight=False, markup=False, emoji=False, width=_width())
 errors = _LiteralConsole(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
 
 Part = str | tuple[str, str]
@@ -72,9 +86,10 @@ def refusal(err: AgentpostError, *, as_json: bool = False) -> typer.Exit:
 
 def whole(header: str, values: Sequence[str] = ()) -> Column:
     """A table's column of what a person types back (a key id, a name, a path): a narrow
-    terminal (or a pipe, 80 columns) has Rich cut a cell short with an ellipsis, and an id cut
-    so cannot be used. Values up to the longest of `values` stay whole on one line (as a key id
-    does); a longer one folds onto the next line rather than lose its end."""
+    terminal (or a `COLUMNS` that says it is narrow) has Rich cut a cell short with an
+    ellipsis, and an id cut so cannot be used. Values up to the longest of `values` stay whole
+    on one line (as a key id does); a longer one folds onto the next line rather than lose its
+    end."""
     if values:
         return Column(header, no_wrap=True, min_width=max(len(v) for v in values))
     return Column(header, overflow="fold")
