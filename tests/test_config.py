@@ -225,6 +225,21 @@ def test_an_admin_key_no_key_could_be_is_refused_naming_the_setting_not_the_secr
     assert load_settings().admin_key == ""
 
 
+def test_an_empty_agent_setting_is_unset_and_the_next_place_names_the_agent(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`AGENTPOST_AGENT=` was refused as no agent name, where `agentpost hook claude` read it
+    as unset (settings_file.said): one setting read two ways."""
+    monkeypatch.setenv("AGENTPOST_AGENT", "")
+    assert load_settings().agent is None
+    config_file.write_text('agent = "alice"\n')
+    assert load_settings().agent == "alice"
+    config_file.write_text('agent = ""\n')
+    assert load_settings().agent is None
+    monkeypatch.setenv("AGENTPOST_AGENT", "bob")
+    assert load_settings().agent == "bob"
+
+
 @pytest.mark.parametrize(
     ("asked", "given"),
     [

@@ -27,7 +27,7 @@ from agentpost.domain.accounts import SECRET_MAX, SECRET_MIN, is_well_formed_sec
 from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.limits import Limits
 from agentpost.domain.names import check_name
-from agentpost.settings_file import config_file, default_home, home_in_file
+from agentpost.settings_file import config_file, default_home, home_in_file, said
 
 DEFAULT_INSTRUCTIONS = """\
 You are agent `{agent}` on agentpost, a post office shared with other AI agents working beside \
@@ -279,7 +279,7 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = _ConfigFile(settings_cls, toml_file=config_path())
-        return (init_settings, env_settings, toml)
+        return (init_settings, _Saying(env_settings), _Saying(toml))
 
 
 def _service_of(url: str) -> tuple[str, str, int | None, str]:
@@ -291,6 +291,24 @@ def _service_of(url: str) -> tuple[str, str, int | None, str]:
     except ValueError:  # no port a connection could use: the URL names nothing to compare
         return (url, "", None, "")
     return (scheme, (parts.hostname or "").rstrip("."), port, parts.path.rstrip("/"))
+
+
+class _Saying(PydanticBaseSettingsSource):
+    """A source without an `agent` that says nothing (`AGENTPOST_AGENT=`, `agent = ""`): read
+    as if it were not there, as `agentpost hook claude` reads it (`settings_file.said`)."""
+
+    UNSAID = frozenset({"agent"})
+
+    def __init__(self, source: PydanticBaseSettingsSource) -> None:
+        super().__init__(source.settings_cls)
+        self.source = source
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self.source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        found = self.source()
+        return {k: v for k, v in found.items() if k not in self.UNSAID or said(v)}
 
 
 class _ConfigFile(TomlConfigSettingsSource):

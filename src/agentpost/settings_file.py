@@ -26,3 +26,10 @@ def home_in_file(home: str, config_file: Path) -> str:
     process reading one file shares one post office, whatever folder each was started in; an
     absolute one, or one under `~`, stays itself."""
     return home if home.startswith("~") else str(config_file.parent / home)
+
+
+def said(value: object) -> bool:
+    """Whether a setting's value says anything. An empty one (`AGENTPOST_AGENT=`, `agent = ""`
+    in the file) says nothing: it is read as if it were not there, and the next place decides
+    (the environment, then the config file, then the default), in every command alike."""
+    return value != ""

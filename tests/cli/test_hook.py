@@ -320,6 +320,24 @@ def test_it_reads_home_and_agent_from_the_config_file_as_the_other_commands_do(
     assert (elsewhere / "hook-cursors" / "bob").exists()
 
 
+def test_an_empty_agentpost_agent_is_unset_for_the_hook_and_the_other_commands_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`AGENTPOST_AGENT=` left the hook reading the config file's agent while every other
+    command refused it as no agent name: the two read one setting two ways."""
+    config = tmp_path / "config.toml"
+    config.write_text('agent = "bob"\n')
+    monkeypatch.setenv("AGENTPOST_CONFIG", str(config))
+    monkeypatch.setenv("AGENTPOST_AGENT", "")
+    meet("alice", "bob")
+    assert hook().stdout == ""
+    sent = send("alice", "bob", "for whoever the config file names")
+    assert sent in context_of(hook().stdout)
+    read = json.loads(agentpost("inbox", "--json"))  # no --as: the configured agent
+    assert [m["id"] for m in read["messages"]] == [sent]
+    assert unread("bob") == 0
+
+
 def test_a_relative_home_in_the_config_file_is_the_files_folders_wherever_the_hook_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

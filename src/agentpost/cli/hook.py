@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from agentpost.cli.literal import visible
 from agentpost.domain.names import check_name
-from agentpost.settings_file import config_file, default_home, home_in_file
+from agentpost.settings_file import config_file, default_home, home_in_file, said
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
 """The hook events whose JSON answer can add context for the model."""
@@ -52,7 +52,9 @@ def settings(environ: Mapping[str, str]) -> dict[str, str]:
     """home, database_url, url and agent from AGENTPOST_* or the config file (env first)."""
     keys = ("home", "database_url", "url", "agent")
     found = {
-        k: environ[f"AGENTPOST_{k.upper()}"] for k in keys if environ.get(f"AGENTPOST_{k.upper()}")
+        k: environ[f"AGENTPOST_{k.upper()}"]
+        for k in keys
+        if said(environ.get(f"AGENTPOST_{k.upper()}", ""))
     }
     if len(found) < len(keys):
         path = config_file(environ)
@@ -62,7 +64,7 @@ def settings(environ: Mapping[str, str]) -> dict[str, str]:
             with path.open("rb") as f:
                 table = tomllib.load(f)
             for key in keys:
-                if key not in found and isinstance(table.get(key), str) and table[key]:
+                if key not in found and isinstance(table.get(key), str) and said(table[key]):
                     found[key] = home_in_file(table[key], path) if key == "home" else table[key]
     found.setdefault("home", str(default_home()))
     return found
