@@ -1,7 +1,8 @@
-"""The coordination commands end to end: `delegate`, `update-task`, `ask`, `check-request` and
-`reservations`, run as the installed script on a real SQLite post office, and against a real
-`agentpost serve` with `--url/--key`. A question is answered by another `agentpost` process
-while the asker waits; nothing sleeps: a waiting process is read line by line under a deadline.
+"""The coordination commands end to end: `delegate`, `update-task`, `ask`, `check-request`,
+`reserve`, `release` and `reservations`, run as the installed script on a real SQLite post
+office, and against a real `agentpost serve` with `--url/--key`. A question is answered by
+another `agentpost` process while the asker waits; nothing sleeps: a waiting process is read
+line by line under a deadline.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agentpost.cli.coordinating import INTERRUPTED, TIMED_OUT
+from agentpost.cli.entry import EXIT_CODES
 from agentpost.config import Settings
+from agentpost.domain.errors import ErrorCode
 from agentpost.domain.models import Caller
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import LocalContext, this_host
@@ -434,6 +437,92 @@ def test_reservations_run_by_claude_code_lists_the_project_its_agentpost_mcp_was
     assert agentpost_json("reservations")["project"] == "work", "run by no client: the folder's"
 
 
+async def _around(project: str, name: str) -> None:
+    """`name` has a live local session (no command's own) in `project`: its reservations live."""
+    office = await PostOffice.open(Settings())
+    try:
+        context = LocalContext(this_host(), OUTSIDER_PID, project, f"/src/{project}", "main")
+        await office.presence.open_local_session(context, name=name)
+    finally:
+        await office.aclose()
+
+
+def held_in(project: str) -> list[tuple[str, str, bool]]:
+    """(agent, path, exclusive) of each live reservation of `project`, as the command lists it."""
+    found = agentpost_json("reservations", "--project", project)["reservations"]
+    return [(r["agent"], r["path"], r["exclusive"]) for r in found]
+
+
+def test_reserve_claims_paths_and_release_gives_them_up() -> None:
+    anyio.run(_around, "work", "bob")
+    done = agentpost("reserve", "docs/guide.md", "--reason", "docs week", "--as", "bob")
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(
+        r"reserved docs/guide\.md exclusively until [\d:]{8} \(r_\w+\)\n", done.stdout
+    )
+    shared = agentpost_json("reserve", "src/*.py", "--shared", "--ttl", "60", "--as", "bob")
+    [granted] = shared["granted"]
+    assert (granted["path"], granted["exclusive"], granted["ttl_s"]) == ("src/*.py", False, 60)
+    assert shared["conflicts"] == []
+    assert held_in("work") == [("bob", "docs/guide.md", True), ("bob", "src/*.py", False)]
+
+    gone = agentpost("release", "docs/guide.md", "--as", "bob")
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout.startswith("released docs/guide.md (r_")
+    assert held_in("work") == [("bob", "src/*.py", False)]
+    again = agentpost("release", "docs/guide.md", "--as", "bob")
+    assert again.returncode == 4
+    assert "not yours or not live: docs/guide.md" in again.stderr
+    by_id = agentpost_json("release", "--id", granted["id"], "--as", "bob")
+    assert [r["path"] for r in by_id["reservations"]] == ["src/*.py"]
+    assert held_in("work") == []
+
+
+def test_reserving_what_another_agent_holds_exclusively_is_refused_as_a_conflict() -> None:
+    anyio.run(_reserve, "work", "alice", ["src/**"], "rewriting it")
+    anyio.run(_around, "work", "bob")
+    done = agentpost("reserve", "src/app.py", "docs/guide.md", "--shared", "--as", "bob")
+    assert done.returncode == EXIT_CODES[ErrorCode.CONFLICT]
+    assert re.fullmatch(
+        r"error: conflict: src/app\.py is held by alice as 'src/\*\*' exclusively until "
+        r"[\d:]{8}\n",
+        done.stderr,
+    )
+    assert done.stdout.startswith("reserved docs/guide.md shared until ")
+    assert held_in("work") == [("alice", "src/**", True), ("bob", "docs/guide.md", False)]
+    as_json = agentpost("reserve", "src/app.py", "--as", "bob", "--json")
+    assert as_json.returncode == EXIT_CODES[ErrorCode.CONFLICT]
+    [conflict] = json.loads(as_json.stdout)["conflicts"]
+    assert (conflict["path"], conflict["holder"], conflict["held"]) == (
+        "src/app.py",
+        "alice",
+        "src/**",
+    )
+    mine = agentpost("release", "src/**", "--as", "bob")
+    assert mine.returncode == 4, "another agent's reservation is never released"
+    assert held_in("work")[0] == ("alice", "src/**", True)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["reserve", "src/app.py", "--ttl", "-1"], "error: invalid_argument: --ttl is a number"),
+        (["reserve", "../outside.py"], "error: invalid_argument: "),
+        (["release"], "error: invalid_argument: name the paths or --id to release, or --all"),
+        (["release", "src/app.py", "--all"], "error: invalid_argument: name the paths or --id"),
+    ],
+)
+def test_a_reservation_that_cannot_be_is_refused_and_changes_nothing(
+    args: list[str], said: str
+) -> None:
+    anyio.run(_around, "work", "bob")
+    agentpost_json("reserve", "src/app.py", "--as", "bob")
+    done = agentpost(*args, "--as", "bob")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(said)
+    assert held_in("work") == [("bob", "src/app.py", True)]
+
+
 # -- on a remote post office --------------------------------------------------------------------
 
 
@@ -478,3 +567,23 @@ async def test_ask_on_the_remote_service_gets_the_answer_and_check_request_finds
         "project": "shop",
         "reservations": [],
     }
+
+
+@pytest.mark.anyio
+async def test_reserve_and_release_act_on_the_remote_service_conflicts_refused(
+    service: Service,
+) -> None:
+    alice = Remote(service, await service.create_agent("alice", project="shop"))
+    bob = Remote(service, await service.create_agent("bob", project="shop"))
+    made = await alice.json("reserve", "src/**", "--reason", "rewriting it")
+    assert [r["path"] for r in made["granted"]] == ["src/**"]
+    refused_ = await bob.run("reserve", "src/app.py")
+    assert refused_.returncode == EXIT_CODES[ErrorCode.CONFLICT]
+    assert refused_.stderr.startswith(b"error: conflict: src/app.py is held by alice as 'src/**'")
+    listed = await bob.json("reservations", "--project", "shop")
+    assert [(r["agent"], r["path"]) for r in listed["reservations"]] == [("alice", "src/**")]
+    assert (await bob.run("release", "src/**")).returncode == 4
+    gone = await alice.run("release", "src/**")
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stdout.startswith(b"released src/** (r_")
+    assert (await bob.json("reserve", "src/app.py"))["conflicts"] == []

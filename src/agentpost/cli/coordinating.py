@@ -1,4 +1,5 @@
-"""The coordination commands: `delegate`, `update-task`, `ask`, `check-request`, `reservations`.
+"""The coordination commands: `delegate`, `update-task`, `ask`, `check-request`, and the file
+reservations: `reserve`, `release`, `reservations`.
 
 What the MCP tools and REST let an agent do, for a person or a script at the command line,
 locally (`--as`) or remotely (`--url/--key`), as every mailbox command (agentpost.cli.speaking).
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
+from agentpost.cli.entry import EXIT_CODES
 from agentpost.cli.guard import acting_here
 from agentpost.cli.speaking import (
     AsOption,
@@ -40,7 +42,7 @@ from agentpost.domain.requests import RequestAnswer
 if TYPE_CHECKING:  # the services are imported when a command runs: --help is quick
     from agentpost.client import AsyncClient
     from agentpost.domain.models import Caller
-    from agentpost.domain.reservations import Reservation
+    from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
     from agentpost.services import PostOffice
 
 TIMED_OUT = 124
@@ -278,3 +280,113 @@ def reservations(
         emit_json({"project": here, "reservations": [r.to_dict() for r in found]})
     else:
         show_reservations(found, here)
+
+
+PathsArgument = Annotated[
+    list[str],
+    typer.Argument(
+        help="Paths or git-style globs relative to the project root (src/api/**, docs/*.md; "
+        "a folder covers what is in it)."
+    ),
+]
+
+
+def reserve(
+    paths: PathsArgument,
+    exclusive: Annotated[
+        bool, typer.Option("--exclusive/--shared", help="Exclusive (default); shared coexist.")
+    ] = True,
+    ttl: Annotated[
+        float,
+        typer.Option(
+            "--ttl",
+            help="Lapse after this many seconds (or soon after your agent's last session "
+            "went offline).",
+        ),
+    ] = 3600,
+    reason: Annotated[str | None, typer.Option(help="Why, for the others to read.")] = None,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Claim files before you edit them; one another agent holds is refused, naming it (exit 5)."""
+    from agentpost.cli.render import console, emit_json, errors, styled, when
+
+    def local(office: PostOffice, caller: Caller) -> Awaitable[ReserveResult]:
+        return office.reservations.reserve(
+            caller, paths, exclusive=exclusive, ttl_s=ttl, reason=reason
+        )
+
+    def remote(client: AsyncClient) -> Awaitable[ReserveResult]:
+        return client.reserve(paths, exclusive=exclusive, ttl_s=ttl, reason=reason)
+
+    done = run(Speaker(as_, as_json, url, key), local, remote)
+    if as_json:
+        emit_json(done.to_dict())
+    else:
+        for r in done.granted:
+            kind = "exclusively" if r.exclusive else "shared"
+            line = f"reserved {r.path} {kind} until {when(r.expires_at)} ({r.id})"
+            console.print(styled(line), soft_wrap=True)
+        for c in done.conflicts:
+            held = "exclusively" if c.exclusive else "shared"
+            holder = c.holder if c.trust.value == "verified" else f"{c.holder} ({c.trust.value})"
+            errors.print(
+                styled(
+                    ("error:", "red"),
+                    f" {ErrorCode.CONFLICT.value}: {c.path} is held by {holder} as {c.held!r} "
+                    f"{held} until {when(c.expires_at)}",
+                )
+            )
+    if done.conflicts:
+        raise typer.Exit(EXIT_CODES[ErrorCode.CONFLICT])
+
+
+def release(
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Paths as you reserved them.", show_default=False)
+    ] = None,
+    ids: Annotated[
+        list[str] | None, typer.Option("--id", help="A reservation's id (repeat for more).")
+    ] = None,
+    every: Annotated[bool, typer.Option("--all", help="All of yours in your project.")] = False,
+    as_: AsOption = None,
+    as_json: JsonOption = False,
+    url: UrlOption = None,
+    key: KeyOption = None,
+) -> None:
+    """Give up your reservations by path (as reserved), --id or --all (exit 4: none was yours)."""
+    from agentpost.cli.render import console, emit_json, errors, styled
+
+    def chosen() -> tuple[list[str] | None, list[str] | None]:
+        """(paths, ids), both None for --all; asked inside `run`, so a mistake is refused."""
+        if every == bool(paths or ids):
+            raise AgentpostError(
+                ErrorCode.INVALID_ARGUMENT,
+                "name the paths or --id to release, or --all for every one of yours",
+            )
+        return (paths or None, ids or None) if not every else (None, None)
+
+    def local(office: PostOffice, caller: Caller) -> Awaitable[ReservationsChanged]:
+        named, numbered = chosen()
+        return office.reservations.release_reservations(caller, paths=named, ids=numbered)
+
+    def remote(client: AsyncClient) -> Awaitable[ReservationsChanged]:
+        named, numbered = chosen()
+        return client.release_reservations(paths=named, ids=numbered)
+
+    done = run(Speaker(as_, as_json, url, key), local, remote)
+    if as_json:
+        emit_json(done.to_dict())
+    else:
+        for r in done.reservations:
+            console.print(styled(f"released {r.path} ({r.id})"), soft_wrap=True)
+        if done.not_found:
+            errors.print(styled(f"not yours or not live: {', '.join(done.not_found)}"))
+    if done.not_found and not done.reservations:
+        raise typer.Exit(EXIT_CODES[ErrorCode.NOT_FOUND])
+
+
+COMMANDS = (delegate, update_task, ask, check_request, reserve, release, reservations)
+"""This module's commands, in the order `agentpost --help` lists them."""

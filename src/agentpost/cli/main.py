@@ -17,7 +17,7 @@ import typer
 
 from agentpost.cli.admin import admin_app
 from agentpost.cli.answering import respond
-from agentpost.cli.coordinating import ask, check_request, delegate, reservations, update_task
+from agentpost.cli.coordinating import COMMANDS as COORDINATING
 from agentpost.cli.entry import EXIT_CODES, key_for, serve_mcp
 from agentpost.cli.guard import guard_app
 from agentpost.cli.install import install_app, uninstall_app
@@ -486,7 +486,7 @@ def task(
         show_task(found)
 
 
-for coordinating in (delegate, update_task, ask, check_request, reservations):
+for coordinating in COORDINATING:
     app.command()(coordinating)
 
 

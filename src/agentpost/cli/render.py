@@ -95,7 +95,7 @@ def whole(header: str, values: Sequence[str] = ()) -> Column:
     return Column(header, overflow="fold")
 
 
-def _when(ts: float) -> str:
+def when(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
@@ -138,7 +138,7 @@ def message_line(m: Message) -> Text:
     if m.data:
         data = ["\n  ", (f"data: {json.dumps(m.data, ensure_ascii=False)}", "dim")]
     return styled(
-        (f"{_when(m.created_at)} {m.id}{_place(m)}", "dim"),
+        (f"{when(m.created_at)} {m.id}{_place(m)}", "dim"),
         " ",
         (m.sender, "cyan"),
         " → ",
@@ -202,7 +202,7 @@ def show_leaders(seats: Sequence[Leader]) -> None:
         return
     table = Table(whole("project"), whole("leader"), "term", "branch", "since")
     for s in seats:
-        since = _when(s.since) if s.since else ""
+        since = when(s.since) if s.since else ""
         table.add_row(s.project, s.leader or "(free)", str(s.term), s.branch or "", since)
     console.print(table)
 
@@ -212,7 +212,7 @@ def task_line(t: Task) -> Text:
     if t.priority.value == "urgent":
         flags.append((" urgent", "red"))
     return styled(
-        (f"{_when(t.updated_at)} {t.id}", "dim"),
+        (f"{when(t.updated_at)} {t.id}", "dim"),
         (f" [{t.status.value}]", "bold"),
         *flags,
         " ",
@@ -254,7 +254,7 @@ def show_task(t: Task) -> None:
         if c.withheld:
             note = " (note withheld: written while you blocked its writer)"
         actor = _named(c.actor, c.trust)
-        console.print(styled((f"  {_when(c.at)} ", "dim"), *actor, f" {moved}{note}"))
+        console.print(styled((f"  {when(c.at)} ", "dim"), *actor, f" {moved}{note}"))
 
 
 def show_answer(found: RequestAnswer) -> None:
@@ -274,5 +274,5 @@ def show_reservations(held: Sequence[Reservation], project: str) -> None:
     )
     for r in held:
         kind = "exclusive" if r.exclusive else "shared"
-        table.add_row(r.path, _tagged(r.agent, r.trust), kind, _when(r.expires_at), r.reason)
+        table.add_row(r.path, _tagged(r.agent, r.trust), kind, when(r.expires_at), r.reason)
     console.print(table)
