@@ -7,6 +7,7 @@ import os
 import subprocess
 import time
 from collections.abc import Awaitable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +223,25 @@ async def test_bad_paths_ttls_and_reasons_are_refused_without_change(office: Pos
     )
 
 
+async def test_an_agent_with_no_session_around_is_refused_a_claim_that_would_lapse_at_once(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """A reservation lives only while a session of its agent does: one granted to an agent with
+    none (the command line's `--as`, or the person at it) would have protected nothing."""
+    alice = await session_caller(office, "alice")
+    await office.presence.end_session(alice.session_id or "")
+    clock.advance(10 * office.settings.offline_after_s)
+    refused = await refused_without_change(
+        office,
+        ErrorCode.INVALID_ARGUMENT,
+        office.reservations.reserve(Caller("alice"), ["src/a.py"]),
+    )
+    assert "alice has none" in refused.message
+    await session_caller(office, "alice")  # a session of hers around: the claim is hers to hold
+    granted = await office.reservations.reserve(Caller("alice"), ["src/a.py"])
+    assert [r.path for r in granted.granted] == ["src/a.py"]
+
+
 async def test_an_agent_holds_at_most_max_live_reservations_and_more_changes_nothing(
     office: PostOffice, clock: FakeClock
 ) -> None:
@@ -265,9 +285,11 @@ async def test_expired_reservations_leave_room_under_the_limit(
 
 
 async def test_a_caller_with_no_project_is_told_how_to_name_one(office: PostOffice) -> None:
-    nobody = await office.presence.ensure_agent("nobody")  # no session, no project
+    nobody = await office.presence.ensure_agent("nobody")
+    session = await office.presence.open_http_session(nobody, host="laptop")  # no project
+    here = replace(nobody, session_id=session.id)
     refused = await refused_without_change(
-        office, ErrorCode.INVALID_ARGUMENT, office.reservations.reserve(nobody, ["src/a.py"])
+        office, ErrorCode.INVALID_ARGUMENT, office.reservations.reserve(here, ["src/a.py"])
     )
     assert "AGENTPOST_PROJECT" in refused.message
 

@@ -70,6 +70,11 @@ NO_PROJECT = (
     "the repository, set AGENTPOST_PROJECT, or give your agent a project"
 )
 
+NO_SESSION = (
+    "a reservation holds only while a session of its agent is live, and {agent} has none: "
+    "reserve from the agent's own session (its MCP tools, or a command its client runs)"
+)
+
 
 @dataclass(frozen=True, slots=True)
 class _Place:
@@ -188,8 +193,12 @@ class Reservations:
         wanted = check_paths(paths)
         ttl = check_ttl(ttl_s)
         why = check_reason(reason)
-        place = await self._place(caller)
         offline_after_s = self.settings.offline_after_s
+        if caller.session_id is None and not await self.store.read(
+            lambda conn: rows.agent_around(conn, caller.agent, self.store.clock(), offline_after_s)
+        ):  # granted, the claim would protect nothing: it lapses with no session around
+            raise invalid(NO_SESSION.format(agent=caller.agent))
+        place = await self._place(caller)
 
         def tx(
             conn: Connection, known: Tracked | None, looked: dict[str, dict[str, bool]]

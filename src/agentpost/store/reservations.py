@@ -32,11 +32,11 @@ from agentpost.domain.reservations import Reservation
 from agentpost.store.schema import agents, reservations, sessions
 
 
-def _agent_around(now: float, offline_after_s: float) -> Any:
+def _agent_around(now: float, offline_after_s: float, agent: Any = reservations.c.agent) -> Any:
     # Went offline (ended, or heartbeat + offline_after_s: the earlier) after now - grace.
     grace = now - offline_after_s
     return exists().where(
-        sessions.c.agent == reservations.c.agent,
+        sessions.c.agent == agent,
         or_(sessions.c.ended_at.is_(None), sessions.c.ended_at > grace),
         sessions.c.heartbeat_at > grace - offline_after_s,
     )
@@ -73,6 +73,11 @@ def live(
         query = query.where(reservations.c.agent == agent)
     rows = conn.execute(query.order_by(reservations.c.created_at, reservations.c.id))
     return [reservation_of(row) for row in rows]
+
+
+def agent_around(conn: Connection, agent: str, now: float, offline_after_s: float) -> bool:
+    """Whether `agent` has a session around, as its reservations need to be live."""
+    return bool(conn.execute(select(_agent_around(now, offline_after_s, agent))).scalar_one())
 
 
 def live_count(conn: Connection, agent: str, now: float, offline_after_s: float) -> int:
