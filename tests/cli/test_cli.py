@@ -169,6 +169,17 @@ def test_the_whole_inbox_pages_back_with_before() -> None:
     refused(agentpost("inbox", "--before", sent[1]["id"], "--as", "bob"), "invalid_argument")
 
 
+def test_inbox_before_without_all_is_refused_naming_the_options_typed(isolated_home: Path) -> None:
+    arrange("alice", "bob")
+    sent = agentpost_json("send", "bob", "unread still", "--as", "alice")
+    before = database(isolated_home)
+    done = agentpost("inbox", "--before", sent["id"], "--as", "bob")
+    refused(done, "invalid_argument")
+    assert "--before pages back through the whole inbox: add --all" in done.stderr
+    assert "unread_only" not in done.stderr  # the services' name, typed nowhere here
+    assert database(isolated_home) == before  # nothing marked read
+
+
 def test_names_separated_by_commas_may_have_spaces_after_the_commas() -> None:
     arrange("alice", "bob", "carol")
     sent = agentpost_json("send", "bob, carol", "standup in 5", "--as", "alice")

@@ -31,6 +31,7 @@ from agentpost.cli.speaking import (
     parse_data,
     run,
     seconds,
+    whole_inbox_cursor,
 )
 from agentpost.cli.whoami import whoami
 from agentpost.config import load_settings
@@ -228,17 +229,15 @@ def inbox(
     """Read your mail, oldest first (marked read unless --peek); --all --before pages back."""
     from agentpost.cli.render import emit_json, show_messages
 
-    async def local(office: PostOffice, caller: Caller) -> Inbox:
-        return await office.mailbox.inbox(
-            caller, unread_only=not all_, limit=limit, thread_id=thread, peek=peek, before=before
-        )
+    def fields() -> dict[str, Any]:
+        """Read inside `run`, so that `--before` without `--all` is refused as any input."""
+        cursor = whole_inbox_cursor(before, all_)
+        return {"unread_only": not all_, "limit": limit, "thread_id": thread, "peek": peek} | cursor
 
-    found = run(
+    found: Inbox = run(
         Speaker(as_, as_json, url, key),
-        local,
-        lambda client: client.inbox(
-            unread_only=not all_, limit=limit, thread_id=thread, peek=peek, before=before
-        ),
+        lambda o, c: o.mailbox.inbox(c, **fields()),
+        lambda client: client.inbox(**fields()),
     )
     if as_json:
         emit_json({"messages": [m.to_dict() for m in found.messages], "unread": found.unread})

@@ -85,6 +85,22 @@ def seconds(value: float, option: str) -> float:
     return value
 
 
+def whole_inbox_cursor(before: str | None, whole: bool) -> dict[str, str]:
+    """`inbox`'s `--before` as the services take it, refused without `--all`, naming the options
+    typed: it pages back through the whole inbox alone (unread mail is read from the oldest on),
+    and the services' own refusal names `unread_only`, which appears nowhere on the command
+    line."""
+    if before is None:
+        return {}
+    if not whole:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            "--before pages back through the whole inbox: add --all (unread mail is read from "
+            "the oldest on, each page moving on to the next)",
+        )
+    return {"before": before}
+
+
 OPTIONS = {"ttl_s": "--ttl", "thread_id": "--thread", "reply_to": "--reply-to"}
 """The services' names of arguments the command line spells otherwise."""
 
