@@ -10,6 +10,8 @@ Claude Code but descends from no session's client, is the person at the command 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -134,3 +136,21 @@ async def test_with_a_url_the_key_says_who_speaks_under_a_session(
         alices = live_session_of(isolated_home, "alice")
     assert me["name"] == "carol"
     assert me["session_id"] != alices  # the key's own session, if any: never alice's
+
+
+def test_a_command_beside_an_agentpost_mcp_that_died_unreaped_speaks_as_the_owner(
+    isolated_home: Path,
+) -> None:
+    """Its client has not yet reaped the killed server (a zombie, still in the process table
+    under its parent): the session is over, though its row still looks live."""
+    with claude("alice") as alice:
+        conn = sqlite3.connect(isolated_home / "agentpost.db")
+        try:
+            [(pid,)] = conn.execute("SELECT pid FROM sessions WHERE agent = 'alice'").fetchall()
+        finally:
+            conn.close()
+        os.kill(pid, signal.SIGKILL)
+        while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            pass  # dying: the kernel makes it a zombie at once, and nobody reaps it yet
+        me = json_in(alice, "whoami")
+    assert (me["name"], me["session_id"]) == ("owner", None)

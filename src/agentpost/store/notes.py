@@ -202,14 +202,28 @@ class Cursors:
 # and the command line (the last two through `agentpost.services.presence`) all ask here.
 
 
-def parent_of(pid: int) -> int | None:
-    """The parent pid of `pid`, from /proc (None when the process is gone)."""
+def _stat(pid: int) -> list[str] | None:
+    """`pid`'s /proc stat from its state on (field 3), None when the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid of `pid`, from /proc (None when the process is gone)."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
+
+
+def _running_parent(pid: int) -> int | None:
+    """The parent of `pid` while it runs: None when it is gone, or dead and not yet reaped (a
+    zombie, which its parent still holds in the process table): a session whose process died
+    is over, whatever its row says until the post office notices."""
+    fields = _stat(pid)
+    return None if fields is None or fields[0] in ("Z", "X") else int(fields[1])
 
 
 def ancestors(pid: int) -> list[int]:
@@ -223,9 +237,9 @@ def ancestors(pid: int) -> list[int]:
 
 
 def session_of_this_process(sessions: Sequence[LiveSession], pid: int) -> LiveSession | None:
-    """The session whose process is a child of `pid`'s nearest ancestor that has one (newest
-    first when several are); None when no ancestor has."""
-    parents = {s.pid: parent_of(s.pid) for s in sessions}
+    """The session whose process, still running, is a child of `pid`'s nearest ancestor that has
+    one (newest first when several are); None when no ancestor has."""
+    parents = {s.pid: _running_parent(s.pid) for s in sessions}
     for ancestor in ancestors(pid):
         for session in sessions:  # newest first
             if parents[session.pid] == ancestor:
