@@ -180,6 +180,18 @@ def test_inbox_before_without_all_is_refused_naming_the_options_typed(isolated_h
     assert database(isolated_home) == before  # nothing marked read
 
 
+def test_a_page_of_the_whole_inbox_with_nothing_on_it_says_so_without_new_mail() -> None:
+    arrange("alice", "bob", "carol")
+    oldest = agentpost_json("send", "bob", "read already", "--as", "alice")
+    agentpost("inbox", "--as", "bob")
+    agentpost_json("send", "bob", "still unread", "--as", "alice")
+    assert agentpost("inbox", "--all", "--before", oldest["id"], "--as", "bob").stdout == (
+        "No older mail.\n"
+    )
+    assert agentpost("inbox", "--all", "--as", "carol").stdout == "No mail.\n"
+    assert agentpost("inbox", "--peek", "--as", "carol").stdout == "No new mail.\n"
+
+
 def test_names_separated_by_commas_may_have_spaces_after_the_commas() -> None:
     arrange("alice", "bob", "carol")
     sent = agentpost_json("send", "bob, carol", "standup in 5", "--as", "alice")

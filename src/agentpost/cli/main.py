@@ -242,7 +242,8 @@ def inbox(
     if as_json:
         emit_json({"messages": [m.to_dict() for m in found.messages], "unread": found.unread})
     else:
-        show_messages(found.messages, "No new mail.")
+        empty = "No older mail." if before else "No mail." if all_ else "No new mail."
+        show_messages(found.messages, empty)  # the whole inbox holds read mail too
 
 
 @app.command()
