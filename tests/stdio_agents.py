@@ -7,6 +7,7 @@ The fixtures that hand them out live in tests/mcp/conftest.py.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -76,6 +77,28 @@ def structured(result: types.CallToolResult) -> dict[str, Any]:
 
 def ids(messages: list[dict[str, Any]]) -> list[str]:
     return [m["id"] for m in messages]
+
+
+_OLDER = re.compile(r"^More may be older: `(\w+)` with (.+)\.$", re.MULTILINE)
+_ARGUMENT = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^,]+)(?:, |$)')
+
+
+def older_page_call(result: types.CallToolResult) -> tuple[str, dict[str, Any]] | None:
+    """The call a page's text names for the page before it, as a model would make it from
+    the text alone (None: the text names none)."""
+    found = _OLDER.findall(text_of(result))
+    if not found:
+        return None
+    [(tool, given)] = found
+    arguments: dict[str, Any] = {}
+    for name, raw in _ARGUMENT.findall(given):
+        if raw.startswith('"'):
+            arguments[name] = json.loads(raw)
+        elif raw in ("true", "false"):
+            arguments[name] = raw == "true"
+        else:
+            arguments[name] = int(raw) if raw.isdigit() else raw
+    return tool, arguments
 
 
 def receipt(sent: dict[str, Any], message_id: str, to: str) -> dict[str, Any]:

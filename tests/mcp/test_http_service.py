@@ -32,7 +32,7 @@ from agentpost.mcp.http import GROUPS
 from agentpost.service import SHUTDOWN_GRACE_S
 from raw_stdio import legacy_initialize
 from service_process import Service, eventually, running_service
-from stdio_agents import INBOX_URI, LEGACY, MODERN, WAKE_TIMEOUT_S
+from stdio_agents import INBOX_URI, LEGACY, MODERN, WAKE_TIMEOUT_S, older_page_call
 
 pytestmark = pytest.mark.anyio
 
@@ -191,6 +191,12 @@ async def test_the_owner_lists_keys_revokes_one_vouches_unvouches_and_pages_the_
         older = (await owner.call("admin_audit_log", limit=2, before=newest[-1]["seq"]))["entries"]
         assert older
         assert max(e["seq"] for e in older) < min(e["seq"] for e in newest)
+        # The text names the call for the page before, with the filter that made this one.
+        page = await owner.client.call_tool("admin_audit_log", {"limit": 1, "actor": "owner"})
+        assert older_page_call(page) == (
+            "admin_audit_log",
+            {"actor": "owner", "limit": 1, "before": page.structured_content["entries"][0]["seq"]},
+        )
 
 
 async def test_the_admin_tools_text_names_what_they_list_for_a_model_that_reads_only_text(

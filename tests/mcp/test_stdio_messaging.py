@@ -4,10 +4,11 @@ peek, inbox, ack and the sender's receipts; replies, threads and structured data
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from stdio_agents import Agents, ids, receipt, text_of
+from stdio_agents import Agent, Agents, ids, older_page_call, receipt, structured, text_of
 
 DATA = {
     "pr": 12,
@@ -151,3 +152,64 @@ async def test_the_whole_inbox_pages_back_with_before(agents: Agents) -> None:
     assert [m["body"] for m in older["messages"]] == ["note 0"]
     assert await bob.refused("inbox", before=newest[0]["id"]) == "invalid_argument"
     assert await bob.refused("inbox", unread_only=False, before="m_nosuch") == "not_found"
+
+
+async def page_by_page(agent: Agent, tool: str, **arguments: Any) -> list[list[str]]:
+    """The bodies of each page of a listing, read as a model reads on: each full page's text
+    names the call for the page before it, and that call is the next one made."""
+    pages: list[list[str]] = []
+    call: tuple[str, dict[str, Any]] | None = (tool, arguments)
+    while call is not None:
+        assert len(pages) < 5, f"{tool} pages on and on: {pages}"
+        result = await agent.result(call[0], **call[1])
+        assert not result.is_error, text_of(result)
+        pages.append([m["body"] for m in structured(result)["messages"]])
+        call = older_page_call(result)
+    return pages
+
+
+@pytest.mark.anyio
+async def test_a_full_page_says_which_call_gives_the_page_before_it(agents: Agents) -> None:
+    """A model shown the newest page of a thread, a search, its sent mail, a channel or its
+    whole inbox was not told that more was older, nor how to page back: only `tasks` said so."""
+    alice, bob = await agents.start_many("alice", "bob")
+    await bob.call("join", channel="#ops")
+    root = await alice.call("send", to="bob", body="rollout step 0", subject="rollout")
+    for n in (1, 2):
+        await alice.call("send", to="bob", body=f"rollout step {n}", reply_to=root["id"])
+    await alice.call("join", channel="#ops")
+    for n in range(3):
+        await alice.call("send", to="#ops", body=f"ops note {n}")
+
+    steps = ["rollout step 0", "rollout step 1", "rollout step 2"]
+    assert await page_by_page(bob, "thread", thread_id=root["id"], limit=2) == [
+        steps[1:],
+        steps[:1],
+    ]
+    assert await page_by_page(bob, "search", query="rollout step", limit=2) == [
+        steps[:0:-1],
+        steps[:1],
+    ]
+    assert await page_by_page(alice, "sent", limit=4) == [
+        ["ops note 2", "ops note 1", "ops note 0", "rollout step 2"],
+        ["rollout step 1", "rollout step 0"],
+    ]
+    notes = ["ops note 0", "ops note 1", "ops note 2"]
+    assert await page_by_page(bob, "read_channel", channel="ops", limit=2) == [
+        notes[1:],
+        notes[:1],
+    ]
+    # Peeked through the whole inbox: the call it names peeks too, and leaves all unread.
+    assert await page_by_page(bob, "inbox", unread_only=False, peek=True, limit=5) == [
+        [*steps[1:], *notes],
+        steps[:1],
+    ]
+    assert (await bob.call("inbox", peek=True, limit=10))["unread"] == 6
+    in_thread = await page_by_page(
+        bob, "inbox", unread_only=False, thread_id=root["id"], peek=True, limit=4
+    )
+    assert in_thread == [steps]  # not full: nothing more is named
+
+    # Unread mail takes no cursor: its next page is the next call, and none is named.
+    unread = await bob.result("inbox", limit=2)
+    assert older_page_call(unread) is None

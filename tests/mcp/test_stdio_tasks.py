@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from service_process import Service
-from stdio_agents import WAKE_TIMEOUT_S, Agent, Agents, structured, text_of
+from stdio_agents import WAKE_TIMEOUT_S, Agent, Agents, older_page_call, structured, text_of
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +154,27 @@ async def test_a_remote_backed_session_delegates_and_asks_through_the_service(
     [answer] = answers
     assert (answer["answered"], answer["answer"]) == (True, "ship it")
     assert await worker.refused("respond", request_id=asked["id"], answer="no") == "conflict"
+
+
+async def test_a_full_page_of_tasks_names_the_call_for_the_older_ones_of_the_same_listing(
+    agents: Agents,
+) -> None:
+    """The page's hint named `tasks` with before alone: a model listing the tasks it created
+    was sent to the older tasks of every role, those handed to it among them."""
+    alice, bob = await agents.start_many("alice", "bob")
+    for n in range(3):
+        await alice.call("delegate", to="bob", title=f"step {n}")
+    await bob.call("delegate", to="alice", title="bob's own")
+
+    first = await alice.result("tasks", role="created", limit=2)
+    assert [t["title"] for t in structured(first)["tasks"]] == ["step 2", "step 1"]
+    call = older_page_call(first)
+    assert call is not None
+    tool, arguments = call
+    assert tool == "tasks"
+    assert arguments["role"] == "created"
+    older = await alice.call(tool, **arguments)
+    assert [t["title"] for t in older["tasks"]] == ["step 0"]
+
+    only = await alice.result("tasks", role="assigned", limit=2)
+    assert older_page_call(only) is None  # one task: the page is not full

@@ -11,7 +11,16 @@ from agentpost.domain.framing import LINE_BREAKS
 from agentpost.domain.models import Trust
 from agentpost.mcp.adapter import MailboxServer, ToolOutput
 from agentpost.mcp.desk import LocalDesk
-from agentpost.mcp.presenting import answer, by, count, moment, notices_of, quoted, token
+from agentpost.mcp.presenting import (
+    answer,
+    by,
+    count,
+    moment,
+    notices_of,
+    older_pages,
+    quoted,
+    token,
+)
 
 ToolFn = Callable[..., Awaitable[ToolOutput]]
 
@@ -151,6 +160,10 @@ def register_admin_tools(server: MailboxServer, desk: LocalDesk) -> None:
             desk.caller, limit=limit, actor=actor, action=action, before=before
         )
         lines = [count(len(found), "entry", "entries"), *map(_audit_line, found)]
+        if found:
+            lines[-1] += older_pages(
+                "admin_audit_log", len(found), limit, found[-1].seq, actor=actor, action=action
+            )
         return await reply({"entries": [e.to_dict() for e in found]}, "\n".join(lines))
 
     async def admin_set_limits(

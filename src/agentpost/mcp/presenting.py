@@ -55,6 +55,23 @@ def count(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
+def older_pages(tool: str, shown: int, limit: int, before: object, **asked: object) -> str:
+    """What a page says when it is full (`shown` == `limit`): that more may be older, and the
+    call that gives the page before it, with the arguments that made this one (those None
+    left out), so the next page is of the same listing. Empty for a page that is not full."""
+    if shown < limit:
+        return ""
+    given = {**asked, "limit": limit, "before": before}
+    args = ", ".join(f"{name}={_arg(value)}" for name, value in given.items() if value is not None)
+    return f"\nMore may be older: `{tool}` with {args}."
+
+
+def _arg(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return token(value) if isinstance(value, str) else str(value)
+
+
 def moment(ts: float) -> str:
     """A time as a line shows it: UTC, to the second, one token."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

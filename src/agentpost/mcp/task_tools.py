@@ -109,11 +109,13 @@ def register_task_tools(server: MailboxServer, desk: Desk) -> None:
     ) -> ToolOutput:
         """Your tasks, newest first, each with its history and a preview of its result:
         `assigned` to you, `created` by you, or `all`; optionally only those with `status`.
-        `before` (the last task id of a page) gives the page after it."""
+        `before` (the last task id of a page) gives the older ones."""
         found = await desk.tasks(role, status, limit, before)
         lines = [f"{len(found)} task{'' if len(found) == 1 else 's'}"] + [_line(t) for t in found]
-        if len(found) == limit:
-            lines.append(f"More may be older: `tasks` with before={found[-1].id}.")
+        if found:
+            lines[-1] += presenting.older_pages(
+                "tasks", len(found), limit, found[-1].id, role=role, status=status
+            )
         words = [w for t in found for w in _words(t, shortened=True)]
         return await reply(
             {"tasks": [t.to_dict() for t in found]}, _framed("\n".join(lines), words)

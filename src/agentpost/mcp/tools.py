@@ -19,6 +19,7 @@ from agentpost.mcp.presenting import (
     count,
     messages_json,
     notices_of,
+    older_pages,
     quoted,
     token,
 )
@@ -147,6 +148,17 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             before=before,
         )
         summary = count(len(found.messages), "message") if found.messages else "No new mail."
+        if not unread_only:  # unread mail takes no cursor: the next call reads the next page
+            summary += older_pages(
+                "inbox",
+                len(found.messages),
+                limit,
+                found.messages[0].id if found.messages else None,
+                unread_only=False,
+                thread_id=thread_id,
+                urgent_only=urgent_only or None,
+                peek=peek or None,
+            )
         return await reply({"messages": messages_json(found.messages)}, summary, found.messages)
 
     @tool
@@ -177,6 +189,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         found = await desk.thread(thread_id, limit, before)
         thread = found[0].thread_id if found else thread_id
         summary = f"Thread {token(thread)}: {count(len(found), 'message')}"
+        if found:
+            summary += older_pages("thread", len(found), limit, found[0].id, thread_id=thread)
         return await reply({"thread_id": thread, "messages": messages_json(found)}, summary, found)
 
     @tool
@@ -190,6 +204,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
             for s in found
         ]
         summary = "\n".join([count(len(found), "sent message"), *lines])
+        if found:
+            summary += older_pages("sent", len(found), limit, found[-1].message.id)
         return await reply({"messages": [s.to_dict() for s in found]}, summary)
 
     @tool
@@ -198,6 +214,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         id of a page) gives the older matches."""
         found = await desk.search(query, limit, before)
         summary = f"{count(len(found), 'match', 'matches')} for {query!r}"
+        if found:
+            summary += older_pages("search", len(found), limit, found[-1].id, query=query)
         return await reply({"messages": messages_json(found)}, summary, found)
 
     @tool
@@ -231,6 +249,8 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
         found = await desk.read_channel(channel, limit, before)
         tag = channel_tag(channel)
         summary = f"{tag}: {count(len(found), 'message')}"
+        if found:
+            summary += older_pages("read_channel", len(found), limit, found[0].id, channel=tag)
         return await reply({"channel": tag, "messages": messages_json(found)}, summary, found)
 
     for fn in tools:
