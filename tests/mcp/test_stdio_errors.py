@@ -113,6 +113,27 @@ async def test_every_refusal_leads_with_its_code_and_changes_nothing(agents: Age
 
 
 @pytest.mark.anyio
+async def test_an_unknown_argument_is_refused_naming_the_arguments_the_tool_takes(
+    agents: Agents,
+) -> None:
+    """`unknown argument: unread` said what was wrong, not what was right: a model that
+    guessed a name had to go back to the schema, or guess again."""
+    [alice] = await agents.start_many("alice")
+    result = await alice.result("inbox", unread=False)
+    assert await alice.refused("inbox", unread=False) == "invalid_argument"
+    assert text_of(result) == (
+        "invalid_argument: unknown argument: unread; inbox takes unread_only, limit,"
+        " thread_id, urgent_only, peek, before"
+    )
+    assert result.structured_content is not None
+    details = result.structured_content["error"]["details"]
+    assert details["arguments"] == [
+        "unread_only", "limit", "thread_id", "urgent_only", "peek", "before"
+    ]  # fmt: skip
+    assert text_of(await alice.result("whoami", me=True)).endswith("; whoami takes none")
+
+
+@pytest.mark.anyio
 async def test_text_that_reads_as_json_stays_text_where_text_is_taken(agents: Agents) -> None:
     """A subject `["draft"]` was refused as no string, and a thread id `null` was dropped:
     JSON text is read as its value only where the argument would refuse it as text (a list

@@ -24,13 +24,19 @@ from pydantic import ValidationError
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
 
-def unknown_arguments(names: list[str]) -> AgentpostError:
+def unknown_arguments(tool: str, names: list[str], taken: list[str]) -> AgentpostError:
     """Refused rather than dropped: a `from` must not look accepted, and a misspelt limit
-    must not quietly reset the one it meant."""
+    must not quietly reset the one it meant. The text names the arguments `tool` takes, so a
+    model that guessed one (`unread` for `unread_only`) sees the right one at once."""
+    message = "unknown argument" + ("s" if len(names) > 1 else "") + ": " + ", ".join(names)
+    message += f"; {tool} takes " + (", ".join(taken) if taken else "none")
     return AgentpostError(
         ErrorCode.INVALID_ARGUMENT,
-        "unknown argument" + ("s" if len(names) > 1 else "") + ": " + ", ".join(names),
-        details={"fields": [{"field": name, "problem": "no such argument"} for name in names]},
+        message,
+        details={
+            "fields": [{"field": name, "problem": "no such argument"} for name in names],
+            "arguments": taken,
+        },
     )
 
 

@@ -508,9 +508,10 @@ class MailboxServer:
         if holds_half_pair(params.arguments):
             return _error_result(not_unicode("the arguments"))
         given = params.arguments or {}
-        unknown = sorted(set(given) - set(tool.parameters.get("properties", {})))
+        taken = list(tool.parameters.get("properties", {}))
+        unknown = sorted(set(given) - set(taken))
         if unknown:
-            return _error_result(unknown_arguments(unknown))
+            return _error_result(unknown_arguments(tool.name, unknown, taken))
         try:
             arguments = validated(tool, given)
         except ValidationError as exc:
