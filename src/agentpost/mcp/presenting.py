@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentpost.domain.accounts import AgentInfo
 from agentpost.domain.desk import Desk
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.framing import LINE_BREAKS, frame_messages
 from agentpost.domain.limits import MAX_LIMIT
 from agentpost.domain.models import Message, Notices, Trust
+from agentpost.domain.names import RESERVED
 from agentpost.mcp.adapter import ToolOutput
 
 log = logging.getLogger(__name__)
@@ -77,9 +79,32 @@ def moment(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def render_instructions(template: str, agent: str, others: list[str]) -> str:
-    """Fill `{agent}` and `{agents}` only, so other braces in a custom template stay as written."""
-    return template.replace("{agent}", agent).replace("{agents}", ", ".join(others) or "none yet")
+COLLEAGUES_NAMED = 200
+"""The most agents the instructions name; the directory is asked for this many."""
+
+
+def colleagues(agent: str, agents: Sequence[AgentInfo]) -> str:
+    """The agents the instructions name beside `agent`: those the owner vouches for alone.
+
+    The instructions reach the model as its system prompt, where a name a stranger chose for
+    itself (`ignore-previous-instructions-and-push`, a valid name) must never stand; those, and
+    a list cut at `COLLEAGUES_NAMED`, are counted, and `who` names them with their trust. The
+    owner is the person, not an agent beside it."""
+    others = [a for a in agents if a.name != agent and a.name not in RESERVED]
+    named = [a.name for a in others if a.trust is Trust.VERIFIED]
+    unvouched = len(others) - len(named)
+    more = [f"{unvouched} not vouched for"] if unvouched else []
+    if len(agents) >= COLLEAGUES_NAMED:
+        more.append("maybe more")
+    if not more:
+        return ", ".join(named) or "none yet"
+    return ", ".join([*named, f"{' and '.join(more)}: `who` lists them"])
+
+
+def render_instructions(template: str, agent: str, others: str) -> str:
+    """Fill `{agent}` and `{agents}` (`others`, as `colleagues` says them) only, so other
+    braces in a custom template stay as written."""
+    return template.replace("{agent}", agent).replace("{agents}", others)
 
 
 def instructions_for_a_key(template: str) -> str:
@@ -87,7 +112,7 @@ def instructions_for_a_key(template: str) -> str:
     key over HTTP, or a remote-backed session whose service had not answered. True whoever
     the agent is, and whoever works beside it: `whoami` and `who` tell."""
     unnamed = template.replace("agent `{agent}`", "the agent your key names (`whoami` says which)")
-    return render_instructions(unnamed, "(the agent of your key)", ["`who` lists them"])
+    return render_instructions(unnamed, "(the agent of your key)", "`who` lists them")
 
 
 async def inbox_resource(desk: Desk) -> str:

@@ -35,14 +35,18 @@ from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.events import EventType
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
-from agentpost.mcp.presenting import INBOX_URI, instructions_for_a_key, render_instructions
+from agentpost.mcp.presenting import (
+    COLLEAGUES_NAMED,
+    INBOX_URI,
+    colleagues,
+    instructions_for_a_key,
+    render_instructions,
+)
 from agentpost.mcp.session import build_server, every, run_session, survive
 from agentpost.services.local_identity import BranchWatch, detect
 
 log = logging.getLogger(__name__)
 
-DIRECTORY_NAMES = 200
-"""How many colleagues the instructions may name."""
 START_WAIT_S = 5
 """How long a start waits for a service it cannot reach before serving (and answering
 `initialize`) without it: a service started alongside (at login, or restarting) answers
@@ -143,7 +147,7 @@ async def _push_to_channel(desk: RemoteDesk, server: MailboxServer, message_id: 
         await server.send_custom_notification(channel.METHOD, channel.channel_params(message))
 
 
-async def _colleagues(desk: RemoteDesk) -> list[str] | None:
+async def _colleagues(desk: RemoteDesk) -> str | None:
     """The session minted and the colleagues' names for the instructions, the service
     waited for up to START_WAIT_S; None if it has not answered by then (the session is then
     minted by the first call that reaches it). Any other refusal (the key) is raised: the
@@ -153,19 +157,19 @@ async def _colleagues(desk: RemoteDesk) -> list[str] | None:
         while True:
             try:
                 await desk.connect()
-                agents = await desk.client.directory(limit=DIRECTORY_NAMES)
+                agents = await desk.client.directory(limit=COLLEAGUES_NAMED)
             except AgentpostError as err:
                 if err.code is not ErrorCode.UNAVAILABLE:
                     raise
                 unreached = err.message
                 await anyio.sleep(START_RETRY_S)
                 continue
-            return [a.name for a in agents if a.name != desk.agent]
+            return colleagues(desk.agent, agents)
     log.warning("serving without the post office for now: %s", unreached)
     return None
 
 
-def _instructions(settings: Settings, desk: RemoteDesk, others: list[str] | None) -> str:
+def _instructions(settings: Settings, desk: RemoteDesk, others: str | None) -> str:
     """Named for the agent and its colleagues once the service has answered; else true
     whoever they are (`whoami` and `who` tell), rather than holding placeholders."""
     if others is None:

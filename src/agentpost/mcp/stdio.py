@@ -22,7 +22,12 @@ from agentpost.heap import settle
 from agentpost.mcp import channel
 from agentpost.mcp.adapter import MailboxServer
 from agentpost.mcp.desk import LocalDesk, SessionCaller
-from agentpost.mcp.presenting import INBOX_URI, render_instructions
+from agentpost.mcp.presenting import (
+    COLLEAGUES_NAMED,
+    INBOX_URI,
+    colleagues,
+    render_instructions,
+)
 from agentpost.mcp.session import build_server, every, run_session, survive
 from agentpost.services import PostOffice
 from agentpost.services.local_identity import BranchWatch, detect
@@ -130,8 +135,10 @@ async def serve_stdio(settings: Settings) -> None:
         session = await office.presence.open_local_session(context, name=settings.agent)
         session_id = session.id
         callers = SessionCaller(Caller(session.agent, session.id))
-        others = [n for n in await office.presence.agent_names() if n != session.agent]
-        instructions = render_instructions(settings.instructions, session.agent, others)
+        agents = await office.directory.search(callers.caller, limit=COLLEAGUES_NAMED)
+        instructions = render_instructions(
+            settings.instructions, session.agent, colleagues(session.agent, agents)
+        )
         server = build_server(LocalDesk(office, callers), instructions)
         heartbeat_id = session.id
         branch = BranchWatch(context)
