@@ -112,7 +112,8 @@ async def test_a_replica_whose_database_a_newer_release_migrated_is_unready_and_
     assert unready.json()["error"] == {
         "code": "unavailable",
         "message": f"the database's schema (9999) is newer than this agentpost knows"
-        f" ({SCHEMA_HEAD}); upgrade agentpost to open it",
+        f" ({SCHEMA_HEAD}); a newer agentpost migrated it while this process ran; restart this"
+        " process (the MCP server, the service) on the newer release",
     }
     assert (await anonymous.get("/health")).status_code == 200  # not one to restart
     with sqlite3.connect(database) as conn:

@@ -208,14 +208,15 @@ async def test_a_session_whose_file_was_deleted_names_it_in_its_log_once_not_at_
 
 def migrate_as_a_newer_agentpost(database: Path) -> str:
     """What a newer agentpost's next migration does to the file: a column this one does not
-    know (its rows would take the default), and the revision. The refusal a start now gets."""
+    know (its rows would take the default), and the revision. The refusal a running session
+    then gets."""
     newer = f"{int(migrate.SCHEMA_HEAD) + 1:04d}"
     with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as conn:
         conn.execute("BEGIN IMMEDIATE")
         conn.execute("ALTER TABLE messages ADD COLUMN sender_trust_then TEXT DEFAULT 'untrusted'")
         conn.execute("UPDATE alembic_version SET version_num = ?", (newer,))
         conn.execute("COMMIT")
-    refusal = migrate.newer_than_known(newer)
+    refusal = migrate.newer_than_known(newer, running=True)  # the way out: a restart
     assert refusal is not None
     return f"unavailable: {refusal.message}"
 

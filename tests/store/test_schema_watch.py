@@ -74,9 +74,28 @@ async def test_a_write_after_a_newer_agentpost_migrated_the_file_is_refused_as_a
     with pytest.raises(AgentpostError) as refused:
         await lite.write(insert_window("after"))
     assert refused.value.code is ErrorCode.UNAVAILABLE
-    assert refused.value.message == await start_refusal(lite.path)
     assert f"({NEWER}) is newer than this agentpost knows" in refused.value.message
     assert windows(lite.path) == 1
+
+
+async def test_a_process_refused_while_it_runs_is_told_to_restart_where_a_start_is_told_to_upgrade(
+    lite: Store,
+) -> None:
+    """The running process was told the start's way out, to upgrade agentpost: most often the
+    newer agentpost that migrated the file is the one installed by now, and what the session
+    needs is a restart, which nothing said."""
+    assert lite.path is not None
+    migrate_as_a_newer_agentpost(lite.path)
+    with pytest.raises(AgentpostError) as refused:
+        await lite.write(insert_window("after"))
+    said = f"the database's schema ({NEWER}) is newer than this agentpost knows"
+    assert refused.value.message == (
+        f"{said} ({migrate.SCHEMA_HEAD}); a newer agentpost migrated it while this process ran;"
+        " restart this process (the MCP server, the service) on the newer release"
+    )
+    assert await start_refusal(lite.path) == (
+        f"{said} ({migrate.SCHEMA_HEAD}); upgrade agentpost to open it"
+    )
 
 
 async def test_once_refused_its_reads_and_glances_are_refused_too(lite: Store) -> None:

@@ -94,7 +94,7 @@ class PostOffice:
             raise AgentpostError(ErrorCode.UNAVAILABLE, "the database holds no agentpost schema")
         # A newer replica migrated it while this one ran: the load balancer must drain this one,
         # which would refuse to start on it now and may not write what the new schema holds.
-        if (newer := migrate.newer_than_known(schema)) is not None:
+        if (newer := migrate.newer_than_known(schema, running=True)) is not None:
             raise newer
         if refusal is not None:
             raise AgentpostError(ErrorCode.UNAVAILABLE, f"{refusal}: this replica stores no mail")

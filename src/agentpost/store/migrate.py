@@ -43,15 +43,24 @@ def known_revisions() -> frozenset[str]:
     return frozenset(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*.py"))
 
 
-def newer_than_known(found: str | None) -> AgentpostError | None:
+def newer_than_known(found: str | None, *, running: bool = False) -> AgentpostError | None:
     """The refusal of a schema newer than this agentpost knows (a newer replica migrated it),
-    with the way out; None for one it knows."""
+    with the way out; None for one it knows. At a start the way out is a newer agentpost; for
+    a process `running` on the file when it was migrated, a restart: most often the newer
+    agentpost that migrated it is the one installed by now, and the process, however current
+    its installation, stays refused until it starts again."""
     if found is None or found in known_revisions():
         return None
+    way_out = (
+        "a newer agentpost migrated it while this process ran; restart this process"
+        " (the MCP server, the service) on the newer release"
+        if running
+        else "upgrade agentpost to open it"
+    )
     return AgentpostError(
         ErrorCode.UNAVAILABLE,
         f"the database's schema ({found}) is newer than this agentpost knows"
-        f" ({SCHEMA_HEAD}); upgrade agentpost to open it",
+        f" ({SCHEMA_HEAD}); {way_out}",
     )
 
 

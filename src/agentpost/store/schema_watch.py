@@ -4,7 +4,7 @@ A process refuses to start on a schema newer than it knows (`store.migrate`). On
 running would go on writing with its old idea of the schema: the columns it does not know would
 take their defaults (a task's `creator_trust` untrusted, say), rows the newer code then misreads.
 So once the file is found migrated past what this agentpost knows, the runner refuses every call
-with the start's own words, and writes nothing more.
+as a start would, but with a restart for the way out, and writes nothing more.
 
 It costs the hot path nothing: the runner's writer asks only when it sees another process's
 commit (`PRAGMA data_version` moved), within the write transaction that would otherwise write,
@@ -52,13 +52,13 @@ class SchemaWatch:
             return  # read that failed: either way asked again at the next foreign commit
         self._cookie = cookie
         found = None if row is None else str(row[0])
-        if (refusal := migrate.newer_than_known(found)) is not None:
+        if (refusal := migrate.newer_than_known(found, running=True)) is not None:
             self.newer = found
             log.error("%s; this process refuses every call from now on", refusal.message)
 
     def refuse(self) -> None:
-        """Raise the start's refusal (`unavailable`, the way out) once the file is newer."""
+        """Raise the refusal (`unavailable`, the way out: a restart) once the file is newer."""
         if self.newer is not None:
-            refusal = migrate.newer_than_known(self.newer)
+            refusal = migrate.newer_than_known(self.newer, running=True)
             assert refusal is not None
             raise refusal
