@@ -2,8 +2,8 @@
 
 docs/CONFIG.md must list exactly the settings model's keys, with their variables and defaults,
 and its example must load. README.md's tool table must equal what a real `agentpost mcp`
-offers (names and parameters), its command table what `agentpost --help` lists, and its error
-table the stable codes with the CLI's exit statuses.
+offers (names and parameters), its command table what `agentpost --help` lists, each command
+with the options it takes, and its error table the stable codes with the CLI's exit statuses.
 """
 
 from __future__ import annotations
@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 
-from agentpost.cli.main import EXIT_CODES
+from agentpost.cli.main import EXIT_CODES, app
 from agentpost.config import Settings
 from agentpost.domain.errors import ErrorCode
 
@@ -246,6 +247,61 @@ def test_readme_documents_every_cli_command() -> None:
     listed = help_commands()
     assert listed, "found no commands in `agentpost --help`"
     assert set(documented) == set(listed)
+
+
+SHARED_OPTIONS = {"--as", "--json", "--url", "--key", "--help"}
+"""Options the prose around a command table describes once, for every command that takes them."""
+
+
+def written_options(rows: list[dict[str, str]]) -> dict[str, set[str]]:
+    """`agentpost A B …` of each row's command cell → the options it writes (`--x`); a span
+    naming a group with a placeholder (`agentpost admin COMMAND`) names no command."""
+    root = typer.main.get_command(app)
+    written: dict[str, set[str]] = {}
+    for row in rows:
+        for span in re.findall(r"`(agentpost [^`]+)`", row["command"]):
+            command, path = root, []
+            for word in span.split()[1:]:
+                found = getattr(command, "commands", {}).get(word)
+                if found is None:
+                    break
+                command, path = found, [*path, word]
+            if path and not hasattr(command, "commands"):
+                written.setdefault(" ".join(path), set()).update(re.findall(r"--[a-z-]+", span))
+    return written
+
+
+def command_options(path: str) -> set[str]:
+    """The options `agentpost PATH` takes, each flag's `--no-` off switch left out (a table
+    writes the switch a person types; `--exclusive/--shared` both, as either is typed)."""
+    command = typer.main.get_command(app)
+    for word in path.split():
+        command = command.commands[word]  # type: ignore[attr-defined]
+    return {
+        option
+        for param in command.params
+        if param.param_type_name == "option"
+        for option in [*param.opts, *param.secondary_opts]
+        if not option.startswith("--no-")
+    }
+
+
+def wrong_options(rows: list[dict[str, str]]) -> dict[str, dict[str, list[str]]]:
+    """Per command, the options a table writes that it does not take, and those it takes that
+    the table leaves out (beyond SHARED_OPTIONS)."""
+    wrong = {}
+    for path, written in written_options(rows).items():
+        taken = command_options(path)
+        unreal, unsaid = written - taken, taken - SHARED_OPTIONS - written
+        if unreal or unsaid:
+            wrong[path] = {"not taken": sorted(unreal), "not written": sorted(unsaid)}
+    return wrong
+
+
+def test_readme_writes_each_commands_options_as_it_takes_them() -> None:
+    rows = table(section(README, "Command line"))
+    assert len(written_options(rows)) > 30
+    assert wrong_options(rows) == {}
 
 
 # -- README: errors ---------------------------------------------------------------------------

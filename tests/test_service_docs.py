@@ -1,7 +1,8 @@
 """docs/SERVICE.md is checked against the service: its REST table must list exactly the
 operations of the OpenAPI, and its tool-group table exactly the groups `/mcp` offers. The
-README's error table, which SERVICE.md sends REST users to, must give each code its status, and
-the Clients section must name every command that takes `--url`."""
+README's error table, which SERVICE.md sends REST users to, must give each code its status, the
+Clients section must name every command that takes `--url`, and the admin table must write each
+admin command with the options it takes."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from agentpost.http.app import build_rest_app
 from agentpost.http.errors import STATUS
 from agentpost.mcp.http import GROUPS
 from agentpost.services import PostOffice
-from test_docs import code, section, table
+from test_docs import code, section, table, written_options, wrong_options
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE_DOC = ROOT / "docs" / "SERVICE.md"
@@ -77,3 +78,11 @@ def test_the_admin_command_table_lists_exactly_the_admin_commands() -> None:
     }
     group = typer.main.get_command(app).commands["admin"]  # type: ignore[attr-defined]
     assert documented == set(group.commands)
+
+
+def test_the_admin_command_table_writes_each_commands_options_as_it_takes_them() -> None:
+    rows = table(section(SERVICE_DOC, "Administration from the command line"))
+    assert len(written_options(rows)) == len(
+        typer.main.get_command(app).commands["admin"].commands  # type: ignore[attr-defined]
+    )
+    assert wrong_options(rows) == {}
