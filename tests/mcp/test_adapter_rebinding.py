@@ -8,6 +8,7 @@ import json
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
+from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.mcp.adapter.rebinding import RebindingCheck
 
 pytestmark = pytest.mark.anyio
@@ -117,3 +118,36 @@ async def test_a_listed_origin_passes_with_its_scheme() -> None:
         assert (await answer("localhost:8470", origin, origins=listed))[0] == 200, origin
     for origin in ("http://console.example", "https://console.example:8443"):
         assert (await answer("localhost:8470", origin, origins=listed))[0] == 403, origin
+
+
+async def test_a_listed_http_origin_passes_as_http_only() -> None:
+    listed = ("http://console.example:8470",)
+    assert (await answer("localhost:8470", "http://console.example:8470", origins=listed))[0] == 200
+    assert (await answer("localhost:8470", "https://console.example:8470", origins=listed))[
+        0
+    ] == 403
+
+
+@pytest.mark.parametrize(
+    ("hosts", "origins", "named"),
+    [
+        (("agents.example/mcp",), (), "allowed_hosts holds 'agents.example/mcp'"),
+        (("admin@agents.example",), (), "allowed_hosts holds 'admin@agents.example'"),
+        (("agents example",), (), "allowed_hosts holds 'agents example'"),
+        (("[agents.example]:8470",), (), "allowed_hosts holds '[agents.example]:8470'"),
+        ((), ("https://admin@agents.example",), "allowed_origins holds 'https://admin@agents"),
+    ],
+)
+def test_a_listed_name_no_request_could_carry_is_refused_naming_it(
+    hosts: tuple[str, ...], origins: tuple[str, ...], named: str
+) -> None:
+    """Taken as a name, `agents.example/mcp` matched no `Host` ever sent: the server started
+    and refused every request from the host the user meant to let in."""
+    with pytest.raises(AgentpostError) as refused:
+        RebindingCheck(passed, allowed_hosts=hosts, allowed_origins=origins)
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert named in refused.value.message
+
+
+def test_a_listed_ipv6_name_is_a_name() -> None:
+    RebindingCheck(passed, allowed_hosts=("[2001:db8::1]:8470", "[fe80::1]"))

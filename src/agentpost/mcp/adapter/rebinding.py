@@ -3,14 +3,16 @@ names must be ones the server answers to.
 
 Loopback names (`127.0.0.1`, `localhost`, `[::1]`) always pass, on any port or none; others
 only when listed: `name:port`, `name:*` (any port, or none), or `name` (none). Origins the
-same way, with their scheme (`https://name:port`, `https://name:*`, `https://name`). Names
-compare in any case, as DNS has them. (The SDK's own check took `LOCALHOST:8470` for a
-stranger, `localhost` without a port too, and `127.0.0.1:8470.evil.example` for loopback, and
-its refusals were bare text that named no setting.)
+same way, with their scheme (`https://name:port`, `https://name:*`, `https://name`, `http://`
+likewise). Names compare in any case, as DNS has them. (The SDK's own check took
+`LOCALHOST:8470` for a stranger, `localhost` without a port too, and
+`127.0.0.1:8470.evil.example` for loopback, and its refusals were bare text that named no
+setting.)
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -25,6 +27,9 @@ T = TypeVar("T")
 
 LOOPBACK: Final = ("127.0.0.1", "localhost", "[::1]")
 ANY_PORT: Final = "*"
+NAME: Final = re.compile(r"[a-z0-9._~%!$&'()*+,;=-]+|\[[0-9a-f:.]+\]")
+"""A host as a `Host` header can carry it (RFC 3986's reg-name, or an IPv6 literal): no `/`,
+`@`, `?` or space, so `agents.example/mcp` is no name a request could ever send."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ def _place(value: str, *, pattern: bool = False) -> _Place | None:
         name, _, port = value.partition(":")
         if ":" in port:
             return None
-    if not name or (port == "" and value.endswith(":")):
+    if not NAME.fullmatch(name) or (port == "" and value.endswith(":")):
         return None
     if not (port.isdigit() and port.isascii()) and port != "" and not (pattern and port == "*"):
         return None
@@ -95,7 +100,7 @@ def allowed_places(
             _origin(v, pattern=True),
             v,
             "allowed_origins",
-            "https://name:port, https://name:* or https://name, no path",
+            "https://name:port, https://name:* or https://name (or http://), no path",
         )
         for v in allowed_origins
     ]
