@@ -1,11 +1,12 @@
 """docs/SERVICE.md is checked against the service: its REST table must list exactly the
 operations of the OpenAPI, and its tool-group table exactly the groups `/mcp` offers. The
 README's error table, which SERVICE.md sends REST users to, must give each code its status, the
-Clients section must name every command that takes `--url`, and the admin table must write each
-admin command with the options it takes."""
+Clients section must name every command that takes `--url`, the admin table must write each
+admin command with the options it takes, and the `/ready` example must be this release's answer."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from agentpost.http.app import build_rest_app
 from agentpost.http.errors import STATUS
 from agentpost.mcp.http import GROUPS
 from agentpost.services import PostOffice
+from agentpost.services.post_office import Readiness
+from agentpost.store.migrate import SCHEMA_HEAD
 from test_docs import code, section, table, written_options, wrong_options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -86,3 +89,12 @@ def test_the_admin_command_table_writes_each_commands_options_as_it_takes_them()
         typer.main.get_command(app).commands["admin"].commands  # type: ignore[attr-defined]
     )
     assert wrong_options(rows) == {}
+
+
+def test_the_ready_example_is_what_a_replica_of_this_release_answers() -> None:
+    """A migration that left the example behind would show an operator a schema no replica of
+    theirs reports, and a field renamed one it never sends."""
+    example = re.search(r"`(\{\"status\": \"ready\".*?\})`", SERVICE_DOC.read_text())
+    assert example, "docs/SERVICE.md shows no /ready answer"
+    answer = Readiness(database="postgresql", schema=SCHEMA_HEAD, hears_other_processes=True)
+    assert json.loads(example.group(1)) == answer.to_dict()
