@@ -210,6 +210,17 @@ async def test_search_syntax_in_a_query_is_taken_as_words_never_an_error(
     assert all(m.body == "deploy" for m in found)
 
 
+async def test_a_match_holds_every_word_of_the_query_and_or_is_one_of_them(
+    office: PostOffice,
+) -> None:
+    """As the tool's description says: `t0 OR t1` asks for messages holding all three words."""
+    alice, bob = await agents(office, "alice", "bob")
+    await office.mailbox.send(alice, "bob", "t0 deploy")
+    await office.mailbox.send(alice, "bob", "t1 deploy")
+    assert await office.history.search(bob, "t0 OR t1") == []
+    assert [m.body for m in await office.history.search(bob, "deploy t1")] == ["t1 deploy"]
+
+
 async def test_search_for_quoted_and_bracketed_words_finds_them(office: PostOffice) -> None:
     alice, bob = await agents(office, "alice", "bob")
     await office.mailbox.send(alice, "bob", "deploy AND rollback")

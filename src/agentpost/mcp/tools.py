@@ -210,8 +210,9 @@ def register_tools(server: MailboxServer, desk: Desk) -> None:
 
     @tool
     async def search(query: str, limit: int = 20, before: str | None = None) -> ToolOutput:
-        """Full-text search over the messages you may see, newest first; `before` (the last
-        id of a page) gives the older matches."""
+        """Full-text search over the messages you may see, newest first: a match holds every
+        word of `query`, which takes no operators (`OR` is a word too); `before` (the last id
+        of a page) gives the older matches."""
         found = await desk.search(query, limit, before)
         summary = f"{count(len(found), 'match', 'matches')} for {query!r}"
         if found:
