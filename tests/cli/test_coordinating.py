@@ -139,7 +139,7 @@ def test_a_bad_delegation_is_refused_naming_the_option_and_delegates_nothing(
         ("bob", ["done", "--result", "{x"], "invalid_argument", "--result is not JSON"),
         ("alice", ["cancelled", "--result", "1"], "invalid_argument", "a cancel takes no result"),
         ("alice", ["done"], "forbidden", "only the task's assignee"),
-        ("carol", ["accepted"], "forbidden", "creator and assignee"),
+        ("carol", ["accepted"], "not_found", "no task"),
     ],
     ids=["unknown-status", "result-not-json", "cancel-with-result", "creator-done", "stranger"],
 )
@@ -339,7 +339,8 @@ def test_check_request_is_for_the_asker_only() -> None:
     arrange("alice", "bob", "carol")
     done = agentpost("ask", "bob", "lunch?", "--timeout", "0", "--as", "alice", "--json")
     request_id = json.loads(done.stdout)["request_id"]
-    refused(agentpost("check-request", request_id, "--as", "carol"), "forbidden")
+    refused(agentpost("check-request", request_id, "--as", "bob"), "forbidden")
+    refused(agentpost("check-request", request_id, "--as", "carol"), "not_found")
     refused(agentpost("check-request", "m_nope", "--as", "alice"), "not_found")
 
 

@@ -56,7 +56,7 @@ async def test_a_task_is_delegated_reported_on_and_read_back_over_rest(service: 
         )
 
         for call, code in (
-            (stranger.task(task.id), ErrorCode.FORBIDDEN),
+            (stranger.task(task.id), ErrorCode.NOT_FOUND),
             (boss.update_task(task.id, "cancelled"), ErrorCode.CONFLICT),
             (worker.task("t_nope"), ErrorCode.NOT_FOUND),
         ):
@@ -107,7 +107,7 @@ async def test_a_request_blocks_over_rest_until_another_client_answers(service: 
                 assert not answers
                 with pytest.raises(AgentpostError) as caught:
                     await carol.respond(asked.id, "not mine to answer")
-                assert caught.value.code is ErrorCode.FORBIDDEN
+                assert caught.value.code is ErrorCode.NOT_FOUND  # not hers to know of
                 sent = await bob.respond(asked.id, "8080", data={"port": 8080})
 
         [answer] = answers
@@ -212,6 +212,54 @@ async def test_the_rest_routes_answer_with_their_status_codes(service: Service) 
     assert (resent.status_code, resent.json()) == (200, finished.json())
     other = await bob.patch(f"/v1/tasks/{task_id}", json={**done, "result": {"pr": 8}})
     assert (other.status_code, other.json()["error"]["code"]) == (409, "conflict")
+
+
+def _neighbour(made: str) -> str:
+    """An id one step from `made` (where one made in the same millisecond would fall)."""
+    return made[:-1] + ("1" if made.endswith("0") else "0")
+
+
+async def test_a_stranger_hears_of_a_task_or_request_what_it_hears_of_none(
+    service: Service,
+) -> None:
+    """A task or question between two others was `forbidden` to a third, where an id nobody
+    made was `not_found`: whether one was there, and which message ids were questions, could
+    be asked of the service, and an id made in the same millisecond as one's own is the next
+    or last of it. Now the stranger's every answer is the one for an id nobody made."""
+    alice = await service.agent("alice")
+    await service.agent("bob")
+    carol = await service.agent("carol")
+    made = await alice.post("/v1/tasks", json={"to": "bob", "title": "Rotate the keys"})
+    task_id = made.json()["id"]
+    asked = await alice.post("/v1/requests", json={"to": "bob", "question": "?", "timeout_s": 0})
+    request_id = asked.json()["request_id"]
+    no_task, no_request = _neighbour(task_id), _neighbour(request_id)
+
+    for method, path, body, params in [
+        ("GET", "/v1/tasks/{t}", None, {}),
+        ("PATCH", "/v1/tasks/{t}", {"status": "accepted"}, {}),
+        ("PATCH", "/v1/tasks/{t}", {"status": "cancelled"}, {}),
+        ("GET", "/v1/tasks", None, {"before": "{t}"}),
+        ("GET", "/v1/requests/{r}", None, {}),
+        ("POST", "/v1/requests/{r}/response", {"answer": "me!"}, {}),
+    ]:
+        real, none = [
+            await carol.request(
+                method,
+                path.format(t=t, r=r),
+                json=body,
+                params={k: v.format(t=t, r=r) for k, v in params.items()},
+            )
+            for t, r in ((task_id, request_id), (no_task, no_request))
+        ]
+        assert none.status_code == 404, none.text
+        said = real.text.replace(task_id, no_task).replace(request_id, no_request)
+        assert (real.status_code, said) == (none.status_code, none.text), (method, path)
+
+    task = await alice.get(f"/v1/tasks/{task_id}")
+    assert (task.json()["status"], len(task.json()["history"])) == ("open", 1)
+    checked = await alice.get(f"/v1/requests/{request_id}")
+    assert checked.json()["answered"] is False
 
 
 async def test_a_due_no_date_can_spell_is_a_400_and_delegates_nothing(service: Service) -> None:

@@ -117,12 +117,12 @@ async def test_a_late_answer_is_fetched_by_the_asker_only(agents: Agents) -> Non
     asked = await alice.call("request", to="bob", question="Still there?", timeout_s=0)
     assert (asked["answered"], asked["timed_out"]) == (False, True)
     assert await carol.refused("respond", request_id=asked["request_id"], answer="me!") == (
-        "forbidden"
+        "not_found"
     )
     await bob.call("respond", request_id=asked["request_id"], answer="yes")
     checked = await alice.call("check_request", request_id=asked["request_id"])
     assert (checked["answered"], checked["answer"]) == (True, "yes")
-    assert await carol.refused("check_request", request_id=asked["request_id"]) == "forbidden"
+    assert await carol.refused("check_request", request_id=asked["request_id"]) == "not_found"
 
 
 async def test_a_remote_backed_session_delegates_and_asks_through_the_service(

@@ -140,18 +140,20 @@ async def test_a_request_is_answered_once(office: PostOffice) -> None:
 async def test_only_the_addressee_may_respond(office: PostOffice) -> None:
     alice, _, carol = await agents(office, "alice", "bob", "carol")
     asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
-    for someone in (carol, alice):
+    # The asker knows of it; to a stranger there is no such request.
+    for someone, code in ((alice, ErrorCode.FORBIDDEN), (carol, ErrorCode.NOT_FOUND)):
         await refused_without_change(
-            office, ErrorCode.FORBIDDEN, office.requests.respond(someone, asked_.request_id, "ok")
+            office, code, office.requests.respond(someone, asked_.request_id, "ok")
         )
 
 
 async def test_only_the_asker_may_check_a_request(office: PostOffice) -> None:
     alice, bob, carol = await agents(office, "alice", "bob", "carol")
     asked_ = await office.requests.request(alice, "bob", "Ship it?", timeout_s=0)
-    for someone in (bob, carol):
+    # The addressee knows of it; to a stranger there is no such request.
+    for someone, code in ((bob, ErrorCode.FORBIDDEN), (carol, ErrorCode.NOT_FOUND)):
         await refused_without_change(
-            office, ErrorCode.FORBIDDEN, office.requests.check_request(someone, asked_.request_id)
+            office, code, office.requests.check_request(someone, asked_.request_id)
         )
 
 

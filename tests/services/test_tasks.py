@@ -159,14 +159,19 @@ async def test_done_by_the_creator_is_forbidden(office: PostOffice) -> None:
     )
 
 
-async def test_a_stranger_may_neither_move_nor_read_a_task(office: PostOffice) -> None:
+async def test_a_stranger_may_neither_move_nor_read_a_task_nor_learn_it_is_there(
+    office: PostOffice,
+) -> None:
     boss, _, stranger = await agents(office, "boss", "worker", "stranger")
     task = await office.tasks.delegate(boss, "worker", "Fix the build")
     for status in ("accepted", "cancelled", "done"):
         await refused_without_change(
-            office, ErrorCode.FORBIDDEN, office.tasks.update_task(stranger, task.id, status)
+            office, ErrorCode.NOT_FOUND, office.tasks.update_task(stranger, task.id, status)
         )
-    await refused_without_change(office, ErrorCode.FORBIDDEN, office.tasks.task(stranger, task.id))
+    await refused_without_change(office, ErrorCode.NOT_FOUND, office.tasks.task(stranger, task.id))
+    await refused_without_change(
+        office, ErrorCode.NOT_FOUND, office.tasks.tasks(stranger, before=task.id)
+    )
     assert await office.tasks.tasks(stranger) == []
 
 

@@ -31,9 +31,16 @@ from agentpost.store.database import Connection, Row, Store
 from agentpost.store.wakeups import Watch
 
 
-def _request_row(conn: Connection, request_id: str) -> Row[Any]:
+def _request_row(conn: Connection, request_id: str, caller: Caller) -> Row[Any]:
+    """The request; one the caller neither asked nor was asked does not exist for them, the
+    same answer as for an id no request has (ids made in one millisecond follow one another,
+    so a neighbour of one's own is a guess that lands)."""
     row = mail.message_row(conn, request_id) if isinstance(request_id, str) else None
-    if row is None or row.kind != Kind.REQUEST.value:
+    if (
+        row is None
+        or row.kind != Kind.REQUEST.value
+        or caller.agent not in (row.sender, *json.loads(row.recipients))
+    ):
         raise not_found(f"no request {request_id!r}", request_id=request_id)
     return row
 
@@ -107,7 +114,7 @@ class Requests:
         _words(answer, "answer", self.settings)
 
         def tx(conn: Connection) -> SendResult:
-            row = _request_row(conn, request_id)
+            row = _request_row(conn, request_id, caller)
             if caller.agent not in json.loads(row.recipients):
                 raise forbidden("only the agent a request was sent to may answer it")
             if request_rows.response_row(conn, row.id) is not None:
@@ -131,7 +138,7 @@ class Requests:
         rules.check_id(request_id, "request_id", "request")
 
         def tx(conn: Connection) -> RequestAnswer:
-            row = _request_row(conn, request_id)
+            row = _request_row(conn, request_id, caller)
             if row.sender != caller.agent:
                 raise forbidden("only the agent who asked may check a request")
             return self._answer(conn, caller, row.id)

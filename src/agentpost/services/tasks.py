@@ -277,9 +277,7 @@ class Tasks:
 
         def tx(conn: Connection) -> list[Task]:
             if before is not None:
-                anchor = self._row(conn, before, caller)
-                if caller.agent not in (anchor.creator, anchor.assignee):
-                    raise not_found(f"no task {before!r} of yours", task_id=before)
+                self._row(conn, before, caller)
             found = task_rows.task_rows(
                 conn,
                 caller.agent,
@@ -299,8 +297,6 @@ class Tasks:
 
         def tx(conn: Connection) -> Task:
             row = self._row(conn, task_id, caller)
-            if caller.agent not in (row.creator, row.assignee):
-                raise forbidden("only the task's creator and assignee may read it")
             return self._one(conn, row.id, caller)
 
         return await self.store.read(tx)
@@ -339,13 +335,18 @@ class Tasks:
     # -- inside the transaction --------------------------------------------------------------
 
     def _row(self, conn: Connection, task_id: str, viewer: Caller | None = None) -> Row[Any]:
-        """The task; one withheld from its assignee does not exist for them."""
+        """The task; one the viewer is no party to, or one withheld from its assignee, does
+        not exist for them: whoever is not told of a task hears the same answer as for an id
+        no task has (ids made in one millisecond follow one another, so a neighbour of one's
+        own is a guess that lands)."""
         row = task_rows.get_task(conn, task_id) if isinstance(task_id, str) else None
         hidden = (
             row is not None
             and viewer is not None
-            and row.withheld
-            and viewer.agent == row.assignee != row.creator
+            and (
+                viewer.agent not in (row.creator, row.assignee)
+                or (row.withheld and viewer.agent == row.assignee != row.creator)
+            )
         )
         if row is None or hidden:
             raise not_found(f"no task {task_id!r}", task_id=task_id)
