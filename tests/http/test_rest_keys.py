@@ -198,6 +198,40 @@ async def test_an_agent_key_cannot_administer_and_each_attempt_is_audited(
     assert {e["ip"] for e in entries} == {"127.0.0.1"}
 
 
+NOT_JSON = {"Content-Type": "application/json"}
+"""Sent with a body that is no JSON."""
+
+
+async def test_a_malformed_admin_request_with_an_agent_key_is_refused_and_audited_as_any(
+    service: Service,
+) -> None:
+    """It was answered `invalid_argument`, saying how to put it right, and left no trace in
+    the audit log, which keeps every attempt at an admin act."""
+    alice = await service.agent("alice")
+    await service.agent("bob")
+    attempts: list[tuple[str, str, dict[str, Any]]] = [
+        ("PUT", "/v1/admin/agents/bob/limits", {"json": {"send_rate": 1}}),
+        ("POST", "/v1/admin/agents/alice/keys", {"content": b"{", "headers": NOT_JSON}),
+        ("POST", "/v1/admin/agents", {"json": {"nme": "eve"}}),
+        ("GET", "/v1/admin/audit", {"params": {"limit": "many"}}),
+        ("PUT", "/v1/admin/blocks/bob/alice", {"params": {"quietly": "yes"}}),
+    ]
+    for method, path, sent in attempts:
+        answer = await alice.request(method, path, **sent)
+        assert (answer.status_code, error_of(answer)) == (403, "forbidden"), answer.text
+    refused = await service.admin.get("/v1/admin/audit", params={"action": "admin.refused"})
+    assert [(e["actor"], e["target"], e["detail"]["act"]) for e in refused.json()["entries"]] == [
+        ("alice", "bob", "set_block"),
+        ("alice", None, "audit_log"),
+        ("alice", None, "create_agent"),
+        ("alice", "alice", "issue_key"),
+        ("alice", "bob", "set_limits"),
+    ]
+    for method, path, sent in attempts:  # the owner still hears what is wrong
+        answer = await service.admin.request(method, path, **sent)
+        assert (answer.status_code, error_of(answer)) == (400, "invalid_argument"), answer.text
+
+
 async def test_ten_failed_authentications_lock_the_address_out_across_a_restart(
     service: Service,
 ) -> None:

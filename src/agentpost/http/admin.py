@@ -7,14 +7,33 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Query
+from fastapi import Query, Request
 
 from agentpost.domain.limits import MAX_SEQ
 from agentpost.http.deps import Me, Office
+from agentpost.http.guard import caller_of
 from agentpost.http.routing import api_router
 from agentpost.http.schemas import CreateAgentBody, IssueKeyBody, LimitsBody, may_be_left_out
+from agentpost.services import PostOffice
 
-router = api_router(prefix="/v1/admin", tags=["admin"])
+_ACTS = {"admin_block": "set_block", "admin_unblock": "set_block"}
+"""Acts the audit names otherwise than their route (as the MCP tool `admin_set_block` is)."""
+
+
+async def _admin_first(request: Request) -> None:
+    """An agent key's admin request that is malformed too is refused as an admin act, and
+    kept in the audit log as the well-formed ones are (the services refuse those, before
+    anything is looked at): a bad body or query string answered `invalid_argument`, telling
+    its sender how to put the request right and keeping no trace of the attempt."""
+    route = request.scope.get("route")
+    operation = getattr(route, "operation_id", None) or ""
+    act = _ACTS.get(operation, operation.removeprefix("admin_"))
+    target = next(iter(request.path_params.values()), None)
+    office: PostOffice = request.app.state.office
+    await office.admin.check_admin(caller_of(request.scope.setdefault("state", {})), act, target)
+
+
+router = api_router(prefix="/v1/admin", tags=["admin"], gate=_admin_first)
 
 
 @router.post("/agents", status_code=201, operation_id="admin_create_agent")

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.dependencies.models import Dependant
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -122,23 +123,43 @@ def restore_line_feeds(scope: Scope) -> None:
     }
 
 
+Gate = Callable[[Request], Awaitable[None]]
+"""Asked of a request its route refuses as malformed (its query string, its body), before the
+refusal goes out: raising, it answers in the refusal's stead."""
+
+
 class UnicodeJsonRoute(APIRoute):
+    gate: Gate | None = None
+
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
         # The API's operations only: probes (`/health`, `/ready`) and the docs' pages take
         # what a monitor or a browser adds.
         api = self.include_in_schema and self.path.startswith("/v1/")
         taken = _query_names(self.dependant) if api else None
+        gate = self.gate
 
         async def with_unicode_json(request: Request) -> Response:
             restore_line_feeds(request.scope)
-            if taken is not None:
-                check_query_string(request, taken)
-            return await handler(UnicodeJsonRequest(request.scope, request.receive))
+            try:
+                if taken is not None:
+                    check_query_string(request, taken)
+                return await handler(UnicodeJsonRequest(request.scope, request.receive))
+            except (RequestValidationError, HTTPException, AgentpostError) as refused:
+                malformed = not isinstance(refused, AgentpostError) or (
+                    refused.code is ErrorCode.INVALID_ARGUMENT
+                )
+                if gate is not None and malformed:
+                    await gate(request)
+                raise
 
         return with_unicode_json
 
 
-def api_router(*, prefix: str, tags: list[str]) -> APIRouter:
-    """A router of the REST face: every route refuses a body that is not Unicode text."""
-    return APIRouter(prefix=prefix, tags=list(tags), route_class=UnicodeJsonRoute)
+def api_router(*, prefix: str, tags: list[str], gate: Gate | None = None) -> APIRouter:
+    """A router of the REST face: every route refuses a body that is not Unicode text. `gate`
+    is asked first of a request a route refuses as malformed (see `Gate`)."""
+    if gate is None:
+        return APIRouter(prefix=prefix, tags=list(tags), route_class=UnicodeJsonRoute)
+    gated = type("GatedUnicodeJsonRoute", (UnicodeJsonRoute,), {"gate": staticmethod(gate)})
+    return APIRouter(prefix=prefix, tags=list(tags), route_class=gated)

@@ -58,11 +58,12 @@ class Admin:
             detail=detail or None,
         )
 
-    async def check_admin(self, caller: Caller, act: str) -> None:
+    async def check_admin(self, caller: Caller, act: str, target: object = None) -> None:
         """Refuse a caller without an admin key, the attempt audited as every act's is: for
         a face that turns such a caller away before any act is reached (MCP offers an agent
-        key no admin tool, and a call to one never gets this far)."""
-        await self._gate.require(caller, act)
+        key no admin tool, and a call to one never gets this far; REST refuses a malformed
+        admin request before its act)."""
+        await self._gate.require(caller, act, target)
 
     def _info(self, conn: Connection, name: str) -> AgentInfo:
         return accounts.account(conn, self.settings, self.store.clock(), name)
