@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from service_process import Service, running_service
@@ -230,6 +231,32 @@ async def test_a_malformed_admin_request_with_an_agent_key_is_refused_and_audite
     for method, path, sent in attempts:  # the owner still hears what is wrong
         answer = await service.admin.request(method, path, **sent)
         assert (answer.status_code, error_of(answer)) == (400, "invalid_argument"), answer.text
+
+
+async def test_a_request_that_says_twice_who_is_asking_is_refused_and_reads_nothing(
+    service: Service,
+) -> None:
+    """Two keys in one request spoke as the last: which one a client, or a proxy adding its
+    own, meant is anyone's guess. An MCP connection named twice was the last to the guard
+    and the first to the MCP SDK; a session named twice is refused alike."""
+    alice_key, bob_key = await service.create_agent("alice"), await service.create_agent("bob")
+    alice = service.client(alice_key)
+    await alice.post("/v1/messages", json={"to": ["bob"], "body": "for bob's eyes"})
+    bobs = [("Authorization", f"Bearer {bob_key}")]
+    opened = (await service.client(bob_key).post("/v1/sessions", json={})).json()["session_id"]
+    twice = [
+        ("authorization", "/v1/inbox", [("Authorization", f"Bearer {alice_key}"), *bobs]),
+        ("agentpost-session", "/v1/inbox", [*bobs, *[("Agentpost-Session", opened)] * 2]),
+        ("mcp-session-id", "/mcp", [*bobs, ("Mcp-Session-Id", "one"), ("Mcp-Session-Id", "two")]),
+    ]
+    async with httpx.AsyncClient(base_url=service.url, timeout=30) as raw:
+        for header, path, sent in twice:
+            answer = await raw.get(path, headers=sent)
+            assert (answer.status_code, error_of(answer)) == (400, "invalid_argument"), header
+            assert answer.json()["error"]["details"] == {"headers": [header]}
+    unread = await service.client(bob_key).get("/v1/inbox", params={"peek": "true"})
+    assert [m["body"] for m in unread.json()["messages"]] == ["for bob's eyes"]
+    assert unread.json()["messages"][0]["state"] == "queued"
 
 
 async def test_ten_failed_authentications_lock_the_address_out_across_a_restart(

@@ -35,6 +35,10 @@ OPEN_POSTS = frozenset({"/v1/register"})
 
 SESSIONS = "/v1/sessions"
 
+SAID_ONCE = ("authorization", SESSION_HEADER, CONNECTION_HEADER)
+"""Headers that say who is asking, for which session or connection: given twice, one part of
+the service would take the first and another the last, so such a request is refused."""
+
 
 def speaks_for_keys_own(method: str, path: str) -> bool:
     """Whether a request that names no session speaks for the key's own. Not one that mints
@@ -83,6 +87,7 @@ class Guard:
         try:
             announced = self._announced_length(headers)
             if _needs_key(scope):
+                _check_said_once(scope)
                 client = scope.get("client")
                 caller = await self.authenticate(
                     bearer(headers),
@@ -147,6 +152,17 @@ class Guard:
 
 def _connection(path: str, headers: dict[str, str]) -> str | None:
     return headers.get(CONNECTION_HEADER) if _is_mcp(path) else None
+
+
+def _check_said_once(scope: Scope) -> None:
+    names = [k.decode("latin-1").lower() for k, _ in scope["headers"]]
+    twice = [name for name in SAID_ONCE if names.count(name) > 1]
+    if twice:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            "each of these headers is sent once: " + ", ".join(twice),
+            details={"headers": twice},
+        )
 
 
 def _headers(scope: Scope) -> dict[str, str]:
