@@ -192,10 +192,16 @@ class Asking:
 
 @asynccontextmanager
 async def asking(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Asking]:
-    """`agentpost ask ARGS`, running until it says it waits for the answer."""
-    process = await anyio.open_process(
-        [str(AGENTPOST), "ask", *args], env={**os.environ, **(env or {})}
-    )
+    """`agentpost ask ARGS`, running until it says it waits for the answer. It takes Ctrl-C as
+    a terminal's foreground command does, however the tests were started: under a shell's
+    background job SIGINT is inherited ignored, and Python then leaves it so (as it should)."""
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)  # reset to SIG_DFL at exec
+    try:
+        process = await anyio.open_process(
+            [str(AGENTPOST), "ask", *args], env={**os.environ, **(env or {})}
+        )
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     try:
         assert process.stderr is not None
         errors = BufferedByteReceiveStream(process.stderr)
