@@ -87,7 +87,7 @@ class Guard:
         try:
             announced = self._announced_length(headers)
             if _needs_key(scope):
-                _check_said_once(scope)
+                _check_said_once(scope, headers)
                 client = scope.get("client")
                 caller = await self.authenticate(
                     bearer(headers),
@@ -154,7 +154,9 @@ def _connection(path: str, headers: dict[str, str]) -> str | None:
     return headers.get(CONNECTION_HEADER) if _is_mcp(path) else None
 
 
-def _check_said_once(scope: Scope) -> None:
+def _check_said_once(scope: Scope, headers: dict[str, str]) -> None:
+    if len(headers) == len(scope["headers"]):  # `_headers` kept every one: none came twice
+        return
     names = [k.decode("latin-1").lower() for k, _ in scope["headers"]]
     twice = [name for name in SAID_ONCE if names.count(name) > 1]
     if twice:
