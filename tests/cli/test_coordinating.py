@@ -569,7 +569,6 @@ async def test_ask_on_the_remote_service_gets_the_answer_and_check_request_finds
     late = await alice.run("ask", "bob", "and tomorrow?", "--timeout", "0")
     assert late.returncode == TIMED_OUT
     assert b"agentpost check-request m_" in late.stderr
-    assert (await alice.json("reservations"))["project"] == "work", "the current directory's"
     assert (await alice.json("reservations", "--project", "shop")) == {
         "project": "shop",
         "reservations": [],
@@ -594,3 +593,48 @@ async def test_reserve_and_release_act_on_the_remote_service_conflicts_refused(
     assert gone.returncode == 0, gone.stderr
     assert gone.stdout.startswith(b"released src/** (r_")
     assert (await bob.json("reserve", "src/app.py"))["conflicts"] == []
+
+
+@pytest.mark.anyio
+async def test_reservations_over_url_lists_the_project_reserve_claims_in_not_the_folders(
+    service: Service,
+) -> None:
+    """The folder the command runs in (project work) says nothing of the remote agent: reserve
+    claims in its session's project (shop), and a listing that looked in work showed nothing
+    just reserved."""
+    alice = Remote(service, await service.create_agent("alice", project="shop"))
+    await alice.json("reserve", "src/**", "--reason", "rewriting it")
+    listed = await alice.json("reservations")
+    assert listed["project"] == "shop"
+    assert [(r["agent"], r["path"]) for r in listed["reservations"]] == [("alice", "src/**")]
+    shown = await alice.run("reservations", env={"COLUMNS": "200"} | _remote_env(alice))
+    assert b"reservations in shop" in shown.stdout
+    assert b"src/**" in shown.stdout
+    elsewhere = await alice.json(
+        "reservations", env={"AGENTPOST_PROJECT": "work"} | _remote_env(alice)
+    )
+    assert elsewhere["project"] == "shop", "as reserve --url, the key's session decides"
+    assert await alice.json("reservations", "--project", "work") == {
+        "project": "work",
+        "reservations": [],
+    }
+
+    released = await alice.run("release", "--all")
+    assert released.stdout.startswith(b"released src/** (r_"), released.stderr
+    gone = await alice.run("reservations")
+    assert gone.stdout == b"No live reservations in shop.\n"
+
+
+@pytest.mark.anyio
+async def test_reservations_over_url_for_an_agent_without_a_project_is_refused_as_reserve_is(
+    service: Service,
+) -> None:
+    alice = Remote(service, await service.create_agent("alice"))
+    for command in (["reservations"], ["reserve", "src/app.py"]):
+        done = await alice.run(*command)
+        assert done.returncode == EXIT_CODES[ErrorCode.INVALID_ARGUMENT]
+        assert done.stderr.startswith(b"error: invalid_argument: reservations belong to a project")
+
+
+def _remote_env(agent: Remote) -> dict[str, str]:
+    return {"AGENTPOST_URL": agent.url, "AGENTPOST_KEY": agent.key}

@@ -78,6 +78,20 @@ async def test_reserve_list_renew_and_release_over_rest(office: Office) -> None:
     assert (await bob.reserve(["src/a.py"])).conflicts == []
 
 
+async def test_a_listing_names_the_project_of_the_callers_session_or_the_one_asked_for(
+    office: Office,
+) -> None:
+    """A client that names no project is told which one it was shown: its session's, where it
+    reserves, even when there is nothing in it to name it by."""
+    alice = await office.agent("alice", project="shop")
+    assert (await alice.reservations()).project == "shop"
+    await alice.reserve("src/app.py")
+    found = await alice.reservations()
+    assert (found.project, [r.path for r in found]) == ("shop", ["src/app.py"])
+    elsewhere = await alice.reservations(project="work")
+    assert (elsewhere.project, list(elsewhere)) == ("work", [])
+
+
 async def test_an_agent_without_a_project_is_told_how_to_name_one(office: Office) -> None:
     loner = await office.agent("loner")
     with pytest.raises(AgentpostError) as caught:

@@ -244,7 +244,8 @@ def reservations(
         str | None,
         typer.Option(
             help="This project (default: AGENTPOST_PROJECT, else that of the agentpost mcp the "
-            "same client started, else the current directory's)."
+            "same client started, else the current directory's; with --url, your agent's, "
+            "where reserve claims)."
         ),
     ] = None,
     as_: AsOption = None,
@@ -272,14 +273,17 @@ def reservations(
             _, here = await acting_here(office, load_settings(), here)
         return here, await office.reservations.reservations(caller, here)
 
-    async def remote(client: AsyncClient) -> tuple[str, list[Reservation]]:
-        return folder(), await client.reservations(project=folder())
+    async def remote(client: AsyncClient) -> tuple[str | None, list[Reservation]]:
+        # As the service's own tool: no project named is the key's session's, where `reserve
+        # --url` claims; the folder here says nothing of the remote agent.
+        found = await client.reservations(project=project)
+        return found.project or project, found
 
     here, found = run(Speaker(as_, as_json, url, key), local, remote)
     if as_json:
         emit_json({"project": here, "reservations": [r.to_dict() for r in found]})
     else:
-        show_reservations(found, here)
+        show_reservations(found, here or "your agent's project")
 
 
 PathsArgument = Annotated[

@@ -7,7 +7,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentpost.client.operation import Operation, Request, fields, listed
-from agentpost.domain.reservations import Reservation, ReservationsChanged, ReserveResult
+from agentpost.domain.reservations import (
+    Listed,
+    Reservation,
+    ReservationsChanged,
+    ReserveResult,
+)
 
 
 def reserve(
@@ -44,15 +49,15 @@ def release_reservations(
     return Request(ReservationsChanged.from_dict, json=json)
 
 
-def _reservations(answer: Any) -> list[Reservation]:
-    return [Reservation.from_dict(r) for r in answer["reservations"]]
+def _reservations(answer: Any) -> Listed:
+    found = (Reservation.from_dict(r) for r in answer["reservations"])
+    return Listed(answer.get("project"), found)
 
 
-def reservations(
-    *, project: str | None = None, path: str | None = None
-) -> Request[list[Reservation]]:
-    """The live reservations of your project (or `project`), oldest first; with `path`, those
-    that overlap it."""
+def reservations(*, project: str | None = None, path: str | None = None) -> Request[Listed]:
+    """The live reservations of your project (or `project`), oldest first, a list that names
+    its project in `.project` (your session's, where you reserve, when you name none); with
+    `path`, those that overlap it."""
     return Request(_reservations, params={"project": project, "path": path})
 
 

@@ -361,6 +361,16 @@ class ReserveResult:
         )
 
 
+class Listed(list[Reservation]):
+    """Live reservations, oldest first, and the project they are of: the caller's own when it
+    named none, which a listing then names (an empty one included)."""
+
+    def __init__(self, project: str | None, found: Iterable[Reservation] = ()) -> None:
+        super().__init__(found)
+        self.project = project
+        """None: not told (an older service)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReservationsChanged:
     """What a renewal or a release did: the caller's reservations it changed, and the ids or

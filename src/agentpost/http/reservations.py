@@ -35,9 +35,10 @@ async def reservations(
     project: str | None = None,
     path: Annotated[str | None, Query(max_length=1024)] = None,
 ) -> dict[str, Any]:
-    """The live reservations of your project (or `project`); with `path`, those overlapping it."""
+    """The live reservations of your project (or `project`), named in `project`; with `path`,
+    those overlapping it."""
     found = await office.reservations.reservations(me, project, path)
-    return {"reservations": [r.to_dict() for r in found]}
+    return {"project": found.project, "reservations": [r.to_dict() for r in found]}
 
 
 @router.post("/renew", operation_id="renew_reservations")

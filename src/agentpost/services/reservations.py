@@ -39,6 +39,7 @@ from agentpost.domain.reservations import (
     OVERLAP_BUDGET,
     Budget,
     Conflict,
+    Listed,
     Reservation,
     ReservationsChanged,
     ReserveResult,
@@ -362,25 +363,26 @@ class Reservations:
 
     async def reservations(
         self, caller: Caller, project: str | None = None, path: str | None = None
-    ) -> list[Reservation]:
+    ) -> Listed:
         """The live reservations of the caller's project (or of `project`), oldest first; with
-        `path`, those that overlap it."""
+        `path`, those that overlap it. They name the project: the caller's, where it reserves,
+        when it named none."""
         if project is not None:
             check_name(project, "project")
         wanted = None if path is None else normalise_path(path)
         place = await self._place(caller, project)
         if wanted is None:
-            return place.held
+            return Listed(place.project, place.held)
         # `place.held` is the view the tracked files were asked for: nothing can be missing.
         tracked = await self._tracked(place, [wanted], "")
         if tracked is None:
             tracked = no_tracked_files
         budget = Budget(OVERLAP_BUDGET)
 
-        def overlapping_it() -> list[Reservation]:
+        def overlapping_it() -> Listed:
             # As `reserve` spends it: shortest pairs first (no agent is "own" here).
             found = overlapping("", [wanted], place.held, tracked, budget)[wanted]
-            return [r for r in place.held if found[r.id]]
+            return Listed(place.project, (r for r in place.held if found[r.id]))
 
         return await _off_loop_if_long([wanted], place.held, "", tracked, overlapping_it)
 
