@@ -42,7 +42,7 @@ from command_line import (
     refused,
     workdir,  # noqa: F401 - an autouse fixture, registered by being imported
 )
-from service_process import Service
+from service_process import Service, eventually, running_service
 from stdio_agents import MODERN, Agents
 
 # -- delegate and update-task -----------------------------------------------------------------
@@ -638,3 +638,59 @@ async def test_reservations_over_url_for_an_agent_without_a_project_is_refused_a
 
 def _remote_env(agent: Remote) -> dict[str, str]:
     return {"AGENTPOST_URL": agent.url, "AGENTPOST_KEY": agent.key}
+
+
+QUICK = {"AGENTPOST_HEARTBEAT_S": "0.2", "AGENTPOST_OFFLINE_AFTER_S": "1"}
+"""A service whose sessions go offline a second after they were last heard from."""
+
+
+@pytest.mark.anyio
+async def test_reserve_over_url_says_its_claims_lapse_with_the_commands_own_session(
+    tmp_path: Path,
+) -> None:
+    """A one-off command speaks for its key's own session, which goes offline soon after it:
+    with no other session of the agent online, the claim lapses then, not at its TTL, and the
+    command says so, and when."""
+    async with running_service(tmp_path, QUICK) as service:
+        alice = Remote(service, await service.create_agent("alice", project="shop"))
+        bob = Remote(service, await service.create_agent("bob", project="shop"))
+        shown = await alice.run("reserve", "docs/guide.md")
+        assert shown.returncode == 0, shown.stderr
+        first, said = shown.stdout.decode().splitlines()
+        assert first.startswith("reserved docs/guide.md exclusively until ")
+        assert re.fullmatch(
+            r"held while alice has a session online, and none is but this command's: these "
+            r"lapse about [\d:]{8}, not at their --ttl, unless alice is heard from by then "
+            r"\(a request with this key, or an agentpost mcp --url of alice's running\)",
+            said,
+        ), said
+
+        made = await alice.json("reserve", "src/app.py")
+        [granted] = made["granted"]
+        assert made["other_sessions"] == []
+        lapse = made["lapse_unheard_at"]
+        assert lapse < granted["expires_at"]
+        assert lapse <= time.time() + 2 * 1 + 0.5, "offline 1 s after its last request, then 1 s"
+
+        async def lapsed() -> bool:
+            listed = await bob.json("reservations")
+            return not any(r["agent"] == "alice" for r in listed["reservations"])
+
+        await eventually(lapsed, within_s=WAIT_S)
+        assert time.time() >= lapse - 0.5, "held until about when the command said"
+
+
+@pytest.mark.anyio
+async def test_reserve_over_url_names_the_other_sessions_that_keep_its_claims(
+    service: Service,
+) -> None:
+    alice = Remote(service, await service.create_agent("alice", project="shop"))
+    minted = await service.client(alice.key).post("/v1/sessions", json={})  # as mcp --url does
+    assert minted.status_code in (200, 201), minted.text
+    session = minted.json()["session_id"]
+    shown = await alice.run("reserve", "docs/guide.md")
+    assert shown.returncode == 0, shown.stderr
+    said = shown.stdout.decode().splitlines()[-1]
+    assert said == f"held while alice has a session online: {session} besides this command's"
+    made = await alice.json("reserve", "src/app.py")
+    assert made["other_sessions"] == [session]

@@ -92,6 +92,23 @@ async def test_a_listing_names_the_project_of_the_callers_session_or_the_one_ask
     assert (elsewhere.project, list(elsewhere)) == ("work", [])
 
 
+async def test_reserve_tells_which_other_sessions_keep_the_claims_alive(office: Office) -> None:
+    """Over HTTP a key speaks for its own session, which goes offline when its requests stop:
+    the answer says whether another session of the agent keeps the claims alive, and else
+    when they lapse, well before their TTL."""
+    alice = await office.agent("alice", project="shop")
+    alone = await alice.reserve("src/app.py")
+    assert alone.other_sessions == []
+    assert alone.lapse_unheard_at is not None
+    assert alone.lapse_unheard_at < alone.granted[0].expires_at
+    assert alone.lapses_with_caller()
+
+    minted = await alice.open_session()
+    kept = await alice.reserve("docs/guide.md")
+    assert kept.other_sessions == [minted]
+    assert not kept.lapses_with_caller()
+
+
 async def test_an_agent_without_a_project_is_told_how_to_name_one(office: Office) -> None:
     loner = await office.agent("loner")
     with pytest.raises(AgentpostError) as caught:

@@ -370,6 +370,35 @@ async def test_one_live_session_keeps_all_of_its_agents_reservations(
     assert (await office.reservations.reserve(bob, ["src/a.py"])).conflicts != []
 
 
+async def test_reserve_names_the_other_sessions_that_keep_its_claims_and_when_they_lapse_unheard(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    offline_after_s = office.settings.offline_after_s
+    first = await session_caller(office, "alice")
+    alone = await office.reservations.reserve(first, ["src/**"])
+    assert alone.other_sessions == []
+    assert alone.lapse_unheard_at == clock.now + 2 * offline_after_s
+    assert alone.lapses_with_caller()
+
+    second = await session_caller(office, "alice")
+    clock.advance(10)
+    kept = await office.reservations.reserve(first, ["docs/**"])
+    assert kept.other_sessions == [second.session_id]
+    assert not kept.lapses_with_caller()
+    as_agent = await office.reservations.reserve(Caller("alice"), ["lib/**"])
+    assert sorted(as_agent.other_sessions or []) == sorted([first.session_id, second.session_id])
+
+    await office.presence.end_session(second.session_id or "")
+    last = await office.reservations.reserve(first, ["docs/**"])
+    assert last.other_sessions == [], "an ended session keeps them no longer than the grace"
+    assert last.lapse_unheard_at == clock.now + 2 * offline_after_s
+    bob = await session_caller(office, "bob")
+    clock.advance(2 * offline_after_s - 1)
+    assert len(await office.reservations.reservations(bob)) == 3
+    clock.advance(2)
+    assert await office.reservations.reservations(bob) == [], "lapsed when the answer said"
+
+
 async def test_a_silent_session_lets_its_reservations_lapse_45_s_after_it_went_offline(
     office: PostOffice, clock: FakeClock
 ) -> None:

@@ -304,8 +304,9 @@ def reserve(
         float,
         typer.Option(
             "--ttl",
-            help="Lapse after this many seconds (or soon after your agent's last session "
-            "went offline).",
+            help="Lapse after this many seconds, or sooner: offline_after_s (45 s by default) "
+            "after your agent's last session went offline. With --url, this command's own "
+            "goes offline soon after it: unless another is online, it says when they lapse.",
         ),
     ] = 3600,
     reason: Annotated[str | None, typer.Option(help="Why, for the others to read.")] = None,
@@ -314,7 +315,9 @@ def reserve(
     url: UrlOption = None,
     key: KeyOption = None,
 ) -> None:
-    """Claim files before you edit them; one another agent holds is refused, naming it (exit 5)."""
+    """Claim files before you edit them; one another agent holds is refused, naming it (exit 5).
+
+    A claim holds while your agent has a session online; with --url, this says which, or when."""
     from agentpost.cli.render import console, emit_json, errors, styled, when
 
     def local(office: PostOffice, caller: Caller) -> Awaitable[ReserveResult]:
@@ -322,7 +325,10 @@ def reserve(
             caller, paths, exclusive=exclusive, ttl_s=ttl, reason=reason
         )
 
+    remotely: list[bool] = []  # whether the claims rest on the key's session: see _held_while
+
     def remote(client: AsyncClient) -> Awaitable[ReserveResult]:
+        remotely.append(True)
         return client.reserve(paths, exclusive=exclusive, ttl_s=ttl, reason=reason)
 
     done = run(Speaker(as_, as_json, url, key), local, remote)
@@ -333,6 +339,8 @@ def reserve(
             kind = "exclusively" if r.exclusive else "shared"
             line = f"reserved {r.path} {kind} until {when(r.expires_at)} ({r.id})"
             console.print(styled(line), soft_wrap=True)
+        if remotely and done.granted:
+            console.print(styled(_held_while(done)), soft_wrap=True)
         for c in done.conflicts:
             held = "exclusively" if c.exclusive else "shared"
             holder = c.holder if c.trust.value == "verified" else f"{c.holder} ({c.trust.value})"
@@ -345,6 +353,27 @@ def reserve(
             )
     if done.conflicts:
         raise typer.Exit(EXIT_CODES[ErrorCode.CONFLICT])
+
+
+def _held_while(done: ReserveResult) -> str:
+    """How long claims made over HTTP really hold. A command speaks for its key's own session,
+    which goes offline soon after the command ends, and with it the claims, unless another
+    session of the agent is online: saying "until" their TTL alone would promise an hour that
+    lasts a minute. Locally a command reserves in a session that goes on (its agentpost mcp),
+    or, with none, is refused."""
+    from agentpost.cli.render import when
+
+    agent = done.granted[0].agent
+    held = f"held while {agent} has a session online"
+    if done.other_sessions:
+        return f"{held}: {', '.join(done.other_sessions)} besides this command's"
+    if done.lapses_with_caller() and done.lapse_unheard_at is not None:
+        return (
+            f"{held}, and none is but this command's: these lapse about "
+            f"{when(done.lapse_unheard_at)}, not at their --ttl, unless {agent} is heard from "
+            f"by then (a request with this key, or an agentpost mcp --url of {agent}'s running)"
+        )
+    return held
 
 
 def release(

@@ -342,22 +342,48 @@ class Conflict:
 
 @dataclass(frozen=True, slots=True)
 class ReserveResult:
-    """Per path: granted, or listed with what it conflicts with."""
+    """Per path: granted, or listed with what it conflicts with; and how long the claims hold
+    besides their TTL, which the caller cannot see from where it stands: while a session of its
+    agent is around. A command that reserves over HTTP speaks for its key's own session, which
+    goes offline soon after the command ends; unless another session of the agent is online,
+    its claims lapse then."""
 
     granted: list[Reservation] = field(default_factory=list)
     conflicts: list[Conflict] = field(default_factory=list)
+    other_sessions: list[str] | None = None
+    """The agent's sessions online besides the one the call spoke for: while any of them
+    stays online, the claims outlive the caller's. None: not told (an older service)."""
+    lapse_unheard_at: float | None = None
+    """When the claims lapse, before their TTL, if no session of the agent is heard from
+    again (`offline_after_s` after the last of them went offline). None: not told."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "granted": [r.to_dict() for r in self.granted],
             "conflicts": [c.to_dict() for c in self.conflicts],
+            "other_sessions": self.other_sessions,
+            "lapse_unheard_at": self.lapse_unheard_at,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReserveResult:
+        others = data.get("other_sessions")
         return cls(
             granted=[Reservation.from_dict(r) for r in data["granted"]],
             conflicts=[Conflict.from_dict(c) for c in data["conflicts"]],
+            other_sessions=None if others is None else [str(s) for s in others],
+            lapse_unheard_at=data.get("lapse_unheard_at"),
+        )
+
+    def lapses_with_caller(self) -> bool:
+        """Whether a claim was granted that lapses before its TTL unless the caller's own
+        session (or another of the agent's) is heard from again: no other session of the agent
+        is online to keep it."""
+        lapse = self.lapse_unheard_at
+        return (
+            self.other_sessions == []
+            and lapse is not None
+            and any(r.expires_at > lapse for r in self.granted)
         )
 
 

@@ -132,6 +132,18 @@ async def _off_loop_if_long(
     return await anyio.to_thread.run_sync(work)
 
 
+def _kept_alive(
+    conn: Connection, agent: str, session_id: str | None, now: float, offline_after_s: float
+) -> tuple[list[str], float]:
+    """The agent's sessions online besides `session_id`, and when its claims lapse if none of
+    its sessions is heard from again: what a caller cannot see of how long its claims hold, as
+    a command over HTTP, whose key's own session goes offline once it ends."""
+    around = rows.sessions_around(conn, agent, now, offline_after_s)
+    others = [id_ for id_, offline_at in around if id_ != session_id and offline_at > now]
+    last = max((offline_at for _, offline_at in around), default=now - offline_after_s)
+    return others, last + offline_after_s
+
+
 class Reservations:
     def __init__(self, store: Store, settings: Settings, presence: PresenceService) -> None:
         self.store = store
@@ -254,7 +266,8 @@ class Reservations:
                 rows.forget_ended_of(conn, caller.agent, now)
             for new in added:
                 rows.add(conn, new, place.session_id)
-            return ReserveResult(granted, conflicts)
+            others, lapse = _kept_alive(conn, caller.agent, place.session_id, now, offline_after_s)
+            return ReserveResult(granted, conflicts, others, lapse)
 
         async def looked_at(tracked: Tracked) -> dict[str, dict[str, bool]]:
             # The overlaps with what was held a moment ago, worked out before the write

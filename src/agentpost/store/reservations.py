@@ -10,6 +10,7 @@ write of their own; `release_lapsed` makes that final before anyone is granted a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,6 +79,27 @@ def live(
 def agent_around(conn: Connection, agent: str, now: float, offline_after_s: float) -> bool:
     """Whether `agent` has a session around, as its reservations need to be live."""
     return bool(conn.execute(select(_agent_around(now, offline_after_s, agent))).scalar_one())
+
+
+def _or_never(at: float | None) -> float:
+    return math.inf if at is None else at
+
+
+def sessions_around(
+    conn: Connection, agent: str, now: float, offline_after_s: float
+) -> list[tuple[str, float]]:
+    """The agent's sessions that keep its reservations live, each with when it goes offline
+    (ended, or `offline_after_s` after its last heartbeat: the earlier) unless heard from."""
+    grace = now - offline_after_s
+    query = select(sessions.c.id, sessions.c.heartbeat_at, sessions.c.ended_at).where(
+        sessions.c.agent == agent,
+        or_(sessions.c.ended_at.is_(None), sessions.c.ended_at > grace),
+        sessions.c.heartbeat_at > grace - offline_after_s,
+    )
+    return [
+        (row.id, min(row.heartbeat_at + offline_after_s, _or_never(row.ended_at)))
+        for row in conn.execute(query.order_by(sessions.c.id))
+    ]
 
 
 def live_count(conn: Connection, agent: str, now: float, offline_after_s: float) -> int:
