@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 from sqlalchemy import Connection, select
 
+import processes
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller
@@ -377,6 +378,15 @@ async def seat_directly(office: PostOffice, caller: Caller, project: str = "shop
             now=office.store.clock(),
             ttl_s=office.settings.offline_after_s,
         )
+    )
+
+
+async def hand_pid_on(office: PostOffice, caller: Caller) -> None:
+    """Make the caller's session look as it does once its process died unended and the system
+    gave its pid to another: the pid runs, but the start the session recorded is another's."""
+    start = processes.another_start()
+    await office.store.write(
+        lambda conn: agent_rows.update_session(conn, caller.session_id or "", pid_start=start)
     )
 
 

@@ -22,11 +22,13 @@ from backends import (
     FakeClock,
     OpenOffice,
     agents,
+    hand_pid_on,
     refused_without_change,
     seat_directly,
     session_caller,
 )
 from git_repo import git, make_repo
+from processes import sleeping
 
 pytestmark = pytest.mark.anyio
 
@@ -205,6 +207,21 @@ async def test_a_holder_whose_process_died_leads_no_more(office: PostOffice) -> 
     assert (await office.leadership.claim(bob)).term == 2
 
 
+async def test_a_holder_whose_pid_another_process_holds_now_leads_no_more(
+    office: PostOffice,
+) -> None:
+    """The seat freed when the holder's process died: not when its pid was given to another
+    process meanwhile, which runs but is not the holder's."""
+    with sleeping() as holder:
+        ghost = await session_caller(office, "ghost", pid=holder.pid)
+        await seat_directly(office, ghost)
+        bob = await session_caller(office, "bob")
+        assert (await office.leadership.leader(bob)).leader == "ghost"  # its own process runs
+        await hand_pid_on(office, ghost)
+        assert (await office.leadership.leader(bob)).leader is None
+        assert (await office.leadership.claim(bob)).term == 2
+
+
 async def test_heartbeats_renew_the_lease_and_silence_lets_it_lapse(
     office: PostOffice, clock: FakeClock
 ) -> None:
@@ -355,6 +372,23 @@ async def test_a_standing_session_takes_the_seat_when_the_holder_stops(
         await office.presence.end_session(alice.session_id or "")
         await led_by(office, bob, "bob")
         group.cancel_scope.cancel()
+    assert (await office.leadership.leader(bob)).term == 2
+
+
+async def test_a_standing_session_takes_the_seat_of_a_holder_whose_pid_another_holds_now(
+    office: PostOffice,
+) -> None:
+    """It waited for the holder's pid to exit: once that pid is another process's, for a
+    process that was never the holder's, until the holder's lease ran out."""
+    with sleeping() as holder:
+        ghost = await session_caller(office, "ghost", pid=holder.pid)
+        bob = await session_caller(office, "bob")
+        await seat_directly(office, ghost)
+        await hand_pid_on(office, ghost)
+        async with anyio.create_task_group() as group:
+            group.start_soon(office.leadership.stand, lambda: bob)
+            await led_by(office, bob, "bob")
+            group.cancel_scope.cancel()
     assert (await office.leadership.leader(bob)).term == 2
 
 

@@ -6,9 +6,18 @@ import os
 import subprocess
 from pathlib import Path
 
+import anyio
 import pytest
 
-from agentpost.services.local_identity import BranchWatch, detect, pid_alive, this_host
+from agentpost.services.local_identity import (
+    BranchWatch,
+    detect,
+    pid_alive,
+    process_exit,
+    this_host,
+)
+from agentpost.store import notes
+from processes import another_start, sleeping
 
 GIT_ENV = {
     **os.environ,
@@ -127,6 +136,46 @@ def test_an_exited_process_is_dead_even_before_it_is_reaped() -> None:
     finally:
         proc.wait()
     assert not pid_alive(proc.pid)
+
+
+def test_a_pid_another_process_holds_now_is_not_the_sessions_process() -> None:
+    """A session whose process died unended leaves its pid to whoever the system gives it:
+    that one runs, but it started at another time than the session recorded."""
+    with sleeping() as proc:
+        started = notes.process_start(proc.pid)
+        assert started is not None
+        assert pid_alive(proc.pid, started)
+        assert not pid_alive(proc.pid, another_start())
+        assert pid_alive(proc.pid)  # a row from before starts were recorded: the pid alone
+
+
+def test_a_process_start_counts_ticks_in_this_boot_and_stays_while_the_process_runs() -> None:
+    """Clock ticks since boot, and the boot: a process started later (or in another boot,
+    whose ticks count afresh) has another."""
+    with sleeping() as proc:
+        start = notes.process_start(proc.pid)
+        assert start is not None
+        ticks, _, boot = start.partition("@")
+        assert boot == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        assert int(ticks) >= int(another_start().partition("@")[0])  # this test began before
+        assert notes.process_start(proc.pid) == start
+    assert notes.process_start(proc.pid) is None  # reaped
+
+
+@pytest.mark.anyio
+async def test_waiting_for_a_process_whose_pid_another_holds_now_ends_at_once() -> None:
+    """A leader's standing waits for its holder's process to exit: on a pid handed on it
+    would wait for an unrelated process, however long that one runs."""
+    with sleeping() as proc, anyio.fail_after(5):
+        await process_exit(proc.pid, another_start())
+
+
+@pytest.mark.anyio
+async def test_waiting_for_the_sessions_own_process_lasts_while_it_runs() -> None:
+    with sleeping() as proc:
+        with anyio.move_on_after(0.3) as waited:
+            await process_exit(proc.pid, notes.process_start(proc.pid))
+        assert waited.cancelled_caught
 
 
 @pytest.mark.anyio

@@ -17,10 +17,12 @@ from backends import (
     FakeClock,
     OpenOffice,
     disable_agent,
+    hand_pid_on,
     local_context,
     refused_without_change,
     session_caller,
 )
+from processes import sleeping
 
 pytestmark = pytest.mark.anyio
 
@@ -118,6 +120,36 @@ async def test_a_session_whose_process_is_gone_is_offline_at_once(office: PostOf
     gone = await presence_of(office, "crashed")
     assert not gone.online
     assert gone.sessions == 0
+
+
+async def test_a_session_whose_pid_another_process_holds_now_is_ended(
+    office: PostOffice,
+) -> None:
+    """Its process died unended (killed, crashed, the machine rebooted) and the system gave
+    its pid to another process: that one runs, but is not the session's, whose reservations
+    and name it kept."""
+    with sleeping() as reused, sleeping() as own:
+        gone = await session_caller(office, "gone", pid=reused.pid)
+        kept = await session_caller(office, "kept", pid=own.pid)
+        await hand_pid_on(office, gone)
+        await office.presence.end_dead_local_sessions()
+        assert (await office.presence.session(gone.session_id or "")).ended_at is not None
+        assert (await office.presence.session(kept.session_id or "")).ended_at is None
+        assert await online(office) == ["kept"]
+
+
+async def test_a_session_whose_pid_another_process_holds_now_is_no_commands_session(
+    office: PostOffice,
+) -> None:
+    """A command acts as the session its parent's other child opened: not as one whose pid
+    merely came round to that child (after a reboot, an old row can name it)."""
+    with sleeping() as server, sleeping() as command:
+        caller = await session_caller(office, "alice", pid=server.pid)
+        found = await office.presence.session_of_process(command.pid)
+        assert found is not None
+        assert found.id == caller.session_id
+        await hand_pid_on(office, caller)
+        assert await office.presence.session_of_process(command.pid) is None
 
 
 async def test_a_name_held_by_a_live_session_cannot_be_taken_by_another(

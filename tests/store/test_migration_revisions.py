@@ -379,3 +379,40 @@ async def test_0020_brings_dues_no_date_can_spell_to_the_nearest_end_of_the_cale
         ("t_3", 0.0),
         ("t_4", 253402300799.0),
     ]
+
+
+def _a_local_session(conn: Connection) -> None:
+    conn.execute(text("INSERT INTO agents (name, created_at) VALUES ('alice', 1.0)"))
+    conn.execute(
+        text(
+            "INSERT INTO sessions (id, agent, transport, host, pid, started_at, heartbeat_at)"
+            " VALUES ('s_1', 'alice', 'stdio', 'box', 4242, 1.0, 1.0)"
+        )
+    )
+    conn.commit()
+
+
+def _sessions(conn: Connection) -> list[tuple[Any, ...]]:
+    return [tuple(row) for row in conn.execute(text("SELECT id, pid FROM sessions"))]
+
+
+def _pid_starts(conn: Connection) -> list[Any]:
+    return list(conn.execute(text("SELECT pid_start FROM sessions")).scalars())
+
+
+def _session_columns(conn: Connection) -> set[str]:
+    return {c["name"] for c in inspect(conn).get_columns("sessions")}
+
+
+async def test_0021_records_no_start_for_sessions_opened_before_it_and_its_downgrade_keeps_them(
+    fresh_database_url: str,
+) -> None:
+    """Their process's start was never read: they are judged by their pid alone, as before.
+    Going back drops only the new column."""
+    await migrate_to(fresh_database_url, "0020")
+    await inspected(fresh_database_url, _a_local_session)
+    await migrate_to(fresh_database_url, "0021")
+    assert await inspected(fresh_database_url, _pid_starts) == [None]
+    await migrate_to(fresh_database_url, "0020", back=True)
+    assert await inspected(fresh_database_url, _sessions) == [("s_1", 4242)]
+    assert "pid_start" not in await inspected(fresh_database_url, _session_columns)

@@ -76,8 +76,11 @@ class _Move:
 
 
 def _process_gone(held: leases.Holding) -> bool:
-    """The holder's session is of this host and its process has exited."""
-    return held.host == this_host() and bool(held.pid) and not pid_alive(held.pid or 0)
+    """The holder's session is of this host and its process has exited (its pid may name
+    another process by now)."""
+    return (
+        held.host == this_host() and bool(held.pid) and not pid_alive(held.pid or 0, held.pid_start)
+    )
 
 
 _NOT_ELIGIBLE = (
@@ -419,13 +422,13 @@ class Leadership:
                 await self.store.wait_changed(version, timeout)
                 group.cancel_scope.cancel()
 
-            async def on_exit(pid: int) -> None:
-                await process_exit(pid)
+            async def on_exit(pid: int, start: str | None) -> None:
+                await process_exit(pid, start)
                 group.cancel_scope.cancel()
 
             group.start_soon(on_commit)
             if held is not None and held.pid and held.host == this_host():
-                group.start_soon(on_exit, held.pid)
+                group.start_soon(on_exit, held.pid, held.pid_start)
 
     # -- inside a transaction ----------------------------------------------------------------
 

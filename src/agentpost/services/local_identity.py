@@ -17,6 +17,7 @@ import anyio
 import anyio.to_thread
 
 from agentpost.domain.names import slugify
+from agentpost.store import notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,19 +147,17 @@ class BranchWatch:
         return self.branch
 
 
-def pid_alive(pid: int) -> bool:
-    """True while the process runs; a zombie (killed, not yet reaped) counts as gone."""
+def pid_alive(pid: int, start: str | None = None) -> bool:
+    """True while the process runs; a zombie (killed, not yet reaped) counts as gone. Given
+    the `process_start` its session recorded, only while `pid` is still that process: one the
+    system handed the pid to since is not the session's. Without /proc only the pid is asked."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+        pass  # another user's process runs there: /proc still tells whose it is
+    return notes.process_runs(pid, start) is not False
 
 
 def this_host() -> str:
@@ -178,8 +177,9 @@ PID_POLL_S = 0.2
 """How often a process is looked at where the kernel cannot say when it exits (no pidfd)."""
 
 
-async def process_exit(pid: int) -> None:
-    """Return once process `pid` of this host has exited (at once if it is already gone).
+async def process_exit(pid: int, start: str | None = None) -> None:
+    """Return once process `pid` of this host has exited (at once if it is already gone, or
+    its pid is another process's than the one that started at `start`, as `pid_alive`).
 
     Linux tells through a pidfd, which becomes readable when the process exits: no polling,
     and a dead leader is noticed within milliseconds. Elsewhere the process is looked at
@@ -190,10 +190,12 @@ async def process_exit(pid: int) -> None:
     except (AttributeError, OSError):
         fd = None
     if fd is None:
-        while pid_alive(pid):  # noqa: ASYNC110 (nothing to wait on but the clock)
+        while pid_alive(pid, start):  # noqa: ASYNC110 (nothing to wait on but the clock)
             await anyio.sleep(PID_POLL_S)
         return
     try:
-        await anyio.wait_readable(fd)
+        # Asked once the pidfd holds the process: its pid cannot pass to another meanwhile.
+        if pid_alive(pid, start):
+            await anyio.wait_readable(fd)
     finally:
         os.close(fd)

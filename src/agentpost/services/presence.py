@@ -133,7 +133,9 @@ class PresenceService:
             lambda conn: rows.live_sessions(conn, now, self.settings.offline_after_s)
         )
         here = [
-            notes.LiveSession(s.agent, int(s.pid), float(s.started_at), s.project, s.id)
+            notes.LiveSession(
+                s.agent, int(s.pid), float(s.started_at), s.project, s.id, s.pid_start
+            )
             for s in found
             if s.transport == "stdio" and s.host == host and s.pid
         ]
@@ -141,13 +143,16 @@ class PresenceService:
         return notes.session_of_this_process(here, pid)
 
     async def end_dead_local_sessions(self, agent: str | None = None) -> None:
-        """End live-looking sessions of this host whose process is gone."""
+        """End live-looking sessions of this host whose process is gone, or whose pid another
+        process holds now."""
         now = self.store.clock()
         host = this_host()
         live = await self.store.read(
             lambda conn: rows.live_sessions(conn, now, self.settings.offline_after_s, agent=agent)
         )
-        dead = [s.id for s in live if s.host == host and s.pid and not pid_alive(s.pid)]
+        dead = [
+            s.id for s in live if s.host == host and s.pid and not pid_alive(s.pid, s.pid_start)
+        ]
         if dead:
             await self.store.write(lambda conn: rows.end_sessions(conn, dead, self.store.clock()))
 
@@ -160,6 +165,8 @@ class PresenceService:
         if not derived:  # a derived name is checked suffix by suffix, reserved ones skipped
             self._check_identity(base)
         await self.end_dead_local_sessions()
+        # Read as it opens: the process at its pid now is the session's.
+        pid_start = notes.process_start(context.pid)
 
         def tx(conn: Connection) -> SessionInfo:
             now = self.store.clock()
@@ -185,7 +192,7 @@ class PresenceService:
             )
             # The urgent cursor starts at 0: unread urgent mail waiting for a restarted agent is
             # previewed on its first call, like mail that arrives later.
-            rows.open_session(conn, session, derived_name=derived)
+            rows.open_session(conn, session, derived_name=derived, pid_start=pid_start)
             return session
 
         opened = await self.store.write(tx)

@@ -140,7 +140,9 @@ def live_condition(now: float, offline_after_s: float) -> Any:
     return and_(sessions.c.ended_at.is_(None), sessions.c.heartbeat_at > now - offline_after_s)
 
 
-def open_session(conn: Connection, session: SessionInfo, *, derived_name: bool) -> None:
+def open_session(
+    conn: Connection, session: SessionInfo, *, derived_name: bool, pid_start: str | None = None
+) -> None:
     conn.execute(
         insert(sessions).values(
             id=session.id,
@@ -148,6 +150,7 @@ def open_session(conn: Connection, session: SessionInfo, *, derived_name: bool) 
             transport=session.transport,
             host=session.host,
             pid=session.pid,
+            pid_start=pid_start,
             project=session.project,
             worktree=session.worktree,
             branch=session.branch,

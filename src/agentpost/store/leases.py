@@ -47,6 +47,7 @@ class Holding:
     heartbeat_at: float | None
     host: str | None
     pid: int | None
+    pid_start: str | None
     branch: str | None
     worktree: str | None
 
@@ -184,6 +185,7 @@ _HOLDING = select(
     sessions.c.heartbeat_at,
     sessions.c.host,
     sessions.c.pid,
+    sessions.c.pid_start,
     sessions.c.branch,
     sessions.c.worktree,
 ).select_from(leases.outerjoin(sessions, sessions.c.id == leases.c.session_id))
@@ -207,6 +209,7 @@ def _holding(row: Row[Any], cutoff: float) -> Holding:
         heartbeat_at=row.heartbeat_at,
         host=row.host,
         pid=row.pid,
+        pid_start=row.pid_start,
         branch=row.branch,
         worktree=row.worktree,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import sqlite3
 import time
@@ -39,6 +40,8 @@ class LiveSession:
     """Read by the commit guard only (the hook has no use for it)."""
     id: str | None = None
     """Read by the command line only, which acts in the session it runs under."""
+    pid_start: str | None = None
+    """Its process's `process_start` when it opened (None: unknown, as before 0021)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +73,10 @@ def _reader(path: Path) -> Iterator[sqlite3.Connection]:
         db.close()
 
 
+# `*`, read by name: the hook runs the installed agentpost, while a session's server that is
+# older may not have migrated the file yet (0021 added `pid_start`).
 _LIVE_SESSIONS = """
-SELECT agent, pid, started_at FROM sessions
+SELECT * FROM sessions
 WHERE ended_at IS NULL AND transport = 'stdio' AND host = ? AND pid IS NOT NULL
 ORDER BY started_at DESC
 """
@@ -95,8 +100,12 @@ LIMIT ?
 def live_local_sessions(path: Path, host: str) -> list[LiveSession]:
     """Open stdio sessions of this host, newest first."""
     with _reader(path) as db:
-        rows = db.execute(_LIVE_SESSIONS, (host,)).fetchall()
-    return [LiveSession(agent, int(pid), float(started)) for agent, pid, started in rows]
+        db.row_factory = sqlite3.Row
+        rows = [dict(row) for row in db.execute(_LIVE_SESSIONS, (host,))]
+    return [
+        LiveSession(r["agent"], int(r["pid"]), float(r["started_at"]), pid_start=r.get("pid_start"))
+        for r in rows
+    ]
 
 
 def has_agent(path: Path, agent: str) -> bool:
@@ -200,6 +209,10 @@ class Cursors:
 # Claude Code starts both `agentpost mcp` and the hooks and commands it runs: the agent a process
 # of the session acts for is the session started by the same parent. The hook, the commit guard
 # and the command line (the last two through `agentpost.services.presence`) all ask here.
+#
+# A pid alone does not name a process: once one exits, the system hands its pid to another (soon
+# on a busy machine, always after a reboot). A session records its process's `process_start`
+# when it opens, and a process whose start differs is not the session's.
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -212,18 +225,52 @@ def _stat(pid: int) -> list[str] | None:
     return stat[stat.rindex(")") + 2 :].split()
 
 
+@functools.cache  # one boot per process's life
+def _boot() -> str:
+    """This boot's id: a start counted in ticks since boot is the same only within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _start(fields: list[str]) -> str:
+    # Field 22: clock ticks since boot, which no step of the wall clock moves.
+    return f"{fields[19]}@{_boot()}"
+
+
+def process_start(pid: int) -> str | None:
+    """What tells `pid`'s process from any later one given the same pid: its start in clock
+    ticks since boot, and the boot; None where there is no /proc (macOS) or no such process."""
+    fields = _stat(pid)
+    return None if fields is None else _start(fields)
+
+
+def _is_running(fields: list[str], start: str | None) -> bool:
+    """Not a zombie (dead, and only its parent's process table holds it yet), and, when
+    `start` is known, the process that started then."""
+    return fields[0] not in ("Z", "X") and (start is None or _start(fields) == start)
+
+
+def process_runs(pid: int, start: str | None = None) -> bool | None:
+    """Whether `pid` runs and, given its `process_start`, is still that process; None when
+    /proc cannot say (no /proc, or no such process: the caller asked the kernel first)."""
+    fields = _stat(pid)
+    return None if fields is None else _is_running(fields, start)
+
+
 def parent_of(pid: int) -> int | None:
     """The parent pid of `pid`, from /proc (None when the process is gone)."""
     fields = _stat(pid)
     return None if fields is None else int(fields[1])
 
 
-def _running_parent(pid: int) -> int | None:
-    """The parent of `pid` while it runs: None when it is gone, or dead and not yet reaped (a
-    zombie, which its parent still holds in the process table): a session whose process died
-    is over, whatever its row says until the post office notices."""
-    fields = _stat(pid)
-    return None if fields is None or fields[0] in ("Z", "X") else int(fields[1])
+def _running_parent(session: LiveSession) -> int | None:
+    """The parent of the session's process while it runs: None when it is gone, a zombie, or
+    another process now holds its pid: a session whose process died is over, whatever its row
+    says until the post office notices."""
+    fields = _stat(session.pid)
+    return None if fields is None or not _is_running(fields, session.pid_start) else int(fields[1])
 
 
 def ancestors(pid: int) -> list[int]:
@@ -239,10 +286,10 @@ def ancestors(pid: int) -> list[int]:
 def session_of_this_process(sessions: Sequence[LiveSession], pid: int) -> LiveSession | None:
     """The session whose process, still running, is a child of `pid`'s nearest ancestor that has
     one (newest first when several are); None when no ancestor has."""
-    parents = {s.pid: _running_parent(s.pid) for s in sessions}
+    parents = [(s, _running_parent(s)) for s in sessions]  # newest first
     for ancestor in ancestors(pid):
-        for session in sessions:  # newest first
-            if parents[session.pid] == ancestor:
+        for session, parent in parents:
+            if parent == ancestor:
                 return session
     return None
 

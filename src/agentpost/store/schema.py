@@ -57,6 +57,8 @@ sessions = Table(
     Column("transport", String(16), nullable=False),
     Column("host", String(255), nullable=False),
     Column("pid", Integer),
+    # What tells the session's process from a later one given its pid (`notes.process_start`).
+    Column("pid_start", Text),
     Column("project", String(128)),
     Column("worktree", Text),
     Column("branch", Text),  # git allows branch names of any length
