@@ -173,6 +173,40 @@ def test_an_absolute_or_tilde_home_in_the_file_stays_itself(
     assert Settings().home == tmp_path / "abs"
 
 
+@pytest.mark.parametrize("path", ["posts/agentpost.db", "./agentpost.db"])
+def test_a_relative_sqlite_database_in_the_file_is_the_files_own_folders(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, path: str
+) -> None:
+    """Taken from the working folder, agents started in two worktrees with one config file
+    each had a post office of their own, and none saw the others' mail."""
+    config_file.write_text(f'database_url = "sqlite:///{path}"\n')
+    elsewhere = tmp_path / "a-repository"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    url = Settings().resolved_database_url
+    assert url.startswith("sqlite:///")
+    assert Path(url.removeprefix("sqlite:///")).resolve() == (tmp_path / path).resolve()
+
+
+def test_an_absolute_or_tilde_sqlite_database_in_the_file_stays_itself(
+    config_file: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    for url in (f"sqlite:///{tmp_path / 'abs.db'}", "sqlite:///~/posts.db"):
+        config_file.write_text(f'database_url = "{url}"\n')
+        assert Settings().database_url == url
+
+
+@pytest.mark.parametrize("url", ["sqlite:///:memory:", "sqlite:///", "sqlite:///a.db?mode=ro"])
+def test_a_database_no_process_could_share_is_refused_in_the_file_too(
+    config_file: Path, url: str
+) -> None:
+    config_file.write_text(f'database_url = "{url}"\n')
+    with pytest.raises(AgentpostError, match="database_url") as caught:
+        load_settings()
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
 def test_an_unknown_key_in_the_file_is_refused_not_ignored(config_file: Path) -> None:
     config_file.write_text("max_body_byte = 100\n")  # a typo must not pass silently
     with pytest.raises(ValidationError, match="max_body_byte"):

@@ -27,7 +27,13 @@ from agentpost.domain.accounts import SECRET_MAX, SECRET_MIN, is_well_formed_sec
 from agentpost.domain.errors import AgentpostError, invalid
 from agentpost.domain.limits import Limits
 from agentpost.domain.names import check_name
-from agentpost.settings_file import config_file, default_home, home_in_file, said
+from agentpost.settings_file import (
+    config_file,
+    database_url_in_file,
+    default_home,
+    home_in_file,
+    said,
+)
 
 DEFAULT_INSTRUCTIONS = """\
 You are agent `{agent}` on agentpost, a post office shared with other AI agents working beside \
@@ -312,14 +318,17 @@ class _Saying(PydanticBaseSettingsSource):
 
 
 class _ConfigFile(TomlConfigSettingsSource):
-    """The TOML file, whose relative `home` is its own folder's: every process reading one
-    file then shares one post office, whatever folder each was started in."""
+    """The TOML file, whose relative `home` (or SQLite file) is its own folder's: every process
+    reading one file then shares one post office, whatever folder each was started in."""
 
     def _read_file(self, file_path: Any) -> dict[str, Any]:
         data = super()._read_file(file_path)
         home = data.get("home")
         if isinstance(home, str) and home.strip():
             data["home"] = home_in_file(home, Path(file_path))
+        url = data.get("database_url")
+        if isinstance(url, str):
+            data["database_url"] = database_url_in_file(url, Path(file_path))
         return data
 
 

@@ -355,6 +355,26 @@ def test_a_relative_home_in_the_config_file_is_the_files_folders_wherever_the_ho
     assert (tmp_path / "data" / "hook-cursors" / "bob").exists()
 
 
+def test_a_relative_database_in_the_config_file_is_one_wherever_commands_and_hook_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command in one worktree and the hook in another read one config file: they found
+    two databases, each under its own working folder, so the note never told the mail."""
+    config = tmp_path / "config.toml"
+    config.write_text('database_url = "sqlite:///data/agentpost.db"\nagent = "bob"\n')
+    monkeypatch.setenv("AGENTPOST_CONFIG", str(config))
+    here, elsewhere = tmp_path / "one-worktree", tmp_path / "another"
+    here.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(here)  # the commands' working folder
+    meet("alice", "bob")
+    assert (tmp_path / "data" / "agentpost.db").exists()
+    assert hook(cwd=elsewhere).stdout == ""
+    sent = send("alice", "bob", "found through the relative database")
+    assert sent in context_of(hook(cwd=elsewhere).stdout)
+    assert not (here / "data").exists()
+
+
 def test_a_note_marks_mail_whose_sender_is_not_verified() -> None:
     """A post office served from the same database (`agentpost serve`) may hold mail of a
     self-registered agent: its note line says it is untrusted, as its frame would in `inbox`,

@@ -37,7 +37,13 @@ from typing import Any, Protocol
 
 from agentpost.cli.literal import visible
 from agentpost.domain.names import check_name
-from agentpost.settings_file import config_file, default_home, home_in_file, said
+from agentpost.settings_file import (
+    config_file,
+    database_url_in_file,
+    default_home,
+    home_in_file,
+    said,
+)
 
 EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
 """The hook events whose JSON answer can add context for the model."""
@@ -46,6 +52,10 @@ SHOWN = 20
 LOOKED_AT = 500
 """Deliveries read per note; the rest wait for the next one."""
 EXCERPT = 80
+
+
+IN_FILE = {"home": home_in_file, "database_url": database_url_in_file}
+"""Settings whose relative path, written in the config file, is the file's folder's."""
 
 
 def settings(environ: Mapping[str, str]) -> dict[str, str]:
@@ -65,7 +75,7 @@ def settings(environ: Mapping[str, str]) -> dict[str, str]:
                 table = tomllib.load(f)
             for key in keys:
                 if key not in found and isinstance(table.get(key), str) and said(table[key]):
-                    found[key] = home_in_file(table[key], path) if key == "home" else table[key]
+                    found[key] = IN_FILE[key](table[key], path) if key in IN_FILE else table[key]
     found.setdefault("home", str(default_home()))
     return found
 
