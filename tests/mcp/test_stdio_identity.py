@@ -24,7 +24,7 @@ from mcp.client.stdio import PROCESS_TERMINATION_TIMEOUT
 from account_helpers import owner
 from agentpost.store import agents as agent_rows
 from raw_stdio import legacy_initialize
-from service_process import eventually
+from service_process import eventually, running_service
 from stdio_agents import (
     WAKE_TIMEOUT_S,
     Agents,
@@ -301,6 +301,29 @@ async def test_a_session_under_a_self_registered_agents_name_is_untrusted_until_
         ("before", "untrusted"),
         ("after", "verified"),
     ]
+
+
+@pytest.mark.anyio
+async def test_a_session_never_derives_a_name_a_stranger_registered_on_the_service(
+    agents: Agents, repo: Path, tmp_path: Path
+) -> None:
+    """With registration open, anyone could register `rocket-main` before a session in the
+    repository derived that name: the session became the stranger's agent, and the stranger's
+    key read the mail the session's colleagues sent it."""
+    async with running_service(tmp_path, {"AGENTPOST_OPEN_REGISTRATION": "true"}) as service:
+        registered = await service.client().post("/v1/register", json={"name": "rocket-main"})
+        assert registered.status_code == 201, registered.text
+        stranger = service.client(registered.json()["key"])
+        local = await agents.start(cwd=repo, project=None, env=NO_LEADER)
+        assert local.name == "rocket-main-2"
+        colleague = await agents.start("bob", env=NO_LEADER)
+        await colleague.call("send", to=local.name, body="the deploy plan")
+        assert [m["body"] for m in (await local.call("inbox"))["messages"]] == ["the deploy plan"]
+        seen = await stranger.get("/v1/inbox", params={"unread_only": "false"})
+        assert seen.status_code == 200, seen.text
+        assert seen.json()["messages"] == []
+        trust = {a["name"]: a["trust"] for a in (await colleague.call("who"))["agents"]}
+        assert trust[local.name] == "verified"
 
 
 @pytest.mark.anyio

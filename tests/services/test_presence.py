@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from account_helpers import keyed
+from account_helpers import ADDRESS, keyed, owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Presence, Status
 from agentpost.services import PostOffice
@@ -211,6 +211,37 @@ async def test_a_derived_name_skips_a_disabled_agent(office: PostOffice) -> None
     await office.presence.ensure_agent("shop-main")
     await disable_agent(office.store, "shop-main")
     assert (await session_caller(office)).agent == "shop-main-2"
+
+
+async def test_a_derived_name_skips_an_agent_a_stranger_registered_under_it(
+    open_office: OpenOffice,
+) -> None:
+    """With registration open, anyone may take `shop-main` first: a session that only derived
+    the name became that agent, and the stranger's key read its mail and spoke as it."""
+    office = await open_office(open_registration=True)
+    issued = await office.keys.self_register("shop-main", project="shop", ip=ADDRESS)
+    local = await session_caller(office)
+    assert local.agent == "shop-main-2"
+    await office.mailbox.send(await office.presence.ensure_agent("owner"), local.agent, "plan")
+    stranger = await office.keys.authenticate(issued.key, ip=ADDRESS)
+    assert (await office.mailbox.inbox(stranger, unread_only=False)).messages == []
+
+
+async def test_a_derived_name_skips_a_stranger_only_while_one_holds_a_key_unvouched(
+    open_office: OpenOffice,
+) -> None:
+    """A local agent the owner stopped vouching for has no key for anyone to read its mail
+    with: its sessions keep their name, and their words stay untrusted, as the vouch says."""
+    office = await open_office(open_registration=True)
+    admin = await owner(office)
+    first = await session_caller(office)
+    await office.presence.end_session(first.session_id or "")
+    await office.admin.unvouch(admin, "shop-main")
+    assert (await session_caller(office)).agent == "shop-main"
+
+    issued = await office.keys.self_register("shop-dev", project="shop", ip=ADDRESS)
+    await office.keys.revoke(admin, issued.id)  # nobody outside reads its mail any more
+    assert (await session_caller(office, branch="dev")).agent == "shop-dev"
 
 
 async def test_with_a_roster_a_session_may_only_take_a_name_on_it(

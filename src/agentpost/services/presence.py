@@ -32,6 +32,7 @@ from agentpost.services.accounts import check_project
 from agentpost.services.heartbeats import Heartbeat
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.store import agents as rows
+from agentpost.store import keys as key_rows
 from agentpost.store import notes
 from agentpost.store.database import Connection, Row, Store
 
@@ -264,7 +265,9 @@ class PresenceService:
             if candidate in live or candidate in RESERVED:
                 continue
             existing = rows.get_agent(conn, candidate)
-            if existing is None or existing.disabled_at is None:
+            if existing is None or (
+                existing.disabled_at is None and not _a_strangers(conn, existing)
+            ):
                 self._check_identity(candidate)
                 return candidate
         raise AgentpostError(
@@ -515,6 +518,13 @@ class PresenceService:
     async def agent_names(self) -> list[str]:
         names = await self.store.read(rows.enabled_agent_names)
         return [n for n in names if n not in (SYSTEM, POST_OFFICE)]
+
+
+def _a_strangers(conn: Connection, agent: Row[Any]) -> bool:
+    """An agent someone the owner has not vouched for holds a key to (one that registered
+    itself over the service, say): a session that only derived this name must not become it,
+    or that key's holder would read the session's mail and speak as it."""
+    return agent.trust != Trust.VERIFIED and key_rows.holds_live_key(conn, agent.name)
 
 
 def http_session(

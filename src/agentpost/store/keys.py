@@ -145,6 +145,12 @@ def touch(conn: Connection, key_id: str, now: float) -> None:
     conn.execute(update(keys).where(keys.c.id == key_id).values(last_used_at=now))
 
 
+def holds_live_key(conn: Connection, agent: str) -> bool:
+    """Whether some key not revoked speaks for `agent`: whoever holds it reads its mail."""
+    found = select(keys.c.id).where(keys.c.agent == agent, keys.c.revoked_at.is_(None)).limit(1)
+    return conn.execute(found).first() is not None
+
+
 def live_admin_keys(conn: Connection) -> int:
     """Admin keys that still open the admin endpoints (not revoked, agent enabled)."""
     return int(
