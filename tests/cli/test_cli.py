@@ -281,7 +281,19 @@ def test_a_broadcast_says_which_members_it_skipped_for_a_full_inbox() -> None:
     arrange("alice", "bob", "carol", mail=("alice", "bob", "fills bob's inbox"))
     sent = agentpost("send", "#general", "standup in 5", "--as", "alice", AGENTPOST_MAX_UNACKED="1")
     assert sent.returncode == 0, sent.stderr
-    assert flat(sent.stdout).endswith("to carol; not delivered to bob: inbox full")
+    assert flat(sent.stdout).endswith("to #general (carol); not delivered to bob: inbox full")
+
+
+def test_a_broadcast_is_said_to_go_to_its_channel_not_to_its_members_by_name() -> None:
+    """ "sent … to carol" read as a direct message to carol, and a channel nobody else had
+    joined yet as mail sent to nobody."""
+    arrange("alice")  # every agent is a member of #general
+    alone = agentpost("send", "#general", "first!", "--as", "alice")
+    assert alone.returncode == 0, alone.stderr
+    assert flat(alone.stdout).endswith("to #general (no other member yet)")
+    arrange("carol")
+    sent = agentpost("send", "#general", "standup in 5", "--as", "alice")
+    assert flat(sent.stdout).endswith("to #general (carol)")
 
 
 def test_as_creates_the_agent_when_it_first_sends_and_who_lists_it() -> None:

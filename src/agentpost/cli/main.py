@@ -180,7 +180,7 @@ def send(
     key: KeyOption = None,
 ) -> None:
     """Send a message to agents or a #channel."""
-    from agentpost.cli.render import console, emit_json
+    from agentpost.cli.render import console, emit_json, sent_line
 
     targets: str | list[str] = to
     if not to.startswith("#") and "," in to:  # "bob, carol" as a person writes a list
@@ -207,9 +207,7 @@ def send(
     if as_json:
         emit_json(result.to_dict())
     else:
-        skipped = result.skipped_full
-        unless = f"; not delivered to {', '.join(skipped)}: inbox full" if skipped else ""
-        console.print(f"sent {result.id} to {', '.join(result.to) or 'nobody yet'}{unless}")
+        console.print(sent_line(result))
 
 
 @app.command()

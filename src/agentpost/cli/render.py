@@ -26,7 +26,7 @@ from agentpost.cli.entry import EXIT_CODES
 from agentpost.cli.literal import json_text, visible
 from agentpost.domain.errors import AgentpostError
 from agentpost.domain.leadership import Leader
-from agentpost.domain.models import Message, Presence, SentMessage, Trust
+from agentpost.domain.models import Message, Presence, SendResult, SentMessage, Trust
 from agentpost.domain.requests import RequestAnswer
 from agentpost.domain.reservations import Reservation
 from agentpost.domain.tasks import Task
@@ -148,6 +148,16 @@ def message_line(m: Message) -> Text:
         "\n  " + m.body.replace("\n", "\n  "),  # no line of it where a header starts
         *data,
     )
+
+
+def sent_line(result: SendResult) -> str:
+    """A broadcast is said to go to its channel, members in brackets: the names alone read as
+    a direct message to them, and an empty channel as mail sent to nobody."""
+    names = ", ".join(result.to)
+    to = f"#{result.channel} ({names or 'no other member yet'})" if result.channel else names
+    skipped = result.skipped_full
+    unless = f"; not delivered to {', '.join(skipped)}: inbox full" if skipped else ""
+    return f"sent {result.id} to {to}{unless}"
 
 
 def show_messages(messages: Sequence[Message], empty: str = "No messages.") -> None:
