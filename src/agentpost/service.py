@@ -81,7 +81,11 @@ def load_or_create_admin_key(settings: Settings) -> tuple[str, bool]:
     return key, True
 
 
-def first_start_note(settings: Settings, key: str, host: str, port: int) -> str:
+def first_start_note(
+    settings: Settings, key: str, host: str, port: int, cli: str = "agentpost"
+) -> str:
+    """`cli` is how this installation's command is started: the bare name only where PATH
+    finds it, as it does not after README's install, which leaves it in `.venv/bin`."""
     # An IPv6 address goes in brackets in a URL (`http://[::1]:8470`), as uvicorn prints it.
     base = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     return f"""\
@@ -91,7 +95,7 @@ agentpost: created the admin key, stored in {admin_key_path(settings)} (0600):
 
 Create an agent and its key (the command prints the key alone):
 
-    agentpost admin create-agent alice --url {base} --key {key}
+    {cli} admin create-agent alice --url {base} --key {key}
 
 or over REST (the key is in the answer):
 
@@ -387,10 +391,17 @@ class _Server(uvicorn.Server):
         settle()  # the app and its post office are made: what they hold lives as long
 
 
-def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = False) -> None:
+def serve(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    allow_remote: bool = False,
+    cli: str = "agentpost",
+) -> None:
     """Run the service until interrupted. Settings only the server reads are looked at
     first, so a bad one is refused before anything is made (a first start's admin key, and
-    its banner) or logged."""
+    its banner, which names the command as `cli`) or logged."""
     check_bind(host, allow_remote)
     allowed_places(settings.allowed_hosts, settings.allowed_origins)
     defer_stream_drain()  # until the long-polls have answered (`_Server.shutdown`)
@@ -399,7 +410,7 @@ def serve(settings: Settings, *, host: str, port: int, allow_remote: bool = Fals
     def announce(key: str, created: bool) -> None:
         if created:
             server.note = lambda bound: print(
-                first_start_note(settings, key, host, bound), file=sys.stderr, flush=True
+                first_start_note(settings, key, host, bound, cli), file=sys.stderr, flush=True
             )
 
     app = Service(settings, on_admin_key=announce)

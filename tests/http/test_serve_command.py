@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from service_process import serve_command
+from service_process import AGENTPOST, serve_command
 
 
 def test_listening_beyond_loopback_needs_allow_remote() -> None:
@@ -158,3 +160,36 @@ def test_a_first_start_with_a_bad_setting_says_only_why_and_makes_no_admin_key(
     assert said.startswith("error: invalid_argument: ")
     assert name in said
     assert not (tmp_path / "admin.key").exists()
+
+
+def test_the_first_starts_command_to_create_an_agent_runs_as_printed_off_path(
+    tmp_path: Path,
+) -> None:
+    """README's install leaves `agentpost` in `.venv/bin`, off PATH: the banner's bare
+    `agentpost admin create-agent …` answered "command not found"."""
+    assert AGENTPOST.exists(), "the console script, as README's install leaves it"
+    env = {**os.environ, "AGENTPOST_HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    env.pop("AGENTPOST_ADMIN_KEY", None)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        server = subprocess.Popen(serve_command("--port", "0"), env=env, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 30
+        while b"running on http://" not in log.read_bytes():
+            assert server.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        [printed] = [
+            line.strip()
+            for line in log.read_text().splitlines()
+            if "admin create-agent alice" in line
+        ]
+        assert printed.startswith(f"{AGENTPOST} admin create-agent alice --url http://")
+        made = subprocess.run(
+            shlex.split(printed), capture_output=True, text=True, timeout=60, env=env
+        )
+        assert made.returncode == 0, made.stderr
+        assert made.stdout.strip().startswith("ap_")
+    finally:
+        server.terminate()
+        server.wait(timeout=15)

@@ -93,11 +93,13 @@ def serve(
     ] = False,
 ) -> None:
     """Serve the post office: REST under /v1, MCP at /mcp, /health; keys required."""
+    from agentpost.cli.install import executable
     from agentpost.cli.render import refusal
     from agentpost.service import serve as run_service
 
     try:
-        run_service(load_settings(), host=host, port=port, allow_remote=allow_remote)
+        settings = load_settings()
+        run_service(settings, host=host, port=port, allow_remote=allow_remote, cli=executable())
     except AgentpostError as err:
         raise refusal(err) from None
 
