@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -118,6 +119,22 @@ def test_offline_after_no_longer_than_a_heartbeat_is_refused(
         load_settings()
     monkeypatch.setenv("AGENTPOST_OFFLINE_AFTER_S", str(float(heartbeat_s) + 1))
     assert load_settings().offline_after_s == float(heartbeat_s) + 1
+
+
+def test_a_heartbeat_past_the_default_offline_time_says_that_time_is_the_default(
+    monkeypatch: pytest.MonkeyPatch, config_file: Path
+) -> None:
+    """The refusal named the config file as where offline_after_s came from, a file that held
+    no such key (or did not exist), when it was the default against the heartbeat set."""
+    monkeypatch.setenv("AGENTPOST_HEARTBEAT_S", "100")
+    with pytest.raises(AgentpostError) as refused:
+        load_settings()
+    assert refused.value.message.startswith(
+        "configuration: offline_after_s (the default): 45 s must be longer than heartbeat_s (100 s)"
+    )
+    config_file.write_text("offline_after_s = 50\n")
+    with pytest.raises(AgentpostError, match=rf"offline_after_s \({re.escape(str(config_file))}\)"):
+        load_settings()
 
 
 def test_invalid_values_in_the_file_are_refused(config_file: Path) -> None:

@@ -391,6 +391,16 @@ def _undecodable(exc: SettingsError) -> str:
 
 
 def _source(key: str) -> str:
-    """Where a key's bad value came from: the environment wins over the file."""
+    """Where a key's bad value came from: the environment wins over the file, and a key in
+    neither holds its default (which a setting checked against it, such as `offline_after_s`
+    against `heartbeat_s`, can make a mistake: naming a file there sent a person to a file
+    that may not even exist)."""
     variable = f"AGENTPOST_{key.upper()}"
-    return variable if any(v.upper() == variable for v in os.environ) else str(config_path())
+    if any(v.upper() == variable for v in os.environ):
+        return variable
+    path = config_path()
+    try:
+        in_file = key in tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no file, or one `load_settings` refuses on its own
+        in_file = False
+    return str(path) if in_file else "the default"
