@@ -58,6 +58,17 @@ def admin_key_path(settings: Settings) -> Path:
     return settings.home / ADMIN_KEY_FILE
 
 
+def revoked_admin_key_advice(settings: Settings, key_id: str) -> str:
+    """What the owner does when the admin key this service starts with was revoked: the
+    way out depends on where the key came from, and a file is replaced by removing it."""
+    if settings.admin_key:
+        where, way = "AGENTPOST_ADMIN_KEY", "set another there"
+    else:
+        where = str(admin_key_path(settings))
+        way = "remove that file and restart to have a new one made (or set AGENTPOST_ADMIN_KEY)"
+    return f"the admin key in {where} ({key_id}) was revoked; {way}"
+
+
 def load_or_create_admin_key(settings: Settings) -> tuple[str, bool]:
     """The owner's key: configured, else the one in `$AGENTPOST_HOME/admin.key`, else a new one
     written there (0600). Returns it and whether it was just created."""
@@ -266,7 +277,7 @@ class Service:
             key, created = load_or_create_admin_key(self.settings)
             installed = await office.keys.install_admin_key(key)
             if installed.revoked_at is not None:  # revoked stays revoked, even when configured
-                log.warning("the configured admin key %s was revoked; set another", installed.id)
+                log.warning("%s", revoked_admin_key_advice(self.settings, installed.id))
             self._on_admin_key(key, created)
             self.office, self._rest, self._mcp = office, rest, mcp_app
             async with mcp_app.router.lifespan_context(mcp_app), anyio.create_task_group() as tg:

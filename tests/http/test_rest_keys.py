@@ -427,3 +427,24 @@ async def test_a_self_registered_agents_mail_is_untrusted_until_vouched(tmp_path
         assert (await service.admin.post("/v1/admin/agents/drifter/vouch")).status_code == 200
         await drifter.post("/v1/messages", json={"to": "bob", "body": "again"})
         assert [m["trust"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["verified"]
+
+
+async def test_a_revoked_admin_key_file_is_named_with_the_way_to_a_new_one(
+    service: Service,
+) -> None:
+    """The log said "was revoked; set another", though removing admin.key is what makes a
+    new one at the next start."""
+    issued = await service.admin.post("/v1/admin/agents/owner/keys", json={"admin": True})
+    assert issued.status_code == 201, issued.text
+    keys = (await service.admin.get("/v1/admin/keys", params={"agent": "owner"})).json()["keys"]
+    [first] = [k["id"] for k in keys if k["id"] != issued.json()["id"]]
+    assert (await service.admin.delete(f"/v1/admin/keys/{first}")).status_code == 200
+    await service.restart()
+    path = service.home / "admin.key"
+    assert (
+        f"the admin key in {path} ({first}) was revoked; remove that file and restart to have "
+        "a new one made" in service.log.read_text()
+    )
+    path.unlink()
+    await service.restart()
+    assert (await service.admin.get("/v1/admin/agents")).status_code == 200
