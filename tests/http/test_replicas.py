@@ -1,23 +1,39 @@
 """Several `agentpost serve` replicas on one PostgreSQL database, as scale-out runs them: two
 real processes, each with its own home, sharing the database and the admin key. What one
-replica stores, the other serves; a long-poll on one wakes for a send through the other."""
+replica stores, the other serves; a long-poll on one wakes for a send through the other; a
+replica of a newer release that migrates the database stops the older ones still running."""
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
+import asyncpg
 import httpx
 import pytest
 
+import agentpost
 from agentpost.domain.reservations import MAX_LIVE, MAX_PATHS
 from agentpost.services.presence import MAX_HTTP_SESSIONS
-from service_process import Service, running_service
+from agentpost.store.migrate import SCHEMA_HEAD
+from agentpost.store.postgres import libpq_url
+from service_process import Service, eventually, running_service
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
+
+
+def replica_env(folder: Path, url: str, admin_key: str) -> dict[str, str]:
+    folder.mkdir()
+    return {
+        "AGENTPOST_HOME": str(folder / "home"),
+        "AGENTPOST_DATABASE_URL": url,
+        "AGENTPOST_ADMIN_KEY": admin_key,
+    }
 
 
 @pytest.fixture
@@ -26,14 +42,8 @@ async def replicas(tmp_path: Path, fresh_pg_url: str) -> AsyncIterator[tuple[Ser
     async with AsyncExitStack() as stack:
         started = []
         for name in ("one", "two"):
-            folder = tmp_path / name
-            folder.mkdir()
-            env = {
-                "AGENTPOST_HOME": str(folder / "home"),
-                "AGENTPOST_DATABASE_URL": fresh_pg_url,
-                "AGENTPOST_ADMIN_KEY": admin_key,
-            }
-            started.append(await stack.enter_async_context(running_service(folder, env)))
+            env = replica_env(tmp_path / name, fresh_pg_url, admin_key)
+            started.append(await stack.enter_async_context(running_service(tmp_path / name, env)))
         yield started[0], started[1]
 
 
@@ -170,3 +180,86 @@ async def test_a_session_that_stood_aside_through_one_replica_takes_no_seat_thro
 
     claimed = (await alice.post("/v1/leadership/claim")).json()  # its word is its own to take back
     assert (claimed["leader"], claimed["session_id"]) == ("alice", aside)
+
+
+NEWER = f"{int(SCHEMA_HEAD) + 1:04d}"
+"""The revision the newer release's migration brings."""
+
+
+def newer_release(folder: Path) -> dict[str, str]:
+    """This agentpost with one migration more, as its next release would have it: a column
+    this one does not know. The environment that runs it in place of this one."""
+    shutil.copytree(
+        Path(agentpost.__file__).parent,
+        folder / "agentpost",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    migrate = folder / "agentpost" / "store" / "migrate.py"
+    head = f'SCHEMA_HEAD = "{SCHEMA_HEAD}"'
+    assert head in migrate.read_text()
+    migrate.write_text(migrate.read_text().replace(head, f'SCHEMA_HEAD = "{NEWER}"'))
+    (folder / "agentpost" / "store" / "migrations" / "versions" / f"{NEWER}_future.py").write_text(
+        f"""import sqlalchemy as sa
+from alembic import op
+
+revision = "{NEWER}"
+down_revision = "{SCHEMA_HEAD}"
+
+
+def upgrade() -> None:
+    op.add_column("tasks", sa.Column("future_trust", sa.Text, nullable=False, server_default="x"))
+"""
+    )
+    paths = [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(paths)}
+
+
+async def stored_messages(url: str) -> int:
+    conn = await asyncpg.connect(libpq_url(url))
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM messages"))
+    finally:
+        await conn.close()
+
+
+async def test_an_older_replica_refuses_every_call_once_a_newer_release_migrated_beside_it(
+    tmp_path: Path, fresh_pg_url: str
+) -> None:
+    """A rolling upgrade: the first replica of the newer release migrates the database while
+    one of this release serves. The older one answered `/ready` 503, yet served reads and
+    writes sent to it directly, writing rows whose new columns took their defaults."""
+    admin_key = "ap_" + secrets.token_urlsafe(32)
+    async with AsyncExitStack() as stack:
+        env = replica_env(tmp_path / "older", fresh_pg_url, admin_key)
+        older = await stack.enter_async_context(running_service(tmp_path / "older", env))
+        alice = older.client(await older.create_agent("alice"))
+        bob_key = await older.create_agent("bob")
+        bob = older.client(bob_key)
+        sent = await alice.post("/v1/messages", json={"to": "bob", "body": "before"})
+        assert sent.status_code == 201, sent.text
+
+        env = replica_env(tmp_path / "newer", fresh_pg_url, admin_key)
+        env.update(newer_release(tmp_path / "release"))
+        newer = await stack.enter_async_context(running_service(tmp_path / "newer", env))
+        ready = await newer.client().get("/ready")
+        assert (ready.status_code, ready.json()["schema"]) == (200, NEWER)
+
+        async def refused() -> bool:
+            return (await bob.get("/v1/inbox")).status_code == 503
+
+        await eventually(refused)
+        inbox = await bob.get("/v1/inbox")
+        send = await alice.post("/v1/messages", json={"to": "bob", "body": "after"})
+        unready = await older.client().get("/ready")
+        for answer in (inbox, send, unready):
+            assert answer.status_code == 503
+            assert answer.json()["error"] == {
+                "code": "unavailable",
+                "message": f"the database's schema ({NEWER}) is newer than this agentpost"
+                f" knows ({SCHEMA_HEAD}); a newer agentpost migrated it while this process ran;"
+                " restart this process (the MCP server, the service) on the newer release",
+            }
+        assert await stored_messages(fresh_pg_url) == 1
+
+        served = await newer.client(bob_key).get("/v1/inbox")
+        assert [m["body"] for m in served.json()["messages"]] == ["before"]

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+import anyio
+import asyncpg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -22,7 +24,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.store import migrate
 from agentpost.store.database import Store
-from agentpost.store.postgres import libpq_url
+from agentpost.store.postgres import NEWS_CHANNEL, libpq_url
 from agentpost.store.schema import metadata
 
 T = TypeVar("T")
@@ -376,3 +378,31 @@ async def migrate_to(url: str, target: str, *, back: bool = False) -> None:
             await conn.run_sync(move)
     finally:
         await async_engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_postgresql_migration_is_announced_to_the_replicas_running_on_the_database(
+    fresh_pg_url: str,
+) -> None:
+    """The replicas already listen on the channel of commits: an older one hears that the
+    schema moved under it (`store.schema_watch`). A start that migrates nothing says nothing."""
+    heard: list[str] = []
+    came = anyio.Event()
+
+    def hear(*news: Any) -> None:
+        heard.append(news[-1])
+        came.set()
+
+    listening = await asyncpg.connect(libpq_url(fresh_pg_url))
+    try:
+        await listening.add_listener(NEWS_CHANNEL, hear)
+        await (await Store.open(fresh_pg_url)).aclose()
+        with anyio.fail_after(10):
+            await came.wait()
+        assert heard == [f'{{"migrated":"{migrate.SCHEMA_HEAD}"}}']
+
+        await (await Store.open(fresh_pg_url)).aclose()
+        await listening.execute("SELECT 1")  # a notification sent before it has come by now
+        assert len(heard) == 1
+    finally:
+        await listening.close()

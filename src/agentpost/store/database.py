@@ -248,8 +248,13 @@ class Store:
 
     async def schema_revision(self) -> str | None:
         """The schema revision the database holds (None: no agentpost schema there). A read
-        like any other, so it also tells whether the database can be read at all."""
-        return await self.read(migrate.current_revision)
+        like any other, so it also tells whether the database can be read at all. On
+        PostgreSQL a newer one refuses every call from then on, as the replica's listening
+        connection would on hearing the migration (`store.schema_watch`): a missed notice."""
+        revision = await self.read(migrate.current_revision)
+        if self._postgres is not None:
+            self._postgres.saw_schema(revision)
+        return revision
 
     async def refuses_writes(self) -> str | None:
         """Why the database takes no writes now though it answers reads (None: it takes

@@ -142,6 +142,10 @@ def _sqlite_revision(path: Path) -> str | None:
 
 
 async def migrate_postgres(engine: AsyncEngine) -> bool:
+    """Upgrade the database if it is behind, and say so to the replicas running on it: an
+    older one still running refuses every call from then on (`store.schema_watch`)."""
+    from agentpost.store import postgres  # asyncpg costs a SQLite process nothing
+
     async with engine.connect() as conn:
         if await conn.run_sync(current_revision) == SCHEMA_HEAD:
             return False
@@ -154,6 +158,7 @@ async def migrate_postgres(engine: AsyncEngine) -> bool:
             return False
         _refuse_unknown(found)
         await conn.run_sync(upgrade)
+        await conn.run_sync(postgres.announce_migration, SCHEMA_HEAD)  # heard at the commit
         return True
 
 

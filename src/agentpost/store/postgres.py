@@ -7,7 +7,8 @@ Transactions run the same synchronous query functions as on SQLite, through SQLA
 Replicas share no file to watch. Each write transaction announces whom it concerned with
 `NOTIFY` (delivered only once it commits, and only if it does), and each replica `LISTEN`s
 on one connection of its own, so a long-poll on one replica wakes for a send made through
-another as it would for its own (`store.wakeups`).
+another as it would for its own (`store.wakeups`). A migration announces itself on the same
+channel, and a replica older than it then refuses every call (`store.schema_watch`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from agentpost.config import POSTGRES_SCHEMES
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import not_unicode
 from agentpost.store import schema, wakeups
+from agentpost.store.schema_watch import NewerSchema
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +63,13 @@ HEARING_POLL_S = 30.0
 """While they are heard, how often each waiter looks all the same: a safety net for a
 notification that never comes (a pooler in transaction mode, which drops LISTEN)."""
 LISTEN_CHECK_S = 2.0
-"""How long a listening connection may stay quiet before it is asked `SELECT 1` (and how long
-that may take): one dropped without a word (a network gone) is found out within twice this."""
+"""How long a listening connection may stay quiet before it is asked the schema's revision (and
+how long that may take): one dropped without a word (a network gone) is found out within twice
+this, and a migration whose announcement went unheard within this."""
 
 _ANNOUNCE = text("SELECT pg_notify(:channel, :payload)")
+_MIGRATED = '{"migrated":'
+"""How a migration's announcement begins (`announce_migration`)."""
 WRITE_LOCK = text(f"SELECT pg_advisory_xact_lock({0x61676E7477726974})")  # "agntwrit"
 """Taken first by every write transaction, held till it ends: writes take turns, as on SQLite."""
 
@@ -223,6 +228,15 @@ def announcements(replica: str, concerned: wakeups.Reach) -> list[str]:
     return payloads
 
 
+def announce_migration(conn: Connection, revision: str) -> None:
+    """Tell the replicas running on the database, once the migration's transaction commits,
+    that it was migrated: one older than `revision` then reads the revision and refuses every
+    call. A replica of a release before this announcement takes it for a commit of unknown
+    reach (`heard`), and only looks again."""
+    payload = json.dumps({"migrated": revision}, separators=(",", ":"))
+    conn.execute(_ANNOUNCE, {"channel": NEWS_CHANNEL, "payload": payload})
+
+
 def heard(payload: str) -> tuple[str | None, wakeups.Reach | None]:
     """Who committed and whom it concerned, from a NOTIFY's payload. One this module did not
     write (anyone who may connect can NOTIFY) concerns everyone: waiters look again."""
@@ -242,7 +256,10 @@ class PostgresRunner:
 
     `on_commit(reach)` hears this replica's commits; `on_foreign(reach)` another replica's (None:
     it cannot be told whom it concerned); `on_hearing(bool)` whether the others are heard now.
-    All three are called on the event loop."""
+    All three are called on the event loop.
+
+    Once the database is found migrated past what this code knows (`saw_schema`), every call
+    is refused, a write that waited for the write lock meanwhile as well."""
 
     def __init__(
         self,
@@ -264,6 +281,7 @@ class PostgresRunner:
             "postgresql+asyncpg://", async_creator=connect, pool_size=10
         )
         self.replica = secrets.token_hex(8)
+        self.schema = NewerSchema()
         self._closed = False
         self._generation = 0
         """Listening connections lost so far: a pooled connection opened before the latest
@@ -275,13 +293,21 @@ class PostgresRunner:
         self._on_foreign = on_foreign
         self._on_hearing = on_hearing
 
-    def _refuse_when_closed(self) -> None:
-        """Closed, the engine would open new connections for whoever still asks."""
+    def _refuse_when_unusable(self) -> None:
+        """Closed, the engine would open new connections for whoever still asks; on a schema
+        newer than it knows, this code would read and write with its old idea of it."""
         if self._closed:
             raise AgentpostError(ErrorCode.UNAVAILABLE, "the post office is closing")
+        self.schema.refuse()
+
+    def saw_schema(self, revision: str | None) -> None:
+        """The revision the database holds, as just read: one newer than this code knows
+        refuses every call from now on, and the waiters look again, to hear so."""
+        if self.schema.found(revision):
+            self._on_foreign(None)
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
-        self._refuse_when_closed()
+        self._refuse_when_unusable()
         with unavailable_when_unreachable():
             conn = await self._locked()
             try:
@@ -319,6 +345,7 @@ class PostgresRunner:
         other replicas. The connection returns to the pool afterwards, so what an earlier,
         failed transaction noted is dropped first."""
         wakeups.take(conn)
+        self.schema.refuse()  # found out while this waited for the lock: write nothing
         result = fn(conn)
         concerned = wakeups.take(conn)
         for payload in announcements(self.replica, concerned):
@@ -326,7 +353,7 @@ class PostgresRunner:
         return result, concerned
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
-        self._refuse_when_closed()
+        self._refuse_when_unusable()
         with unavailable_when_unreachable():
             try:
                 async with self.engine.connect() as conn:
@@ -399,28 +426,37 @@ class PostgresRunner:
         try:
             raw = await conn.get_raw_connection()
             driver: asyncpg.Connection = raw.driver_connection
-            lost = asyncio.Event()
-            driver.add_termination_listener(lambda _conn: lost.set())
+            listening = _Listening(driver)
+            driver.add_termination_listener(lambda _conn: listening.end())
             # Named for whoever reads pg_stat_activity; the connection is never pooled again.
             await driver.execute(f"SET application_name = '{LISTENER_NAME}'")
-            await driver.add_listener(NEWS_CHANNEL, self._heard)
-            yield _Listening(driver, lost)
+            await driver.add_listener(NEWS_CHANNEL, self._heard_on(listening))
+            yield listening
         finally:
             with unavailable_when_unreachable():
                 await conn.invalidate()
                 await conn.close()
 
     async def _until_lost(self, listening: _Listening) -> None:
-        while True:
+        """Read the schema's revision as soon as the connection listens (a migration while
+        none did went unheard), whenever a migration is announced, and as the keep-alive."""
+        while not listening.lost:
+            revision = await asyncio.wait_for(_revision(listening.driver), LISTEN_CHECK_S)
+            self.saw_schema(revision)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(listening.lost.wait(), LISTEN_CHECK_S)
-                return
-            await asyncio.wait_for(listening.driver.fetchval("SELECT 1"), LISTEN_CHECK_S)
+                await asyncio.wait_for(listening.stirred.wait(), LISTEN_CHECK_S)
+            listening.stirred.clear()
 
-    def _heard(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
-        replica, concerned = heard(payload)
-        if replica != self.replica:
-            self._on_foreign(concerned)
+    def _heard_on(self, listening: _Listening) -> Callable[[object, int, str, str], None]:
+        def on_notify(_conn: object, _pid: int, _channel: str, payload: str) -> None:
+            if payload.startswith(_MIGRATED):
+                listening.stirred.set()  # the revision is read from the database, not this
+                return
+            replica, concerned = heard(payload)
+            if replica != self.replica:
+                self._on_foreign(concerned)
+
+        return on_notify
 
     async def check_database(self) -> None:
         """Refuse a database not in the UTF8 encoding, before anything is written to it: it
@@ -450,12 +486,27 @@ class PostgresRunner:
         await self.engine.dispose()
 
 
-class _Listening:
-    __slots__ = ("driver", "lost")
+async def _revision(driver: asyncpg.Connection) -> str | None:
+    try:
+        found = await driver.fetchval("SELECT version_num FROM alembic_version")
+    except asyncpg.UndefinedTableError:  # no agentpost schema there: not a newer one
+        return None
+    return None if found is None else str(found)
 
-    def __init__(self, driver: asyncpg.Connection, lost: asyncio.Event) -> None:
+
+class _Listening:
+    """The listening connection; `stirred` is set when it is lost, or a migration announced."""
+
+    __slots__ = ("driver", "lost", "stirred")
+
+    def __init__(self, driver: asyncpg.Connection) -> None:
         self.driver = driver
-        self.lost = lost
+        self.lost = False
+        self.stirred = asyncio.Event()
+
+    def end(self) -> None:
+        self.lost = True
+        self.stirred.set()
 
 
 def insert_ignore(table: Table) -> Insert:

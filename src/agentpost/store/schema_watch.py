@@ -1,4 +1,4 @@
-"""Whether a newer agentpost migrated the SQLite file under this running process.
+"""Whether a newer agentpost migrated the database under this running process.
 
 A process refuses to start on a schema newer than it knows (`store.migrate`). One already
 running would go on writing with its old idea of the schema: the columns it does not know would
@@ -12,6 +12,11 @@ and then reads SQLite's schema cookie (`PRAGMA schema_version`, a number in the 
 that any change of tables, columns or indexes moves: a few microseconds); only when the cookie
 moved is the migration level read. An upgrade moves the cookie even when its revisions change
 only data (`migrate.migrate_sqlite`).
+
+PostgreSQL replicas share no file: a migration announces itself on the channel they already
+listen on (`migrate.migrate_postgres`), and each replica's listening connection then reads the
+revision; it reads it too when it connects and when its keep-alive asks (`store.postgres`),
+and so does `/ready`, for a notice that never came. Nothing is asked in a transaction.
 """
 
 from __future__ import annotations
@@ -24,18 +29,42 @@ from agentpost.store import migrate
 log = logging.getLogger(__name__)
 
 
-class SchemaWatch:
-    """The schema this process found on its file, watched through the writer's connection
-    (whoever calls `look` holds it). Once newer than known, it stays so: a migration is not
-    undone under a running process."""
+class NewerSchema:
+    """The schema revision found newer than this process knows, if it was. Once found, it
+    stays so: a migration is not undone under a running process."""
 
-    def __init__(self, driver: sqlite3.Connection) -> None:
+    def __init__(self) -> None:
         # The revisions this code holds, read now: an agentpost upgraded in place later puts
         # the newer migration files where this process would otherwise look for them.
         migrate.known_revisions()
-        self._cookie: int | None = None
         self.newer: str | None = None
-        """The newer revision found on the file, None while it holds one this code knows."""
+        """The newer revision found, None while the database holds one this code knows."""
+
+    def found(self, revision: str | None) -> bool:
+        """Take in the revision the database holds; True the first time it is a newer one."""
+        if self.newer is not None:
+            return False
+        if (refusal := migrate.newer_than_known(revision, running=True)) is None:
+            return False
+        self.newer = revision
+        log.error("%s; this process refuses every call from now on", refusal.message)
+        return True
+
+    def refuse(self) -> None:
+        """Raise the refusal (`unavailable`, the way out: a restart) once a newer one was found."""
+        if self.newer is not None:
+            refusal = migrate.newer_than_known(self.newer, running=True)
+            assert refusal is not None
+            raise refusal
+
+
+class SchemaWatch(NewerSchema):
+    """The schema this process found on its SQLite file, watched through the writer's
+    connection (whoever calls `look` holds it)."""
+
+    def __init__(self, driver: sqlite3.Connection) -> None:
+        super().__init__()
+        self._cookie: int | None = None
         self.look(driver)
 
     def look(self, driver: sqlite3.Connection) -> None:
@@ -51,14 +80,4 @@ class SchemaWatch:
         except sqlite3.OperationalError:  # no agentpost schema there (not a newer one), or a
             return  # read that failed: either way asked again at the next foreign commit
         self._cookie = cookie
-        found = None if row is None else str(row[0])
-        if (refusal := migrate.newer_than_known(found, running=True)) is not None:
-            self.newer = found
-            log.error("%s; this process refuses every call from now on", refusal.message)
-
-    def refuse(self) -> None:
-        """Raise the refusal (`unavailable`, the way out: a restart) once the file is newer."""
-        if self.newer is not None:
-            refusal = migrate.newer_than_known(self.newer, running=True)
-            assert refusal is not None
-            raise refusal
+        self.found(None if row is None else str(row[0]))
