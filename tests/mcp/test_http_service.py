@@ -13,6 +13,7 @@ import re
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -1069,3 +1070,33 @@ async def test_a_wait_open_when_its_key_is_turned_off_is_refused_saying_why(
         assert result.structured_content is not None
         error = result.structured_content["error"]
         assert (error["code"], error["details"]) == ("unauthenticated", {"reason": how})
+
+
+async def test_an_agent_holds_at_most_max_open_waits_listen_streams(tmp_path: Path) -> None:
+    """A 2026-07-28 `subscriptions/listen` holds a connection and tasks open as an event stream
+    does, and counts among the agent's waits held open: it was counted nowhere, so one key held
+    a thousand (until the SDK's own cap answered "Internal server error") while its event
+    streams and waits stopped at `max_open_waits`."""
+    async with running_service(tmp_path, {"AGENTPOST_MAX_OPEN_WAITS": "2"}) as service:
+        key = await service.create_agent("alice")
+        rest = service.client(key)
+        async with connect(service, key, MODERN) as alice:
+            listen = partial(alice.client.listen, resource_subscriptions=[INBOX_URI])
+            async with listen(), listen():
+                with pytest.raises(MCPError) as refused, anyio.fail_after(10):
+                    async with listen():
+                        pass
+                assert str(refused.value).startswith("rate_limited: ")
+                assert refused.value.data["details"] == {"limit": 2}
+                events = await rest.get("/v1/events")
+                assert (events.status_code, events.json()["error"]["code"]) == (
+                    429,
+                    "rate_limited",
+                )
+            with anyio.fail_after(10):  # once the server has ended them, they make room
+                while True:
+                    try:
+                        async with listen():
+                            break
+                    except MCPError:
+                        await anyio.sleep(0.05)

@@ -224,11 +224,12 @@ def build_http_server(office: PostOffice, caller_of: CallerOf) -> MailboxServer:
         return await inbox_resource(desk)
 
     def while_listening() -> AbstractAsyncContextManager[None]:
-        """An open `subscriptions/listen` stream is a heartbeat of its caller's session."""
+        """An open `subscriptions/listen` stream is a heartbeat of its caller's session, and
+        one of the waits its agent may hold open."""
         request = current_http_request()
         if request is None:
             return nullcontext()
-        return office.presence.held_open(caller_of(request))
+        return office.presence.held_open(caller_of(request), counted=True)
 
     # The same for every agent this server speaks to, and for as long as it runs: who works
     # beside them changes, and `who` tells.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
 from typing import Any
 
 import anyio
@@ -31,6 +31,7 @@ from agentpost.retries import RetryLog
 from agentpost.services.accounts import check_project
 from agentpost.services.heartbeats import Heartbeat
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
+from agentpost.services.waiting import held_watch
 from agentpost.store import agents as rows
 from agentpost.store import keys as key_rows
 from agentpost.store import notes
@@ -392,15 +393,26 @@ class PresenceService:
 
     @asynccontextmanager
     async def held_open(
-        self, caller: Caller, session_now: Callable[[], str | None] | None = None
+        self,
+        caller: Caller,
+        session_now: Callable[[], str | None] | None = None,
+        *,
+        counted: bool = False,
     ) -> AsyncIterator[None]:
         """While inside, the caller's session heartbeats as if it made requests: an open
         stream (an MCP subscription) keeps its agent online with no request of its own. Once
         its key no longer stands, the next beat ends what is inside with `unauthenticated`;
         when the process stops, it ends with `unavailable`, to be opened again elsewhere.
         `session_now`, if given, names the session the stream speaks for at each beat (None:
-        still the caller's)."""
+        still the caller's). A `counted` stream is one of the agent's waits held open
+        (`max_open_waits`): refused `rate_limited` before it opens when they are all taken,
+        as an event stream is; a stream a client may open without end must be."""
         ended: AgentpostError | None = None
+        room: AbstractContextManager[object] = (
+            held_watch(self.store, caller, self.settings.max_open_waits)
+            if counted
+            else nullcontext()
+        )
 
         async def keep() -> None:
             nonlocal ended
@@ -428,13 +440,14 @@ class PresenceService:
             ended = AgentpostError(ErrorCode.UNAVAILABLE, "the server is stopping; open it again")
             group.cancel_scope.cancel()
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(keep)
-            group.start_soon(stop)
-            try:
-                yield
-            finally:
-                group.cancel_scope.cancel()
+        with room:
+            async with anyio.create_task_group() as group:
+                group.start_soon(keep)
+                group.start_soon(stop)
+                try:
+                    yield
+                finally:
+                    group.cancel_scope.cancel()
         if ended is not None:
             raise ended
 
