@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator
@@ -362,3 +363,25 @@ async def test_a_body_that_is_no_json_object_is_refused_saying_what_is_wanted(
         assert error["message"].startswith(says), error
         assert [f["field"] for f in error["details"]["fields"]] == ["body"]
     assert table_counts(service.home) == before
+
+
+async def test_a_compressed_body_is_refused_saying_so_not_as_no_utf8(service: Service) -> None:
+    """A client that gzips what it sends (`Content-Encoding: gzip`) was told its body "is not
+    UTF-8", as if its text were broken: the service takes no compressed body, and says so."""
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    assert (await alice.get("/v1/inbox")).status_code == 200  # alice's session, made at first
+    before = table_counts(service.home)
+    body = json.dumps({"to": "bob", "body": "squeezed"}).encode()
+    answer = await alice.post(
+        "/v1/messages",
+        content=gzip.compress(body),
+        headers={"Content-Type": "application/json", "Content-Encoding": "gzip"},
+    )
+    refused_as_invalid(answer)
+    assert answer.json()["error"]["message"].startswith("the body is sent with Content-Encoding")
+    assert table_counts(service.home) == before
+    identity = {"Content-Type": "application/json", "Content-Encoding": "identity"}
+    sent = await alice.post("/v1/messages", content=body, headers=identity)
+    assert sent.status_code == 201
+    assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["squeezed"]

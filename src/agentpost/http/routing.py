@@ -4,7 +4,8 @@ strings name only parameters their route takes, each once.
 JSON can spell half of a surrogate pair (`"\\ud800"`); Python decodes it into a string that no
 database, encoder or answer can hold, so a single such field once made a send, a profile or a
 registration fail half-way with a 500. Such a body is refused here, once for every route and
-before any field reaches a service, as `invalid_argument`, and so is a body that is no UTF-8.
+before any field reaches a service, as `invalid_argument`, and so is a body that is no UTF-8
+or comes compressed (`Content-Encoding`), which the service does not take.
 (The MCP adapter refuses it in any tool's arguments; the domain's text rules and the store,
 which refuses any text it cannot bind, stand behind both.)
 
@@ -44,9 +45,27 @@ _HALF_PAIR_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 NOT_UTF8 = "the body is not UTF-8"
 
 
+def _check_not_compressed(request: Request) -> None:
+    """A body is taken as sent: a compressed one would otherwise be refused as no UTF-8, as
+    if its text were broken."""
+    encodings = [
+        coding.strip().lower()
+        for coding in request.headers.getlist("content-encoding")
+        for coding in coding.split(",")
+    ]
+    sent = [coding for coding in encodings if coding not in ("", "identity")]
+    if sent:
+        raise HTTPException(
+            400,
+            f"the body is sent with Content-Encoding: {', '.join(sent)}, which the service "
+            "does not take: send it uncompressed",
+        )
+
+
 class UnicodeJsonRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
+            _check_not_compressed(self)
             body = await self.body()
             try:
                 # Strict: `json.loads` takes bytes with `surrogatepass`, so the bytes of an
