@@ -117,6 +117,8 @@ class Settings(BaseSettings):
     """Both the window the failures are counted in and how long the lock lasts."""
     max_request_bytes: int = Field(262_144, ge=1024)
     """Largest HTTP request body (`too_large` beyond)."""
+    request_timeout_s: float = Field(30, gt=0, allow_inf_nan=False)
+    """How long an HTTP request may take to arrive whole, head and body (408 beyond)."""
     audit_bodies: bool = False
     """Keep message bodies in the audit log, not only their metadata."""
     clear_on_ack: bool = False

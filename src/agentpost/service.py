@@ -323,17 +323,54 @@ def check_bind(host: str, allow_remote: bool) -> None:
 
 class _BoundedHeadProtocol(HttpToolsProtocol):
     """uvicorn's HTTP protocol, answering 431 and closing the connection once a request's
-    head outgrows MAX_HEAD_BYTES, so a client without a key cannot fill the memory with it.
+    head outgrows MAX_HEAD_BYTES, so a client without a key cannot fill the memory with it;
+    and 408 once a request has not arrived whole within `request_timeout_s` of its first byte
+    (of the connection's opening, for the first), so it cannot hold connections without end
+    either: uvicorn times out only a connection idle between requests, and a thousand silent
+    or trickling ones (the usual limit of open files) shut everyone out.
 
     Two counts, as a head arrives in two ways: the bytes read while the head is still open
     (a head trickling in, or one huge header the parser buffers whole), and the request line
     and headers the parser hands over, checked when the head is complete (a head read in one
     go ends within the read that takes it over, so the first count never sees it open)."""
 
+    request_timeout_s: float = 30.0
     _in_head = True
     _head_bytes = 0
     _head_parsed = 0
     _head_refused = False
+    _arriving: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arrival_starts()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._arrived()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        if self._arriving is None:  # the next request on a connection kept alive
+            self._arrival_starts()
+        super().on_message_begin()
+
+    def _arrival_starts(self) -> None:
+        self._arriving = self.loop.call_later(self.request_timeout_s, self._too_slow)
+
+    def _arrived(self) -> None:
+        if self._arriving is not None:
+            self._arriving.cancel()
+            self._arriving = None
+
+    def _too_slow(self) -> None:
+        self._arriving = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:  # no answer under way
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+            )
+        self.transport.close()  # a request under way sees its client gone
 
     def data_received(self, data: bytes) -> None:
         if self._head_refused:
@@ -376,6 +413,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         if self._head_refused:
             return
+        self._arrived()
         self._in_head, self._head_bytes, self._head_parsed = True, 0, 0
         super().on_message_complete()
 
@@ -432,7 +470,11 @@ def serve(
         port=port,
         lifespan="on",
         log_level="info",
-        http=_BoundedHeadProtocol,
+        http=type(
+            "BoundedHeadProtocol",
+            (_BoundedHeadProtocol,),
+            {"request_timeout_s": settings.request_timeout_s},
+        ),
         # uvicorn believes X-Forwarded-For from loopback by default: any local client could
         # then speak from any address it names, and never be locked out.
         proxy_headers=bool(proxies),

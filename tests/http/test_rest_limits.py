@@ -345,3 +345,50 @@ async def test_event_streams_opened_at_once_are_refused_before_they_open_or_not_
         assert {status for status, _ in answers} <= {200, 429}
         assert 200 in {status for status, _ in answers}
         assert [text for status, text in answers if "event: error" in text] == []
+
+
+async def test_a_request_that_does_not_arrive_in_time_is_cut_and_others_are_served(
+    tmp_path: Path,
+) -> None:
+    """No key is needed to open a connection and trickle a head, or send nothing: each such
+    connection was held for good, and a client holding a thousand of them (the usual file
+    limit) shut everyone out, the owner too. A request arrives whole within
+    `request_timeout_s` of its first byte (of the connection's opening, for the first one),
+    else it is answered 408 and its connection closes."""
+    async with running_service(tmp_path, {"AGENTPOST_REQUEST_TIMEOUT_S": "1"}) as service:
+        answers: dict[str, bytes] = {}
+
+        async def read(name: str, stream: anyio.abc.ByteStream) -> None:
+            answer = b""
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                while True:
+                    answer += await stream.receive()
+            answers[name] = answer
+
+        async def trickle(stream: anyio.abc.ByteStream) -> None:
+            await stream.send(b"GET /v1/me HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            with contextlib.suppress(anyio.BrokenResourceError, OSError):
+                while "trickling" not in answers:  # a header now and then, never the end
+                    await anyio.sleep(0.2)
+                    await stream.send(b"X-More: a\r\n")
+
+        async with (
+            await anyio.connect_tcp("127.0.0.1", service.port) as silent,
+            await anyio.connect_tcp("127.0.0.1", service.port) as trickling,
+        ):
+            began = anyio.current_time()
+            with anyio.fail_after(10):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(trickle, trickling)
+                    tg.start_soon(read, "trickling", trickling)
+                    tg.start_soon(read, "silent", silent)
+            assert anyio.current_time() - began < 5
+        assert {name: a.split(b"\r\n")[0] for name, a in answers.items()} == {
+            "silent": b"HTTP/1.1 408 Request Timeout",
+            "trickling": b"HTTP/1.1 408 Request Timeout",
+        }
+        # A request that arrives in time is served, on a connection kept alive past the limit.
+        owner = service.admin
+        assert (await owner.get("/v1/me")).status_code == 200
+        await anyio.sleep(1.5)
+        assert (await owner.get("/v1/me")).status_code == 200
