@@ -17,10 +17,11 @@ import os
 import secrets
 import socket
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs
 
 import anyio
@@ -39,6 +40,7 @@ from agentpost.http.guard import Guard, caller_of
 from agentpost.mcp.adapter.rebinding import allowed_places
 from agentpost.mcp.http import asked_groups, build_http_server, parse_groups, push_news
 from agentpost.services import PostOffice
+from agentpost.services.client_address import counted, spelt
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 MAX_HEAD_BYTES = 64 * 1024
 """The most a request line and its headers may take: a key and a few headers need a few
 hundred bytes; uvicorn's httptools parser takes any amount, before any key is checked."""
+MAX_ARRIVING_PER_ADDRESS = 256
+"""Requests one client address (an IPv6 client's /64) may have arriving at once (connections
+open whose request has not come whole): its next connection closes as it opens, so one client
+cannot take the server's files (often 1,024 in all) with requests it never finishes, each held
+up to `request_timeout_s`. A request arrives in moments: a proxy, or a load test opening 100
+connections at once, has few arriving at any time."""
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 ADMIN_KEY_FILE = "admin.key"
 
@@ -335,35 +343,54 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     go ends within the read that takes it over, so the first count never sees it open)."""
 
     request_timeout_s: float = 30.0
+    arriving_from: ClassVar[Counter[str]] = Counter()
+    """Requests still arriving, by client address (an IPv6 client's /64): each server's own
+    (see `serve`)."""
     _in_head = True
     _head_bytes = 0
     _head_parsed = 0
     _head_refused = False
     _arriving: asyncio.TimerHandle | None = None
+    _arriving_as: str | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arrival_starts()
+        if not self._arrival_starts():
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._arrived()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
-        if self._arriving is None:  # the next request on a connection kept alive
-            self._arrival_starts()
+        if self._arriving is None and not self._arrival_starts():  # kept alive, then again
+            self._head_refused = True  # nothing more of it is read
+            self.transport.close()
+            return
         super().on_message_begin()
 
-    def _arrival_starts(self) -> None:
+    def _arrival_starts(self) -> bool:
+        """Time the request now arriving; False when its address has too many arriving."""
+        address = counted(spelt(self.client[0] if self.client else None))
+        if self.arriving_from[address] >= MAX_ARRIVING_PER_ADDRESS:
+            return False
+        self.arriving_from[address] += 1
+        self._arriving_as = address
         self._arriving = self.loop.call_later(self.request_timeout_s, self._too_slow)
+        return True
 
     def _arrived(self) -> None:
         if self._arriving is not None:
             self._arriving.cancel()
             self._arriving = None
+        if self._arriving_as is not None:
+            self.arriving_from[self._arriving_as] -= 1
+            if not self.arriving_from[self._arriving_as]:
+                del self.arriving_from[self._arriving_as]
+            self._arriving_as = None
 
     def _too_slow(self) -> None:
-        self._arriving = None
+        self._arrived()
         if self.transport.is_closing():
             return
         if self.cycle is None or self.cycle.response_complete:  # no answer under way
@@ -473,7 +500,7 @@ def serve(
         http=type(
             "BoundedHeadProtocol",
             (_BoundedHeadProtocol,),
-            {"request_timeout_s": settings.request_timeout_s},
+            {"request_timeout_s": settings.request_timeout_s, "arriving_from": Counter()},
         ),
         # uvicorn believes X-Forwarded-For from loopback by default: any local client could
         # then speak from any address it names, and never be locked out.

@@ -12,8 +12,9 @@ import anyio
 import httpx
 import pytest
 
+from agentpost.service import MAX_ARRIVING_PER_ADDRESS
 from rate_window import inside_one_rate_window
-from service_process import Service, running_service
+from service_process import Service, eventually, running_service
 
 pytestmark = pytest.mark.anyio
 
@@ -392,3 +393,43 @@ async def test_a_request_that_does_not_arrive_in_time_is_cut_and_others_are_serv
         assert (await owner.get("/v1/me")).status_code == 200
         await anyio.sleep(1.5)
         assert (await owner.get("/v1/me")).status_code == 200
+
+
+async def test_an_address_holds_a_bounded_number_of_requests_still_arriving(
+    tmp_path: Path,
+) -> None:
+    """Cut after `request_timeout_s`, unfinished requests still took every file of the server
+    for a client that opened them faster: an address has at most MAX_ARRIVING_PER_ADDRESS
+    requests arriving at once, and its next connection closes as it opens. A burst of
+    requests that arrive at once is served."""
+    async with running_service(tmp_path, {"AGENTPOST_REQUEST_TIMEOUT_S": "60"}) as service:
+        quick = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        answers: list[bytes] = []
+
+        async def ask() -> None:
+            answers.append(await raw_exchange(service.port, quick))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(100):
+                tg.start_soon(ask)
+        assert {a.split(b"\r\n")[0] for a in answers} == {b"HTTP/1.1 200 OK"}
+
+        async with contextlib.AsyncExitStack() as held:
+            for _ in range(MAX_ARRIVING_PER_ADDRESS):
+                stream = await anyio.connect_tcp("127.0.0.1", service.port)
+                await held.enter_async_context(stream)
+                await stream.send(b"GET /health HTTP/1.1\r\n")
+            with anyio.fail_after(10):  # well before the 60 s they may take
+                try:
+                    answer = await raw_exchange(service.port, quick)
+                except anyio.BrokenResourceError:  # reset as it opened
+                    answer = b""
+            assert answer == b""
+
+        async def served() -> bool:
+            try:
+                return (await service.client().get("/health")).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        await eventually(served)  # they closed: the address is served again
