@@ -352,9 +352,12 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     _head_refused = False
     _arriving: asyncio.TimerHandle | None = None
     _arriving_as: str | None = None
+    _address = ""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Spelt once a connection: a kept-alive one's next requests come from the same place.
+        self._address = counted(spelt(self.client[0] if self.client else None))
         if not self._arrival_starts():
             self.transport.close()
 
@@ -371,7 +374,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     def _arrival_starts(self) -> bool:
         """Time the request now arriving; False when its address has too many arriving."""
-        address = counted(spelt(self.client[0] if self.client else None))
+        address = self._address
         if self.arriving_from[address] >= MAX_ARRIVING_PER_ADDRESS:
             return False
         self.arriving_from[address] += 1
