@@ -277,6 +277,60 @@ async def test_with_a_url_and_key_the_guard_reads_the_remote_service(
     assert done.returncode == 0, done.stderr
 
 
+async def remote_reservation(service: Service, agent: str, worktree: Path | str) -> str:
+    """`agent` (made now, of project `shop`) reserves `src/*.py` exclusively from a session
+    minted in `worktree`, as `agentpost mcp --url` mints one; the agent's key."""
+    key = await service.create_agent(agent, project="shop")
+    client = service.client(key)
+    minted = await client.post("/v1/sessions", json={"project": "shop", "worktree": str(worktree)})
+    assert minted.status_code == 201, minted.text
+    session = {"Agentpost-Session": minted.json()["session_id"]}
+    answer = await client.post("/v1/reservations", json={"paths": ["src/*.py"]}, headers=session)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["granted"], answer.text
+    return key
+
+
+@pytest.mark.anyio
+async def test_with_a_url_and_key_another_agents_claim_from_a_worktree_of_the_same_path_is_held(
+    repo: Path, service: Service
+) -> None:
+    # Over the network a worktree's path says nothing of whose it is: two containers, each
+    # with the repository at /workspace, are two agents' worktrees. The key says who commits.
+    installed(repo)
+    await remote_reservation(service, "bob", repo)
+    alice_key = await service.create_agent("alice", project="shop")
+    env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": alice_key}
+    done = await anyio.to_thread.run_sync(lambda: commit(repo, "src/app.py", **env))
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob as 'src/*.py'" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_with_a_url_and_key_the_keys_agent_commits_what_it_reserved_from_another_worktree(
+    repo: Path, service: Service
+) -> None:
+    installed(repo)
+    alice_key = await remote_reservation(service, "alice", "/elsewhere/shop")
+    env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": alice_key}
+    done = await anyio.to_thread.run_sync(lambda: commit(repo, "src/app.py", **env))
+    assert done.returncode == 0, done.stderr
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+
+
+@pytest.mark.anyio
+async def test_with_the_owners_key_claims_made_from_this_worktree_are_the_committers(
+    repo: Path, service: Service
+) -> None:
+    # The owner is the person at the command line, as locally: no agent of its own, so what
+    # was reserved from the worktree being committed in is taken as its own.
+    installed(repo)
+    await remote_reservation(service, "bob", repo)
+    env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": service.admin_key}
+    done = await anyio.to_thread.run_sync(lambda: commit(repo, "src/app.py", **env))
+    assert done.returncode == 0, done.stderr
+
+
 # -- installing and removing ----------------------------------------------------------------------
 
 

@@ -14,10 +14,11 @@ the same parent as one of the commit's ancestors (Claude Code starts both; the h
 two agents sharing a worktree are held to each other's reservations; only when neither names one
 are the reservations made from this worktree yours. The project is `AGENTPOST_PROJECT`, else that
 session's (an `env` of the client's settings for the server names it there alone), else the
-worktree's. It reads the local post office, or the
-remote one of `AGENTPOST_URL`/`AGENTPOST_KEY` (which knows no local processes); when that cannot
-be read, whatever the reason (a bad config file included), it warns and lets the commit through:
-reservations are advisory, and a broken guard must not stop work.
+worktree's. It reads the local post office, or the remote one of `AGENTPOST_URL`/`AGENTPOST_KEY`,
+which knows no local processes: there the committer is `AGENTPOST_AGENT`, else the key's agent
+(an admin key's owner names none). When the post office cannot be read, whatever the reason (a
+bad config file included), it warns and lets the commit through: reservations are advisory, and
+a broken guard must not stop work.
 `AGENTPOST_GUARD=off` bypasses it.
 """
 
@@ -38,8 +39,10 @@ import typer
 from agentpost.cli.entry import EXIT_CODES
 from agentpost.cli.literal import visible
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.names import OWNER
 
 if TYPE_CHECKING:  # the check loads what it needs when it runs: install stays quick
+    from agentpost.client import AsyncClient
     from agentpost.config import Settings
     from agentpost.domain.reservations import Reservation
     from agentpost.services import PostOffice
@@ -210,11 +213,15 @@ async def _read_post_office(
     """(the committing agent, its project, the project's live reservations), as `acting_here`
     reads them; no agent when nothing names one: then the worktree says which reservations are
     yours."""
-    if settings.url:  # a remote post office knows no local processes
+    if settings.url:  # a remote post office knows no local processes, but the key's agent
         from agentpost.client import AsyncClient
 
         async with AsyncClient(settings.url, settings.key) as client:
-            return settings.agent, project, await client.reservations(project=project)
+            return (
+                await _key_agent(client, settings),
+                project,
+                await client.reservations(project=project),
+            )
     from agentpost.services import PostOffice
 
     office = await PostOffice.open(settings)
@@ -223,6 +230,17 @@ async def _read_post_office(
         return agent, project, await office.reservations.live(project)
     finally:
         await office.aclose()
+
+
+async def _key_agent(client: AsyncClient, settings: Settings) -> str | None:
+    """The committer on a remote post office: AGENTPOST_AGENT, else the key's agent. A
+    worktree's path says nothing there of whose it is (two containers each hold theirs at
+    /workspace), so it decides only for the owner's key, the person at the command line,
+    who has no agent of its own, as locally."""
+    if settings.agent:
+        return settings.agent
+    name = (await client.me()).name
+    return None if name == OWNER else name
 
 
 async def acting_here(
