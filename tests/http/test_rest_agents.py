@@ -65,6 +65,32 @@ async def test_an_ended_session_does_not_say_what_an_agent_online_is_doing(
     assert found["status"] != "done"
 
 
+async def test_a_command_run_with_the_key_does_not_hide_what_the_agents_session_is_doing(
+    service: Service,
+) -> None:
+    # `agentpost mcp --url` works in a minted session; a command run with the same key (a
+    # read) opens the key's own session beside it, which says nothing of the agent's work.
+    alice = await service.agent("alice")
+    at_work = {"project": "alpha", "worktree": "/src/alpha", "branch": "fix-parser"}
+    minted = (await alice.post("/v1/sessions", json=at_work)).json()["session_id"]
+    on_it = {"Agentpost-Session": minted}
+    assert (await alice.patch("/v1/me", json={"objective": "fixing it"}, headers=on_it)).is_success
+    assert (await alice.get("/v1/inbox", params={"peek": True})).status_code == 200
+
+    bob = await service.agent("bob")
+    (found,) = await presence_of(bob, "alice")
+    assert found["sessions"] == 2
+    assert (found["branch"], found["worktree"], found["objective"]) == (
+        "fix-parser",
+        "/src/alpha",
+        "fixing it",
+    )
+    # Once the key's own session says what it does, it is the one that said so last.
+    assert (await alice.patch("/v1/me", json={"objective": "reviewing"})).status_code == 200
+    (found,) = await presence_of(bob, "alice")
+    assert (found["branch"], found["objective"]) == (None, "reviewing")
+
+
 async def test_a_minted_session_is_the_agents_only_one_and_ends_offline(service: Service) -> None:
     """Minting names no session yet: it does not open the key's own beside the minted one."""
     alice = await service.agent("alice")

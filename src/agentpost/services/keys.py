@@ -380,12 +380,14 @@ class Keys:
                 session = http_session(
                     session_id, key.agent, host=address, project=key.project, now=now
                 )
-                agent_rows.open_session(conn, session, derived_name=False)
+                # Any request opens it, a one-off command's read too: that says nothing of
+                # what the agent is doing, where its other live sessions do (`who`).
+                agent_rows.open_session(conn, session, derived_name=False, says=False)
             elif current.ended_at is None:
                 agent_rows.update_session(conn, session_id, heartbeat_at=now)
             elif named is None:  # a key's own session comes back with the key
                 agent_rows.update_session(
-                    conn, session_id, ended_at=None, started_at=now, heartbeat_at=now, said_at=now
+                    conn, session_id, ended_at=None, started_at=now, heartbeat_at=now, said_at=None
                 )
 
         await self.store.write(tx)

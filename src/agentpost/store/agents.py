@@ -141,8 +141,14 @@ def live_condition(now: float, offline_after_s: float) -> Any:
 
 
 def open_session(
-    conn: Connection, session: SessionInfo, *, derived_name: bool, pid_start: str | None = None
+    conn: Connection,
+    session: SessionInfo,
+    *,
+    derived_name: bool,
+    pid_start: str | None = None,
+    says: bool = True,
 ) -> None:
+    """`says`: whether opening it says what the agent is doing (see `presence_rows`)."""
     conn.execute(
         insert(sessions).values(
             id=session.id,
@@ -159,7 +165,7 @@ def open_session(
             derived_name=derived_name,
             started_at=session.started_at,
             heartbeat_at=session.heartbeat_at,
-            said_at=session.started_at,
+            said_at=session.started_at if says else None,
         )
     )
 
@@ -252,10 +258,12 @@ def presence_rows(
     """Each enabled agent with the session that speaks for it (if any): of its live sessions,
     the one that last said what it is doing (opened, or set its status or objective), since
     every live one heartbeats; with none live, the one seen last, a session not ended before
-    any ended one (which says what the agent was doing, not what it is doing). `last_seen` is
-    the freshest heartbeat of any of its sessions, as the directory says it."""
+    any ended one (which says what the agent was doing, not what it is doing). A key's own
+    session, opened by whatever request its key makes (a command's read), has said nothing
+    until it sets its status or objective: it speaks only when no live session has. `last_seen`
+    is the freshest heartbeat of any of its sessions, as the directory says it."""
     live = live_condition(now, offline_after_s)
-    said = func.coalesce(sessions.c.said_at, sessions.c.started_at)
+    said = func.coalesce(sessions.c.said_at, 0.0)
     # One session per agent even when times tie: rank them, the one that speaks first.
     freshest = func.row_number().over(
         partition_by=sessions.c.agent,
