@@ -77,7 +77,7 @@ async def test_input_the_service_refuses_is_an_invalid_argument_naming_the_field
     assert [f["field"] for f in err.details["fields"]] == ["must_read"]
 
 
-async def test_a_page_size_a_search_an_ack_a_wait_a_status_and_a_priority_are_refused_as_locally(
+async def test_what_the_services_would_refuse_is_refused_before_it_is_sent_in_their_words(
     office: Office,
 ) -> None:
     """Checked before they are sent, by the rules the services check: a remote-backed stdio
@@ -100,6 +100,10 @@ async def test_a_page_size_a_search_an_ack_a_wait_a_status_and_a_priority_are_re
             alice.send("bob", "hi", priority="high"),  # type: ignore[arg-type]
             alice.delegate("bob", "Fix it", priority="high"),  # type: ignore[arg-type]
             alice.update_me(status="asleep"),  # type: ignore[arg-type]
+            alice.send("bob", "hi", ttl_s=float("nan")),
+            alice.delegate("bob", "Fix it", due=float("inf")),
+            alice.reserve(["src/app.py"], ttl_s=float("nan")),
+            alice.renew_reservations(ttl_s=float("inf")),
         )
     ]
     statuses = "status must be one of open, accepted, in_progress, done, failed, cancelled"
@@ -120,6 +124,10 @@ async def test_a_page_size_a_search_an_ack_a_wait_a_status_and_a_priority_are_re
         (ErrorCode.INVALID_ARGUMENT, "priority must be 'normal' or 'urgent'"),
         (ErrorCode.INVALID_ARGUMENT, "priority must be 'normal' or 'urgent'"),
         (ErrorCode.INVALID_ARGUMENT, "status must be one of active, idle, blocked, done"),
+        (ErrorCode.INVALID_ARGUMENT, "ttl_s must be a positive, finite number of seconds"),
+        (ErrorCode.INVALID_ARGUMENT, "due must be a time in Unix seconds"),
+        (ErrorCode.INVALID_ARGUMENT, "ttl_s is a number of seconds above 0 and at most 604800"),
+        (ErrorCode.INVALID_ARGUMENT, "ttl_s is a number of seconds above 0 and at most 604800"),
     ]
 
 

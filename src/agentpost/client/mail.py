@@ -20,7 +20,7 @@ from agentpost.client.operation import (
 from agentpost.domain.accounts import AgentInfo, Myself, Usage
 from agentpost.domain.desk import PriorityName, StatusName
 from agentpost.domain.events import Webhook, WebhookDelivery
-from agentpost.domain.limits import check_ack_ids, check_query, check_wait_seconds
+from agentpost.domain.limits import check_ack_ids, check_query, check_ttl, check_wait_seconds
 from agentpost.domain.models import (
     AckResult,
     ChannelInfo,
@@ -58,6 +58,7 @@ def send(
     (the same key and body within 24 h) is stored once and answers as the first did; without
     one, the client makes its own for the sends it repeats after a network failure."""
     check_priority(priority)  # in the services' words: REST's would differ from a local answer
+    check_ttl(ttl_s)  # and a NaN or an infinity, which no JSON carries, named as they name it
     json = fields(
         to=to,
         body=body,

@@ -12,6 +12,7 @@ from agentpost.domain.reservations import (
     Reservation,
     ReservationsChanged,
     ReserveResult,
+    check_ttl,
 )
 
 
@@ -25,6 +26,7 @@ def reserve(
     """Claim paths or git-style globs of your project, relative to its root, for `ttl_s`. Each
     path is granted unless it overlaps another agent's reservation where either is exclusive;
     those come back in `conflicts` with their holder and expiry."""
+    check_ttl(ttl_s)  # a NaN or an infinity, which no JSON carries, named as the services do
     json = fields(paths=listed(paths), exclusive=exclusive, ttl_s=ttl_s, reason=reason)
     return Request(ReserveResult.from_dict, json=json)
 
@@ -34,6 +36,8 @@ def renew_reservations(
 ) -> Request[ReservationsChanged]:
     """Extend your live reservations to `ttl_s` from now (without it, each one's own ttl, the
     last it was given): those of `ids`, else every one of yours in your project."""
+    if ttl_s is not None:
+        check_ttl(ttl_s)
     json = fields(ids=None if ids is None else listed(ids), ttl_s=ttl_s)
     return Request(ReservationsChanged.from_dict, json=json)
 

@@ -10,7 +10,14 @@ from agentpost.domain.desk import PriorityName
 from agentpost.domain.limits import check_wait_seconds
 from agentpost.domain.models import SendResult, check_priority
 from agentpost.domain.requests import RequestAnswer
-from agentpost.domain.tasks import Task, TaskRole, TaskStatusName, check_role, check_status
+from agentpost.domain.tasks import (
+    Task,
+    TaskRole,
+    TaskStatusName,
+    check_due,
+    check_role,
+    check_status,
+)
 
 # -- tasks --------------------------------------------------------------------------------------
 
@@ -28,6 +35,7 @@ def delegate(
     """Hand a task to an agent: it arrives as a message of kind `task`. With
     `idempotency_key`, a retry (within 24 h) answers with the first task, making no other."""
     check_priority(priority)
+    check_due(due)  # a NaN or an infinity, which no JSON carries, named as the services name it
     json = fields(to=to, title=title, detail=detail, priority=priority, data=data, due=due)
     return Request(Task.from_dict, json=json, headers=retry_headers(idempotency_key))
 
