@@ -91,7 +91,9 @@ def shown(value: Any) -> str:
         return "none"
     if isinstance(value, bool):
         return str(value).lower()
-    if isinstance(value, int | float):
+    if isinstance(value, int):
+        return str(value)  # `:g` writes a million as 1e+06
+    if isinstance(value, float):
         return f"{value:g}"
     if isinstance(value, Path):
         return str(value).replace(str(Path.home()), "~", 1)

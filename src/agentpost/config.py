@@ -115,8 +115,10 @@ class Settings(BaseSettings):
     """Failed authentications from one IP, within `lockout_s`, that lock it out."""
     lockout_s: float = Field(900, gt=0, allow_inf_nan=False)
     """Both the window the failures are counted in and how long the lock lasts."""
-    max_request_bytes: int = Field(262_144, ge=1024)
-    """Largest HTTP request body (`too_large` beyond)."""
+    max_request_bytes: int = Field(1_048_576, ge=1024)
+    """Largest HTTP request body (`too_large` beyond). Room for the largest send the field
+    limits allow as JSON spells it: a control character in a body is six bytes there, an
+    emoji twelve where a client escapes what is not ASCII (some 600 KB in all)."""
     request_timeout_s: float = Field(30, gt=0, allow_inf_nan=False)
     """How long an HTTP request may take to arrive whole, head and body (408 beyond)."""
     audit_bodies: bool = False

@@ -312,3 +312,17 @@ async def test_the_whole_inbox_pages_back_with_before(office: Office) -> None:
         await bob.inbox(before=sent[1].id)
     assert refused.value.code is ErrorCode.INVALID_ARGUMENT
     assert (await bob.inbox(peek=True)).unread == 3
+
+
+async def test_the_largest_send_every_field_limit_allows_is_stored_however_json_spells_it(
+    office: Office,
+) -> None:
+    """A request carries the fields as JSON spells them: a control character in the body is six
+    bytes there (`\\u0001`). A send within every field limit was refused as a request over
+    max_request_bytes, where a local session stored it."""
+    alice, bob = await office.agent("alice"), await office.agent("bob")
+    body = "\x01" * 32768  # max_body_bytes, each byte spelt in six
+    data = {"a": "\x01" * 10920}  # 65,536 bytes as the limit counts it, with its escapes
+    sent = await alice.send("bob", body, subject='"' * 200, data=data, thread_id="t" * 64)
+    [got] = (await bob.inbox()).messages
+    assert (got.id, got.body, got.data) == (sent.id, body, data)
