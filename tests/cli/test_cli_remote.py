@@ -14,8 +14,9 @@ import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from agentpost.client.async_client import AsyncClient
+from agentpost.domain.limits import MAX_LIMIT
 from command_line import AGENTPOST, Remote
-from service_process import Service
+from service_process import Service, running_service
 
 pytestmark = pytest.mark.anyio
 
@@ -240,3 +241,41 @@ async def test_tail_with_a_key_but_no_url_is_refused() -> None:
     done = await anyio.run_process([str(AGENTPOST), "tail", "--key", "ap_x"], check=False, env=env)
     assert done.returncode == 2, done.stderr.decode()
     assert b"--url" in done.stderr
+
+
+async def test_tail_shows_the_newest_unread_mail_past_a_page_of_it(tmp_path: Path) -> None:
+    """Past 500 unread, it showed the newest of the oldest 500: mail long past, then a jump."""
+    raised = {"AGENTPOST_SEND_RATE_PER_MINUTE": "100000"}
+    async with running_service(tmp_path, raised) as service:
+        alice = service.client(await service.create_agent("alice"))
+        key = await service.create_agent("bob")
+        bob = Remote(service, key)
+        sent = []
+        for n in range(MAX_LIMIT + 3):
+            answer = await alice.post("/v1/messages", json={"to": "bob", "body": f"n{n}"})
+            sent.append(answer.json()["id"])
+        read = await bob.json("inbox", "--limit", "1")  # the oldest, read: not a backlog's
+        assert [m["id"] for m in read["messages"]] == sent[:1]
+        tail = await anyio.open_process(
+            [
+                str(AGENTPOST),
+                "tail",
+                "--json",
+                "--backlog",
+                "3",
+                "--url",
+                bob.url,
+                "--key",
+                bob.key,
+            ],
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert tail.stdout is not None
+            lines = BufferedByteReceiveStream(tail.stdout)
+            assert [(await _next_line(lines))["id"] for _ in range(3)] == sent[-3:]
+        finally:
+            tail.terminate()
+            with anyio.fail_after(10):
+                await tail.wait()
+            await tail.aclose()

@@ -18,10 +18,28 @@ import anyio
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.events import EventType
 from agentpost.domain.limits import MAX_LIMIT
-from agentpost.domain.models import Message
+from agentpost.domain.models import DeliveryState, Message
 
 if TYPE_CHECKING:
     from agentpost.client import AsyncClient
+
+
+async def newest_unread(client: AsyncClient, count: int) -> list[Message]:
+    """The newest `count` unread messages, oldest first, as local `tail` shows its backlog.
+    Unread mail reads oldest first and takes no cursor: past one page of it, the whole inbox
+    is read back from its newest page, its unread mail picked out, until there is enough."""
+    unread = await client.inbox(peek=True, limit=MAX_LIMIT)
+    if unread.unread <= len(unread.messages):
+        return unread.messages[-count:]
+    found: list[Message] = []
+    before: str | None = None
+    while len(found) < count:
+        page = await client.inbox(unread_only=False, peek=True, limit=MAX_LIMIT, before=before)
+        found[:0] = [m for m in page.messages if m.state is DeliveryState.QUEUED]
+        if len(page.messages) < MAX_LIMIT:
+            break
+        before = page.messages[0].id
+    return found[-count:]
 
 
 async def follow_remote(client: AsyncClient, backlog: int, show: Callable[[Message], None]) -> None:
@@ -49,10 +67,7 @@ async def follow_remote(client: AsyncClient, backlog: int, show: Callable[[Messa
         await opened.wait()
         shown: set[str] = set()
         if backlog > 0 and not failed:
-            # The newest of them, oldest first, as local `tail` shows its backlog: the inbox
-            # reads oldest first, so its first page is read whole (up to MAX_LIMIT).
-            unread = await client.inbox(peek=True, limit=MAX_LIMIT)
-            for message in unread.messages[-backlog:]:
+            for message in await newest_unread(client, backlog):
                 shown.add(message.id)
                 show(message)
         async with receive:
