@@ -3,12 +3,13 @@
 `LocalDesk` is the `Desk` (agentpost.domain.desk) of a post office opened in this process; the
 remote one is `agentpost.client.desk.RemoteDesk`. Who the caller is comes from a `CallerSource`:
 fixed per stdio connection (`SessionCaller`, which `register` may rename), asked afresh on each
-request over HTTP (`agentpost.mcp.http.RequestCaller`).
+request over HTTP (`agentpost.mcp.http.RequestCaller`). Each operation asks the source to
+admit its caller first: a stdio session whose agent the owner disabled has no key to be refused.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,15 +44,26 @@ class CallerSource(Protocol):
     @property
     def caller(self) -> Caller: ...
 
+    async def admitted(self) -> Caller:
+        """The caller, refused if it may not act now (its agent disabled since it started)."""
+        ...
+
     def rename(self, caller: Caller) -> None:
         """`register` took another name; refused where identity comes from a key."""
 
 
 @dataclass
 class SessionCaller:
-    """A stdio connection's identity; `register` may move it to another name."""
+    """A stdio connection's identity; `register` may move it to another name. No key stands
+    behind it to be refused, so each call is first put to `admit` (`Admission.admit`)."""
 
     caller: Caller
+    admit: Callable[[Caller], Awaitable[None]]
+
+    async def admitted(self) -> Caller:
+        caller = self.caller
+        await self.admit(caller)
+        return caller
 
     def rename(self, caller: Caller) -> None:
         self.caller = caller
@@ -72,8 +84,12 @@ class LocalDesk:
     def agent(self) -> str:
         return self.caller.agent
 
+    async def _acting(self) -> Caller:
+        """The caller of each operation, once its source admits it."""
+        return await self.callers.admitted()
+
     async def whoami(self) -> SessionInfo:
-        return await self.office.presence.session(self.caller.session_id or "")
+        return await self.office.presence.session((await self._acting()).session_id or "")
 
     async def register(
         self,
@@ -83,18 +99,21 @@ class LocalDesk:
         objective: str | None = None,
     ) -> None:
         renamed = await self.office.presence.register(
-            self.caller, name=name, description=description, objective=objective
+            await self._acting(), name=name, description=description, objective=objective
         )
         self.callers.rename(renamed)
 
     async def set_status(
         self, *, status: StatusName | None = None, objective: str | None = None
     ) -> None:
-        await self.office.presence.update_profile(self.caller, status=status, objective=objective)
+        await self.office.presence.update_profile(
+            await self._acting(), status=status, objective=objective
+        )
 
     async def who(
         self, project: str | None = None, include_offline: bool = False
     ) -> list[Presence]:
+        await self._acting()
         return await self.office.presence.who(project, include_offline)
 
     async def send(
@@ -110,7 +129,7 @@ class LocalDesk:
         ttl_s: float | None = None,
         must_read: bool = False,
     ) -> SendResult:
-        caller = self.caller
+        caller = await self._acting()
         sent, notices = await self.office.mailbox.send_with_notices(
             caller,
             to,
@@ -137,7 +156,7 @@ class LocalDesk:
         before: str | None = None,
     ) -> Inbox:
         return await self.office.mailbox.inbox(
-            self.caller,
+            await self._acting(),
             unread_only=unread_only,
             limit=limit,
             thread_id=thread_id,
@@ -147,38 +166,40 @@ class LocalDesk:
         )
 
     async def wait(self, *, timeout_s: float = 60, thread_id: str | None = None) -> Inbox:
-        return await self.office.mailbox.wait(self.caller, timeout_s=timeout_s, thread_id=thread_id)
+        return await self.office.mailbox.wait(
+            await self._acting(), timeout_s=timeout_s, thread_id=thread_id
+        )
 
     async def ack(self, ids: Sequence[str]) -> AckResult:
-        return await self.office.mailbox.ack(self.caller, ids)
+        return await self.office.mailbox.ack(await self._acting(), ids)
 
     async def thread(
         self, thread_id: str, limit: int = 50, before: str | None = None
     ) -> list[Message]:
-        return await self.office.history.thread(self.caller, thread_id, limit, before)
+        return await self.office.history.thread(await self._acting(), thread_id, limit, before)
 
     async def sent(self, limit: int = 20, before: str | None = None) -> list[SentMessage]:
-        return await self.office.history.sent(self.caller, limit, before)
+        return await self.office.history.sent(await self._acting(), limit, before)
 
     async def search(self, query: str, limit: int = 20, before: str | None = None) -> list[Message]:
-        return await self.office.history.search(self.caller, query, limit, before)
+        return await self.office.history.search(await self._acting(), query, limit, before)
 
     async def channels(self) -> list[ChannelInfo]:
-        return await self.office.channels.overview(self.caller)
+        return await self.office.channels.overview(await self._acting())
 
     async def join(self, channel: str) -> ChannelInfo:
-        return await self.office.channels.join(self.caller, channel)
+        return await self.office.channels.join(await self._acting(), channel)
 
     async def leave(self, channel: str) -> str:
-        return str((await self.office.channels.leave(self.caller, channel))["left"])
+        return str((await self.office.channels.leave(await self._acting(), channel))["left"])
 
     async def read_channel(
         self, channel: str, limit: int = 20, before: str | None = None
     ) -> list[Message]:
-        return await self.office.channels.history(self.caller, channel, limit, before)
+        return await self.office.channels.history(await self._acting(), channel, limit, before)
 
     async def notices(self) -> Notices:
-        caller, told = self.caller, _told.get()
+        caller, told = self.caller, _told.get()  # after an admitted act, in its answer
         if told is not None:
             _told.set(None)  # told once: a later answer reads them afresh
             if told[0] == caller:
@@ -188,13 +209,13 @@ class LocalDesk:
     # -- leadership (coordination) --------------------------------------------------------
 
     async def leader(self, project: str | None = None) -> Leader:
-        return await self.office.leadership.leader(self.caller, project)
+        return await self.office.leadership.leader(await self._acting(), project)
 
     async def claim_leadership(self, project: str | None = None, force: bool = False) -> Leader:
-        return await self.office.leadership.claim(self.caller, project, force=force)
+        return await self.office.leadership.claim(await self._acting(), project, force=force)
 
     async def release_leadership(self, project: str | None = None) -> Leader:
-        return await self.office.leadership.release(self.caller, project)
+        return await self.office.leadership.release(await self._acting(), project)
 
     # -- tasks and requests (coordination) --------------------------------------------------
 
@@ -209,7 +230,7 @@ class LocalDesk:
         due: float | None = None,
     ) -> Task:
         return await self.office.tasks.delegate(
-            self.caller, to, title, detail, priority=priority, data=data, due=due
+            await self._acting(), to, title, detail, priority=priority, data=data, due=due
         )
 
     async def tasks(
@@ -219,28 +240,30 @@ class LocalDesk:
         limit: int = 50,
         before: str | None = None,
     ) -> list[Task]:
-        return await self.office.tasks.tasks(self.caller, role, status, limit, before)
+        return await self.office.tasks.tasks(await self._acting(), role, status, limit, before)
 
     async def task(self, task_id: str) -> Task:
-        return await self.office.tasks.task(self.caller, task_id)
+        return await self.office.tasks.task(await self._acting(), task_id)
 
     async def update_task(
         self, task_id: str, status: TaskStatusName, *, note: str | None = None, result: Any = None
     ) -> Task:
         return await self.office.tasks.update_task(
-            self.caller, task_id, status, note=note, result=result
+            await self._acting(), task_id, status, note=note, result=result
         )
 
     async def request(
         self, to: str, question: str, *, data: Any = None, timeout_s: float = 60
     ) -> RequestAnswer:
-        return await self.office.requests.request(self.caller, to, question, data, timeout_s)
+        return await self.office.requests.request(
+            await self._acting(), to, question, data, timeout_s
+        )
 
     async def respond(self, request_id: str, answer: str, *, data: Any = None) -> SendResult:
-        return await self.office.requests.respond(self.caller, request_id, answer, data)
+        return await self.office.requests.respond(await self._acting(), request_id, answer, data)
 
     async def check_request(self, request_id: str) -> RequestAnswer:
-        return await self.office.requests.check_request(self.caller, request_id)
+        return await self.office.requests.check_request(await self._acting(), request_id)
 
     # -- reservations (coordination) --------------------------------------------------------
 
@@ -253,22 +276,24 @@ class LocalDesk:
         reason: str | None = None,
     ) -> ReserveResult:
         return await self.office.reservations.reserve(
-            self.caller, paths, exclusive=exclusive, ttl_s=ttl_s, reason=reason
+            await self._acting(), paths, exclusive=exclusive, ttl_s=ttl_s, reason=reason
         )
 
     async def renew_reservations(
         self, ids: list[str] | None = None, *, ttl_s: float | None = None
     ) -> ReservationsChanged:
-        return await self.office.reservations.renew_reservations(self.caller, ids, ttl_s=ttl_s)
+        return await self.office.reservations.renew_reservations(
+            await self._acting(), ids, ttl_s=ttl_s
+        )
 
     async def release_reservations(
         self, *, paths: list[str] | None = None, ids: list[str] | None = None
     ) -> ReservationsChanged:
         return await self.office.reservations.release_reservations(
-            self.caller, paths=paths, ids=ids
+            await self._acting(), paths=paths, ids=ids
         )
 
     async def reservations(
         self, project: str | None = None, path: str | None = None
     ) -> list[Reservation]:
-        return await self.office.reservations.reservations(self.caller, project, path)
+        return await self.office.reservations.reservations(await self._acting(), project, path)

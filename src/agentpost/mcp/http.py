@@ -130,6 +130,10 @@ class RequestCaller:
             return moved[1]
         return self._caller_of(request)
 
+    async def admitted(self) -> Caller:
+        """The request's key was checked as it came in (a disabled agent's is refused)."""
+        return self.caller
+
     def rename(self, caller: Caller) -> None:
         """The rest of this request speaks for `caller` (a session `register` just minted);
         later requests learn it from their key and connection."""

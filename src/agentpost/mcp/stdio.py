@@ -134,7 +134,7 @@ async def serve_stdio(settings: Settings) -> None:
         context = detect(project_override=settings.project)
         session = await office.presence.open_local_session(context, name=settings.agent)
         session_id = session.id
-        callers = SessionCaller(Caller(session.agent, session.id))
+        callers = SessionCaller(Caller(session.agent, session.id), office.admission.admit)
         agents = await office.directory.search(callers.caller, limit=COLLEAGUES_NAMED)
         instructions = render_instructions(
             settings.instructions, session.agent, colleagues(session.agent, agents)

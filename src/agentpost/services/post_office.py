@@ -12,6 +12,7 @@ from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.services.admin import Admin
 from agentpost.services.admin_gate import AdminGate
+from agentpost.services.admission import Admission
 from agentpost.services.channels import Channels
 from agentpost.services.directory import Directory
 from agentpost.services.events import Events
@@ -56,6 +57,7 @@ class PostOffice:
         self.store = store
         self.settings = settings
         self.presence = PresenceService(store, settings)
+        self.admission = Admission(store)
         self.mailbox = Mailbox(store, settings)
         self.history = History(store, settings)
         self.channels = Channels(store, settings)
