@@ -158,7 +158,7 @@ async def test_a_disabled_agent_cannot_send(office: PostOffice) -> None:
     alice, _bob = await agents(office, "alice", "bob")
     await disable_agent(office.store, "alice")
     await refused_without_change(
-        office, ErrorCode.FORBIDDEN, office.mailbox.send(alice, "bob", "still here?")
+        office, ErrorCode.GONE, office.mailbox.send(alice, "bob", "still here?")
     )
 
 

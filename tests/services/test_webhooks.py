@@ -28,7 +28,7 @@ from agentpost.services import PostOffice, outbound
 from agentpost.services.webhooks import MAX_IN_FLIGHT
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.schema import webhooks
-from backends import FakeClock, OpenOffice, agents, refused_without_change
+from backends import FakeClock, OpenOffice, agents, disable_agent, refused_without_change
 from webhook_receiver import Receiver, listening
 
 pytestmark = pytest.mark.anyio
@@ -931,4 +931,15 @@ async def test_making_and_deleting_webhooks_counts_against_the_send_rate_as_each
     kept = await office.webhooks.list(bob)
     await refused_without_change(
         office, ErrorCode.RATE_LIMITED, office.webhooks.delete(bob, kept[0].id)
+    )
+
+
+async def test_a_disabled_agent_makes_no_webhook_and_is_told_it_is_gone(office: PostOffice) -> None:
+    """`gone`, as every other call of a disabled agent is (README, error codes)."""
+    (bob,) = await agents(office, "bob")
+    await disable_agent(office.store, "bob")
+    await refused_without_change(
+        office,
+        ErrorCode.GONE,
+        office.webhooks.create(bob, "http://127.0.0.1:9/", ["message.created"]),
     )

@@ -35,7 +35,7 @@ def admit_sender(
     if caller.agent not in known:
         raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
     if not known[caller.agent]:
-        raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
+        raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
 
 
 def count_send(

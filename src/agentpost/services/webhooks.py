@@ -338,7 +338,7 @@ def _check_agent(conn: Connection, caller: Caller) -> None:
     if caller.agent not in known:
         raise AgentpostError(ErrorCode.UNAUTHENTICATED, f"no agent {caller.agent!r}")
     if not known[caller.agent]:
-        raise AgentpostError(ErrorCode.FORBIDDEN, f"agent {caller.agent!r} is disabled")
+        raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
     if caller.key_id is not None and key_rows.turned_off(conn, caller.key_id):
         raise AgentpostError(ErrorCode.UNAUTHENTICATED, "the key of this request was revoked")
 
