@@ -126,6 +126,20 @@ def test_a_refused_command_under_a_session_is_refused_as_anywhere_and_sends_noth
     assert mail_of("bob") == []
 
 
+def test_a_command_an_agent_runs_once_disabled_is_gone_never_the_owners() -> None:
+    """Disabling ends the agent's session while its `agentpost mcp` runs on: what its client
+    runs then is still the agent's, and refused, not the owner's words."""
+    arrange("bob")
+    with claude("zed") as zed:
+        assert agentpost("admin", "disable", "zed").returncode == 0
+        sent = run_in(zed, "send", "bob", "sent by zed after it was disabled")
+        me = run_in(zed, "whoami")
+    for done in (sent, me):
+        assert done["stderr"].startswith("error: gone: agent 'zed' is disabled"), done["stderr"]
+        assert done["returncode"] == EXIT_CODES[ErrorCode.GONE]
+    assert mail_of("bob") == []
+
+
 @pytest.mark.anyio
 async def test_with_a_url_the_key_says_who_speaks_under_a_session(
     service: Service, isolated_home: Path

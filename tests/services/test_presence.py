@@ -152,6 +152,25 @@ async def test_a_session_whose_pid_another_process_holds_now_is_no_commands_sess
         assert await office.presence.session_of_process(command.pid) is None
 
 
+async def test_a_session_disabling_ended_is_a_commands_session_when_asked_for(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Its `agentpost mcp` runs on after the owner disabled its agent: a command beside it is
+    that agent's (for the command line to refuse), not the owner's; one that ended before is
+    no one's."""
+    with sleeping() as server, sleeping() as command, sleeping() as earlier:
+        zed = await session_caller(office, "zed", pid=server.pid)
+        await office.presence.end_session(
+            (await session_caller(office, "zed", pid=earlier.pid)).session_id or ""
+        )
+        clock.advance(1)
+        await office.admin.disable_agent(await owner(office), "zed")
+        assert await office.presence.session_of_process(command.pid) is None
+        found = await office.presence.session_of_process(command.pid, disabled_too=True)
+        assert found is not None
+        assert (found.agent, found.id) == ("zed", zed.session_id)
+
+
 async def test_a_name_held_by_a_live_session_cannot_be_taken_by_another(
     office: PostOffice,
 ) -> None:

@@ -177,10 +177,11 @@ def run(
 async def local_caller(office: PostOffice, named: str | None, creates_sender: bool) -> Caller:
     """Who a local command speaks as: the agent `--as` (or AGENTPOST_AGENT) names; else, run
     under an agent's session (a command its Claude Code runs), that session's agent, in that
-    session: an agent's words never reach a colleague as the owner's; else the owner."""
+    session: an agent's words never reach a colleague as the owner's, nor a disabled agent's
+    (its session ended, its `agentpost mcp` runs on: refused `gone`); else the owner."""
     session = None
     if named is None:
-        session = await office.presence.session_of_process(os.getpid())
+        session = await office.presence.session_of_process(os.getpid(), disabled_too=True)
     name = named or (session.agent if session is not None else OWNER)
     if creates_sender:
         caller = Caller(agent=name)  # the send admits its sender itself: see `run`

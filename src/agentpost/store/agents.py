@@ -207,6 +207,21 @@ def live_sessions(
     return list(conn.execute(query))
 
 
+def sessions_disabling_ended(conn: Connection) -> list[Row[Any]]:
+    """Local sessions that ended as their agent was disabled (or since): a process may still
+    run in one, and what it runs must not pass for the owner's."""
+    query = (
+        select(sessions)
+        .join(agents, agents.c.name == sessions.c.agent)
+        .where(
+            agents.c.disabled_at.is_not(None),
+            sessions.c.transport == "stdio",
+            sessions.c.ended_at >= agents.c.disabled_at,
+        )
+    )
+    return list(conn.execute(query))
+
+
 _GET_SESSION = select(sessions).where(sessions.c.id == bindparam("session_id"))
 
 
