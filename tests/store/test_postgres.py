@@ -8,6 +8,7 @@ the announcement is lost rather than pass a second later.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -28,8 +29,11 @@ from agentpost.store.postgres import (
     LOCK_TIMEOUT_S,
     MAX_ANNOUNCEMENT_BYTES,
     NEWS_CHANNEL,
+    PostgresRunner,
+    _Listening,
     announcements,
     heard,
+    libpq_url,
     search,
     unavailable_when_unreachable,
 )
@@ -596,3 +600,26 @@ async def test_a_url_asking_for_ssl_of_a_server_without_it_is_unavailable(
     with pytest.raises(AgentpostError) as refused:
         await Store.open(f"{pg_session_database}?sslmode=require")
     assert refused.value.code is ErrorCode.UNAVAILABLE
+
+
+async def test_the_listening_loop_ends_when_cancelled_as_it_is_stirred(
+    pg_session_database: str,
+) -> None:
+    """On Python 3.11 `asyncio.wait_for` drops a cancellation that comes as what it waits for
+    is done: the loop went on after its store's `aclose` cancelled it, and a test run hung at
+    its end, its event loop waiting for the loop to end."""
+    heard_nothing: Callable[[object], None] = lambda _: None  # noqa: E731
+    runner = PostgresRunner(pg_session_database, heard_nothing, heard_nothing, heard_nothing)
+    driver = await asyncpg.connect(libpq_url(pg_session_database))
+    try:
+        listening = _Listening(driver)
+        loop = asyncio.create_task(runner._until_lost(listening))
+        await asyncio.sleep(0.5)  # past its look at the revision: waiting to be stirred
+        listening.stirred.set()
+        loop.cancel()
+        await asyncio.wait({loop}, timeout=5)
+        assert loop.cancelled(), "the loop went on, cancelled"
+    finally:
+        loop.cancel()  # once more, should it have gone on: the test ends either way
+        await driver.close()
+        await runner.aclose()

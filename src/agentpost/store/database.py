@@ -84,7 +84,8 @@ class ReplicaSignal:
             if poll is not None:
                 timeout = poll if timeout is None else min(timeout, poll)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout)
+                async with asyncio.timeout(timeout):  # not `wait_for`: see `PostgresRunner`
+                    await self._changed.wait()
         return self.version
 
     async def aclose(self) -> None:
@@ -197,7 +198,8 @@ class Store:
             self._listening = asyncio.create_task(self._postgres.listen(first_try))
             try:
                 with contextlib.suppress(TimeoutError):  # polling meanwhile; it goes on trying
-                    await asyncio.wait_for(first_try.wait(), LISTEN_START_S)
+                    async with asyncio.timeout(LISTEN_START_S):
+                        await first_try.wait()
             except BaseException:  # cancelled while opening: leave no task nor connection
                 self._listening.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -440,11 +440,15 @@ class PostgresRunner:
     async def _until_lost(self, listening: _Listening) -> None:
         """Read the schema's revision as soon as the connection listens (a migration while
         none did went unheard), whenever a migration is announced, and as the keep-alive."""
+        # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` drops a cancellation
+        # that comes as what it waits for is done, and this loop would then outlive `aclose`.
         while not listening.lost:
-            revision = await asyncio.wait_for(_revision(listening.driver), LISTEN_CHECK_S)
+            async with asyncio.timeout(LISTEN_CHECK_S):
+                revision = await _revision(listening.driver)
             self.saw_schema(revision)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(listening.stirred.wait(), LISTEN_CHECK_S)
+                async with asyncio.timeout(LISTEN_CHECK_S):
+                    await listening.stirred.wait()
             listening.stirred.clear()
 
     def _heard_on(self, listening: _Listening) -> Callable[[object, int, str, str], None]:
