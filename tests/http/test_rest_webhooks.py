@@ -149,3 +149,122 @@ async def test_a_revoked_keys_webhook_is_gone_and_the_agents_other_keys_keep_the
     assert (await laptop.get(f"/v1/webhooks/{made['id']}/deliveries")).status_code == 404
     sent = await alice.post("/v1/messages", json={"to": "bob", "body": "still heard"})
     assert sent.status_code == 201
+
+
+# -- a stranger's webhooks ----------------------------------------------------------------------
+
+OPEN = {"AGENTPOST_OPEN_REGISTRATION": "true", "AGENTPOST_WEBHOOK_MAX_ATTEMPTS": "1"}
+
+
+async def registered(service: Service, name: str) -> httpx.AsyncClient:
+    """An agent that registered itself over REST (`untrusted`), speaking with its key."""
+    answer = await service.client().post("/v1/register", json={"name": name})
+    assert answer.status_code == 201, answer.text
+    return service.client(answer.json()["key"])
+
+
+async def log_of(client: httpx.AsyncClient, hook_id: str) -> dict[str, Any]:
+    """The webhook's one delivery, once its attempt is recorded."""
+    for _ in range(400):
+        log = await deliveries(client, hook_id)
+        if log and log[0]["state"] != "pending":
+            return log[0]
+        await anyio.sleep(0.05)
+    raise AssertionError(f"no attempt recorded: {log}")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:6379/", "http://10.0.0.5/admin", "http://[::1]/", "http://100.64.0.1/"],
+)
+async def test_a_self_registered_agent_may_not_point_a_webhook_at_an_internal_address(
+    tmp_path: Path, url: str
+) -> None:
+    """Anyone may register when registration is open: its webhooks would make the server POST
+    JSON of the stranger's choosing to the services beside it."""
+    async with running_service(tmp_path, OPEN) as service:
+        drifter = await registered(service, "drifter")
+        asked = {"url": url, "events": ["message.created"]}
+        refused = await drifter.post("/v1/webhooks", json=asked)
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "invalid_argument"
+        assert "public addresses only" in error["message"]
+        assert (await drifter.get("/v1/webhooks")).json() == {"webhooks": []}
+
+
+async def test_a_strangers_webhook_by_a_name_for_loopback_is_not_delivered_until_vouched(
+    tmp_path: Path,
+) -> None:
+    """A name is resolved at each delivery, so it is made, and refused where it leads; once the
+    owner vouches for the agent, its webhook reaches the neighbours as the owner's agents' do."""
+    receiver = Receiver(tolerance_s=300)
+    async with running_service(tmp_path, OPEN) as service, listening(receiver):
+        alice = await service.agent("alice")
+        drifter = await registered(service, "drifter")
+        named = f"http://localhost:{receiver.port}/hook"
+        created = await drifter.post(
+            "/v1/webhooks", json={"url": named, "events": ["message.created"]}
+        )
+        assert created.status_code == 201, created.text
+        hook = created.json()
+        receiver.secret = hook["secret"]
+
+        await alice.post("/v1/messages", json={"to": "drifter", "body": "to the stranger"})
+        refused = await log_of(drifter, hook["id"])
+        assert refused["state"] == "failed"
+        assert "loopback" in refused["last_error"]
+        assert "public addresses only" in refused["last_error"]
+        assert receiver.requests == []
+
+        assert (await service.admin.post("/v1/admin/agents/drifter/vouch")).status_code == 200
+        sent = (await alice.post("/v1/messages", json={"to": "drifter", "body": "vouched"})).json()
+        with anyio.fail_after(20):
+            (arrived,) = await receiver.received(1)
+    assert arrived.signed
+    assert arrived.payload["message_id"] == sent["id"]
+
+
+async def test_an_agent_the_owner_unvouches_has_its_internal_webhook_stop(
+    tmp_path: Path,
+) -> None:
+    receiver = Receiver(tolerance_s=300)
+    async with running_service(tmp_path, OPEN) as service, listening(receiver):
+        alice = await service.agent("alice")
+        bob = await service.agent("bob")
+        created = await bob.post(
+            "/v1/webhooks", json={"url": receiver.url, "events": ["message.created"]}
+        )
+        hook = created.json()
+        receiver.secret = hook["secret"]
+        await alice.post("/v1/messages", json={"to": "bob", "body": "while vouched for"})
+        with anyio.fail_after(20):
+            await receiver.received(1)
+        assert (await service.admin.post("/v1/admin/agents/bob/unvouch")).status_code == 200
+        await alice.post("/v1/messages", json={"to": "bob", "body": "after"})
+        for _ in range(400):
+            log = await deliveries(bob, hook["id"])
+            if len(log) == 2 and log[0]["state"] != "pending":
+                break
+            await anyio.sleep(0.05)
+        assert log[0]["state"] == "failed"
+        assert "public addresses only" in log[0]["last_error"]
+        assert len(receiver.requests) == 1
+
+
+async def test_an_agent_the_owner_made_keeps_its_webhook_to_loopback_with_registration_open(
+    tmp_path: Path,
+) -> None:
+    receiver = Receiver(tolerance_s=300)
+    async with running_service(tmp_path, OPEN) as service, listening(receiver):
+        alice = await service.agent("alice")
+        bob = await service.agent("bob")
+        created = await bob.post(
+            "/v1/webhooks", json={"url": receiver.url, "events": ["message.created"]}
+        )
+        assert created.status_code == 201, created.text
+        receiver.secret = created.json()["secret"]
+        await alice.post("/v1/messages", json={"to": "bob", "body": "as before"})
+        with anyio.fail_after(20):
+            (arrived,) = await receiver.received(1)
+    assert arrived.signed

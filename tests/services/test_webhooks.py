@@ -633,6 +633,22 @@ async def test_a_webhook_asked_for_with_a_key_revoked_meanwhile_is_not_made(
     )
 
 
+async def test_a_webhook_to_loopback_asked_for_by_an_agent_unvouched_meanwhile_is_not_made(
+    office: PostOffice,
+) -> None:
+    """Authenticated while vouched for, then unvouched before its transaction: a stranger's
+    webhook may reach public addresses only."""
+    admin = await owner(office)
+    bob, _ = await keyed(office, "bob")
+    await office.admin.unvouch(admin, "bob")
+    refused = await refused_without_change(
+        office,
+        ErrorCode.INVALID_ARGUMENT,
+        office.webhooks.create(bob, "http://127.0.0.1:9/late", ["message.created"]),
+    )
+    assert "public addresses only" in refused.message
+
+
 def _all_done(conn: Any, webhook: str, count: int) -> list[WebhookDelivery] | None:
     """A webhook's deliveries (even a deleted one's), once there are `count`, none pending."""
     found = webhook_rows.deliveries_of(conn, webhook, 10)

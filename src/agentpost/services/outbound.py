@@ -7,6 +7,15 @@ refused when it is created (`check_url`), and again at each delivery after the n
 between). Loopback and private addresses are allowed: a post office on a laptop talks to its
 neighbours.
 
+Not to an agent the owner has not vouched for (one that registered itself, or one whose vouch
+was withdrawn): its webhooks may reach public addresses only, or anyone who may register could
+have the server POST to the services beside it. Loopback, private (RFC 1918, `fc00::/7`),
+carrier-grade NAT, documentation, benchmarking, reserved and every other non-global range are
+refused to it, an IPv4 address inside an IPv6 one (mapped, NAT64, 6to4, Teredo) judged as
+itself: `ipaddress` calls `64:ff9b::7f00:1` and `2002:7f00:1::` global. Refused when it is
+created for an address literal, and at each delivery by the owner's trust then, a name once
+resolved: a vouch withdrawn stops its internal webhooks, a vouch given lets them through.
+
 This is the only server module that speaks HTTP outwards (the one home of `httpx` besides the
 client). It imports `httpx` only when a URL is checked or a dispatcher starts: a local MCP
 server never loads it.
@@ -28,6 +37,7 @@ import anyio.to_thread
 from agentpost import __version__
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid
 from agentpost.domain.events import MAX_URL_CHARS
+from agentpost.domain.models import Trust
 from agentpost.store.database import Clock, Row
 
 if TYPE_CHECKING:
@@ -96,16 +106,22 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     return []
 
 
-def refused_address(address: str) -> str | None:
+def refused_address(address: str, public_only: bool = False) -> str | None:
     """Why an IP address may not receive webhooks, or None when it may: checked as written,
-    and as each IPv4 address it may embed, in whichever IPv6 spelling."""
+    and as each IPv4 address it may embed, in whichever IPv6 spelling. `public_only`: for an
+    agent the owner has not vouched for, any address that is not public is refused too."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     reason = _refused_ip(ip)
+    if reason is None and public_only:
+        reason = _not_public(ip)
     if reason is not None or not isinstance(ip, ipaddress.IPv6Address):
         return reason
     embedded = _embedded_ipv4(ip)
     if len(embedded) == 1:
-        return _refused_ip(embedded[0])
+        reason = _refused_ip(embedded[0])
+        if reason is None and public_only:
+            reason = _not_public(embedded[0])
+        return reason
     # A local NAT64 address read every way its prefix may lay it out: most readings are no
     # address anyone meant, so only the ones a gateway would carry to a forbidden place count.
     for candidate in embedded:
@@ -130,8 +146,68 @@ def _refused_ip(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None
     return None
 
 
-def _refuse(url: str, reason: str) -> AgentpostError:
-    return invalid(f"a webhook may not point at {reason}", url=url)
+_NOT_PUBLIC = tuple(
+    (ipaddress.ip_network(network), reason)
+    for network, reason in (
+        ("0.0.0.0/8", "a 'this network' address"),
+        ("10.0.0.0/8", "a private address"),
+        ("172.16.0.0/12", "a private address"),
+        ("192.168.0.0/16", "a private address"),
+        ("100.64.0.0/10", "a carrier-grade NAT address"),
+        ("192.0.0.0/24", "an IETF protocol address"),
+        ("192.0.2.0/24", "a documentation address"),
+        ("198.51.100.0/24", "a documentation address"),
+        ("203.0.113.0/24", "a documentation address"),
+        ("198.18.0.0/15", "a benchmarking address"),
+        ("240.0.0.0/4", "a reserved address"),
+        ("fc00::/7", "a private address"),
+        ("fec0::/10", "a site-local address"),
+        ("64:ff9b:1::/48", "a local-use NAT64 address"),
+        ("2001::/23", "an IETF protocol address"),  # Teredo's 2001::/32 among them
+        ("2001:db8::/32", "a documentation address"),
+        ("3fff::/20", "a documentation address"),
+    )
+)
+"""Ranges IANA's special-purpose registries call not global (2001::/23 with its few global
+exceptions, which no receiver needs), spelt out: `is_global` depends on the Python release,
+and 3.11.7's calls 192.0.0.0/24 and 3fff::/20 global."""
+_GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")
+
+
+def _not_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    """Why an address is no public one (an agent the owner has not vouched for may reach
+    nothing else), or None. An IPv6 spelling of an IPv4 address is judged by `refused_address`
+    through the IPv4 address it carries, whose gateway would deliver it there."""
+    if ip.is_loopback:
+        return "a loopback address"
+    for network, reason in _NOT_PUBLIC:
+        if ip in network:
+            return reason
+    if isinstance(ip, ipaddress.IPv6Address):
+        if any(ip in network for network in _EMBEDDING_IPV4):
+            return None
+        if ip not in _GLOBAL_UNICAST:  # all else is unassigned, or set aside (5f00::/16 …)
+            return "a reserved address"
+    if not ip.is_global:
+        return "an address that is not public"
+    return None
+
+
+def _refuse(url: str, reason: str, public_only: bool = False) -> AgentpostError:
+    why = f"a webhook may not point at {reason}"
+    if public_only:
+        why += ": an agent the owner has not vouched for may reach public addresses only"
+    return invalid(why, url=url)
+
+
+def _check(url: str, address: str, public_only: bool, name: str | None = None) -> None:
+    """Refuse the URL if `address` (what its host is, or `name` resolved to) is forbidden."""
+    reason = refused_address(address)
+    strictly = reason is None and public_only
+    if strictly:
+        reason = refused_address(address, public_only=True)
+    if reason is not None:
+        raise _refuse(url, reason if name is None else f"{reason} ({name} is {address})", strictly)
 
 
 def _parse(url: str) -> httpx.URL:
@@ -153,10 +229,10 @@ def _port(url: httpx.URL) -> int:
     return url.port or (443 if url.scheme == "https" else 80)
 
 
-def check_url(url: str) -> str:
+def check_url(url: str, public_only: bool = False) -> str:
     """The webhook URL, checked as far as can be without asking DNS: scheme, host, and no
     forbidden name or address literal (in any spelling the resolver accepts, `2852039166`
-    included)."""
+    included); with `public_only`, no literal that is not a public address."""
     if not isinstance(url, str) or not url.strip():
         raise invalid("url must be an http:// or https:// URL")
     url = url.strip()
@@ -171,9 +247,7 @@ def check_url(url: str) -> str:
             literal = ipaddress.IPv6Address(host.replace("%25", "%").split("%", 1)[0])
         except ValueError:
             raise invalid("url has a host that is no IPv6 address", url=url) from None
-        reason = refused_address(str(literal))
-        if reason:
-            raise _refuse(url, reason)
+        _check(url, str(literal), public_only)
         return url
     try:
         numeric = socket.getaddrinfo(
@@ -185,9 +259,7 @@ def check_url(url: str) -> str:
             raise invalid("url has a host that is no name a resolver takes", url=url) from None
         return url
     for info in numeric:
-        reason = refused_address(str(info[4][0]))
-        if reason:
-            raise _refuse(url, reason)
+        _check(url, str(info[4][0]), public_only)
     return url
 
 
@@ -213,9 +285,12 @@ def lookup(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 
-async def _allowed_addresses(url: httpx.URL, lookups: anyio.CapacityLimiter) -> list[str]:
-    """Resolve the URL's host; refuse it if any of its addresses is forbidden; else all of
-    them, in the resolver's order (without repeats)."""
+async def _allowed_addresses(
+    url: httpx.URL, lookups: anyio.CapacityLimiter, public_only: bool
+) -> list[str]:
+    """Resolve the URL's host; refuse it if any of its addresses is forbidden (with
+    `public_only`, any that is not public); else all of them, in the resolver's order (without
+    repeats)."""
     host = url.raw_host.decode("ascii")
     if host.lower().rstrip(".") in METADATA_NAMES:
         raise _refuse(str(url), "a cloud metadata address")
@@ -235,9 +310,7 @@ async def _allowed_addresses(url: httpx.URL, lookups: anyio.CapacityLimiter) -> 
     if not addresses:
         raise AgentpostError(ErrorCode.UNAVAILABLE, f"{host} has no address")
     for address in addresses:
-        reason = refused_address(address)
-        if reason:
-            raise _refuse(str(url), f"{reason} ({host} is {address})")
+        _check(str(url), address, public_only, host)
     return list(dict.fromkeys(address.split("%", 1)[0] for address in addresses))
 
 
@@ -280,8 +353,9 @@ class Poster:
             self._client = None
 
     async def post(self, row: Row[Any]) -> tuple[bool, int | None, str | None]:
-        """POST one claimed delivery (its row: event, payload, url, secret): (delivered, HTTP
-        status, why not). Never raises for the receiver's or the network's sake."""
+        """POST one claimed delivery (its row: event, payload, url, secret, and its agent's
+        trust as it was claimed): (delivered, HTTP status, why not). Never raises for the
+        receiver's or the network's sake."""
         import httpx
 
         client = self._client
@@ -299,7 +373,8 @@ class Poster:
         try:
             with anyio.fail_after(timeout):
                 url = _parse(row.url)
-                addresses = await _allowed_addresses(url, self._lookups)
+                public_only = row.trust != Trust.VERIFIED.value
+                addresses = await _allowed_addresses(url, self._lookups, public_only)
                 headers["Host"] = url.netloc.decode("ascii")
                 # To an address just checked; TLS still verifies the certificate by name.
                 extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}

@@ -33,9 +33,9 @@ from agentpost.domain.events import (
     check_event_types,
 )
 from agentpost.domain.ids import webhook_id as new_webhook_id
-from agentpost.domain.models import Caller
+from agentpost.domain.models import Caller, Trust
 from agentpost.retries import RetryLog
-from agentpost.services import addressing
+from agentpost.services import accounts, addressing
 from agentpost.services.outbound import Poster, check_url, origin_of
 from agentpost.store import agents as agent_rows
 from agentpost.store import audit
@@ -95,14 +95,17 @@ class Webhooks:
         self, caller: Caller, url: str, events: builtins.list[str]
     ) -> tuple[Webhook, str]:
         """A new webhook for the caller's events of these types; returns it and its signing
-        secret (`whsec_…`), which is shown this once. Revoking the caller's key deletes it."""
-        url = check_url(url)
+        secret (`whsec_…`), which is shown this once. Revoking the caller's key deletes it.
+        An agent the owner has not vouched for may point it at public addresses only."""
+        url = check_url(url, public_only=caller.trust is not Trust.VERIFIED)
         types = check_event_types(events)
         secret = SECRET_PREFIX + secrets.token_urlsafe(32)
 
         def tx(conn: Connection) -> Webhook:
             now = self.store.clock()
             _check_agent(conn, caller)
+            if accounts.as_stored_now(conn, caller).trust is not Trust.VERIFIED:
+                check_url(url, public_only=True)  # unvouched since the request was let in
             rules.check_cap(
                 webhook_rows.live_count(conn, caller.agent),
                 MAX_WEBHOOKS,

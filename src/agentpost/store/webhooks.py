@@ -236,7 +236,8 @@ def claim_due(
     A due delivery of a disabled agent fails instead, unsent: a disabled agent is told
     nothing more, by a webhook no more than by its event stream.
 
-    Rows: id, agent, event, payload, attempts (this one included), url, secret."""
+    Rows: id, agent, event, payload, attempts (this one included), url, secret, and the agent's
+    trust now (where the POST may go depends on it: `outbound`)."""
     busy = busy or {}
     found = conn.execute(
         select(webhook_deliveries.c.id, webhooks.c.agent, agents.c.disabled_at)
@@ -276,8 +277,10 @@ def claim_due(
                 webhook_deliveries.c.attempts,
                 webhooks.c.url,
                 webhooks.c.secret,
+                agents.c.trust,
             )
             .join(webhooks, webhooks.c.id == webhook_deliveries.c.webhook_id)
+            .join(agents, agents.c.name == webhooks.c.agent)
             .where(webhook_deliveries.c.id.in_(due))
             .order_by(webhook_deliveries.c.next_attempt_at, webhook_deliveries.c.event_seq)
         )
