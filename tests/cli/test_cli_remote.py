@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +176,22 @@ async def _next_line(lines: BufferedByteReceiveStream) -> Any:
         return json.loads(await lines.receive_until(b"\n", 1 << 20))
 
 
+@contextlib.asynccontextmanager
+async def _tailing(*args: str, env: dict[str, str] | None = None) -> AsyncIterator[Any]:
+    """`agentpost tail --json ARGS` running: its lines of output, read one by one."""
+    tail = await anyio.open_process(
+        [str(AGENTPOST), "tail", "--json", *args], env=env, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert tail.stdout is not None
+        yield BufferedByteReceiveStream(tail.stdout)
+    finally:
+        tail.terminate()
+        with anyio.fail_after(10):
+            await tail.wait()
+        await tail.aclose()
+
+
 @pytest.mark.parametrize("by_env", [False, True], ids=["options", "environment"])
 async def test_tail_follows_the_keys_mail_on_the_remote_service(
     service: Service, tmp_path: Path, by_env: bool
@@ -189,22 +207,10 @@ async def test_tail_follows_the_keys_mail_on_the_remote_service(
     if by_env:
         env.update(AGENTPOST_URL=bob.url, AGENTPOST_KEY=bob.key)
         where = []
-    tail = await anyio.open_process(
-        [str(AGENTPOST), "tail", "--json", "--backlog", "5", *where],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert tail.stdout is not None
-        lines = BufferedByteReceiveStream(tail.stdout)
+    async with _tailing("--backlog", "5", *where, env=env) as lines:
         assert (await _next_line(lines))["id"] == before["id"]
         live = await alice.json("send", "bob", "while tail runs")
         assert (await _next_line(lines))["id"] == live["id"]
-    finally:
-        tail.terminate()
-        with anyio.fail_after(10):
-            await tail.wait()
-        await tail.aclose()
     assert not elsewhere.exists(), "tail opened a local post office"
     assert (await bob.json("inbox", "--peek"))["unread"] == 2, "tail marked mail read"
 
@@ -215,19 +221,8 @@ async def test_tail_shows_the_newest_unread_mail_as_its_backlog(service: Service
     alice = Remote(service, await service.create_agent("alice"))
     bob = Remote(service, await service.create_agent("bob"))
     sent = [(await alice.json("send", "bob", f"number {n}"))["id"] for n in range(5)]
-    tail = await anyio.open_process(
-        [str(AGENTPOST), "tail", "--json", "--backlog", "2", "--url", bob.url, "--key", bob.key],
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert tail.stdout is not None
-        lines = BufferedByteReceiveStream(tail.stdout)
+    async with _tailing("--backlog", "2", "--url", bob.url, "--key", bob.key) as lines:
         assert [(await _next_line(lines))["id"] for _ in range(2)] == sent[-2:]
-    finally:
-        tail.terminate()
-        with anyio.fail_after(10):
-            await tail.wait()
-        await tail.aclose()
 
 
 async def test_tail_with_a_refused_key_exits_with_the_refusal(service: Service) -> None:
@@ -248,34 +243,12 @@ async def test_tail_shows_the_newest_unread_mail_past_a_page_of_it(tmp_path: Pat
     raised = {"AGENTPOST_SEND_RATE_PER_MINUTE": "100000"}
     async with running_service(tmp_path, raised) as service:
         alice = service.client(await service.create_agent("alice"))
-        key = await service.create_agent("bob")
-        bob = Remote(service, key)
+        bob = Remote(service, await service.create_agent("bob"))
         sent = []
         for n in range(MAX_LIMIT + 3):
             answer = await alice.post("/v1/messages", json={"to": "bob", "body": f"n{n}"})
             sent.append(answer.json()["id"])
         read = await bob.json("inbox", "--limit", "1")  # the oldest, read: not a backlog's
         assert [m["id"] for m in read["messages"]] == sent[:1]
-        tail = await anyio.open_process(
-            [
-                str(AGENTPOST),
-                "tail",
-                "--json",
-                "--backlog",
-                "3",
-                "--url",
-                bob.url,
-                "--key",
-                bob.key,
-            ],
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            assert tail.stdout is not None
-            lines = BufferedByteReceiveStream(tail.stdout)
+        async with _tailing("--backlog", "3", "--url", bob.url, "--key", bob.key) as lines:
             assert [(await _next_line(lines))["id"] for _ in range(3)] == sent[-3:]
-        finally:
-            tail.terminate()
-            with anyio.fail_after(10):
-                await tail.wait()
-            await tail.aclose()
