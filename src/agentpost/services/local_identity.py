@@ -17,7 +17,6 @@ import anyio
 import anyio.to_thread
 
 from agentpost.domain.names import slugify
-from agentpost.store import notes
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +156,10 @@ def pid_alive(pid: int, start: str | None = None) -> bool:
         return False
     except PermissionError:
         pass  # another user's process runs there: /proc still tells whose it is
+    # Here, not at the top: `agentpost mcp --url` reads its worktree through this module and
+    # loads nothing of the store (its start is a client's).
+    from agentpost.store import notes
+
     return notes.process_runs(pid, start) is not False
 
 
