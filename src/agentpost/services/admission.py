@@ -20,11 +20,19 @@ already said: the process must start a new one, which the client's reconnect doe
 class Admission:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._admitted: dict[tuple[str, str | None], int] = {}
+        """Callers admitted while `Store.accounts_version` stood at the number kept: as
+        authentication's callers (`services.keys`), they stand while it does, since disabling
+        an agent or ending a session makes it grow, in this process or another."""
 
     async def admit(self, caller: Caller) -> None:
         """Refuse the call of a disabled agent (`gone`, as the command line and mail to it
         are) or of a session that disabling ended (`not_found`, as a session the service no
         longer knows is)."""
+        asked = (caller.agent, caller.session_id)
+        version = self.store.accounts_version()
+        if version is not None and self._admitted.get(asked) == version:
+            return
 
         def look(conn: Connection) -> tuple[Any, Any]:
             agent = rows.get_agent(conn, caller.agent)
@@ -36,3 +44,5 @@ class Admission:
             raise AgentpostError(ErrorCode.GONE, f"agent {caller.agent!r} is disabled")
         if session is not None and session.ended_at is not None:
             raise not_found(ENDED, session=caller.session_id)
+        if version is not None:
+            self._admitted[asked] = version
