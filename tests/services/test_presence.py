@@ -166,9 +166,34 @@ async def test_a_session_disabling_ended_is_a_commands_session_when_asked_for(
         clock.advance(1)
         await office.admin.disable_agent(await owner(office), "zed")
         assert await office.presence.session_of_process(command.pid) is None
-        found = await office.presence.session_of_process(command.pid, disabled_too=True)
+        found = await office.presence.session_of_process(command.pid, owner_ended_too=True)
         assert found is not None
         assert (found.agent, found.id) == ("zed", zed.session_id)
+
+
+async def test_a_session_disabling_ended_stays_a_commands_session_once_the_agent_is_enabled(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """Enabling the agent opens none of its ended sessions again: while the old `agentpost mcp`
+    runs, a command beside it is that session's (for the command line to refuse as its calls
+    are), never the owner's. One its own process ended is no one's, and once the old process
+    exits, neither is the one disabling ended."""
+    with sleeping() as server, sleeping() as command, sleeping() as closed:
+        zed = await session_caller(office, "zed", pid=server.pid)
+        await office.presence.end_session(  # as a process closing ends its own
+            (await session_caller(office, "zed", pid=closed.pid)).session_id or ""
+        )
+        clock.advance(1)
+        admin = await owner(office)
+        await office.admin.disable_agent(admin, "zed")
+        await office.admin.enable_agent(admin, "zed")
+        assert await office.presence.session_of_process(command.pid) is None
+        found = await office.presence.session_of_process(command.pid, owner_ended_too=True)
+        assert found is not None
+        assert (found.agent, found.id) == ("zed", zed.session_id)
+        server.kill()
+        server.wait()
+        assert await office.presence.session_of_process(command.pid, owner_ended_too=True) is None
 
 
 async def test_a_name_held_by_a_live_session_cannot_be_taken_by_another(

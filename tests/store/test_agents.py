@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from sqlalchemy import Connection
 
@@ -106,6 +108,25 @@ async def test_ending_a_session_twice_keeps_its_first_end(store: Store, clock: F
     row = await store.read(lambda c: agents.get_session(c, "s1"))
     assert row is not None
     assert row.ended_at == ended
+
+
+async def test_sessions_the_owner_ended_are_the_local_ones_disabling_ended_enabled_or_not(
+    store: Store, clock: FakeClock
+) -> None:
+    """Not one that ended itself before, nor one over HTTP (no process of this host runs it)."""
+    await add(store, "alice", "s_closed", "s_disabled")
+    await store.write(
+        lambda c: agents.open_session(
+            c, replace(session("s_http", "alice", clock()), transport="http"), derived_name=False
+        )
+    )
+    await store.write(lambda c: agents.end_sessions(c, ["s_closed"], clock()))
+    clock.advance(1)
+    await store.write(lambda c: agents.update_agent(c, "alice", disabled_at=clock()))
+    await store.write(lambda c: agents.end_agent_sessions(c, "alice", clock()))
+    await store.write(lambda c: agents.update_agent(c, "alice", disabled_at=None))
+    found = await store.read(agents.sessions_the_owner_ended)
+    assert [row.id for row in found] == ["s_disabled"]
 
 
 async def test_an_ended_session_takes_no_more_heartbeats(store: Store, clock: FakeClock) -> None:

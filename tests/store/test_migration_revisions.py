@@ -416,3 +416,48 @@ async def test_0021_records_no_start_for_sessions_opened_before_it_and_its_downg
     await migrate_to(fresh_database_url, "0020", back=True)
     assert await inspected(fresh_database_url, _sessions) == [("s_1", 4242)]
     assert "pid_start" not in await inspected(fresh_database_url, _session_columns)
+
+
+def _sessions_disabling_ended_before_0022(conn: Connection) -> None:
+    """zed, disabled at 5, had a session end then (s_1), one end before (s_2), one over HTTP
+    end then (s_3) and one live (s_4); amy, enabled, had one end at 5 too (s_5)."""
+    conn.execute(
+        text(
+            "INSERT INTO agents (name, created_at, disabled_at) VALUES ('zed', 1.0, 5.0),"
+            " ('amy', 1.0, NULL)"
+        )
+    )
+    for sid, agent, transport, ended in [
+        ("s_1", "zed", "stdio", 5.0),
+        ("s_2", "zed", "stdio", 4.0),
+        ("s_3", "zed", "http", 5.0),
+        ("s_4", "zed", "stdio", None),
+        ("s_5", "amy", "stdio", 5.0),
+    ]:
+        conn.execute(
+            text(
+                "INSERT INTO sessions (id, agent, transport, host, pid, started_at, heartbeat_at,"
+                " ended_at) VALUES (:sid, :agent, :transport, 'box', 4242, 1.0, 1.0, :ended)"
+            ),
+            {"sid": sid, "agent": agent, "transport": transport, "ended": ended},
+        )
+    conn.commit()
+
+
+def _ended_by_owner(conn: Connection) -> list[Any]:
+    query = "SELECT id FROM sessions WHERE ended_by_owner ORDER BY id"
+    return list(conn.execute(text(query)).scalars())
+
+
+async def test_0022_marks_the_local_sessions_disabling_ended_and_its_downgrade_keeps_them(
+    fresh_database_url: str,
+) -> None:
+    """Those the code before it read as ended by disabling: of an agent disabled now, a local
+    session that ended as it was disabled, or since. Going back drops only the new column."""
+    await migrate_to(fresh_database_url, "0021")
+    await inspected(fresh_database_url, _sessions_disabling_ended_before_0022)
+    await migrate_to(fresh_database_url, "0022")
+    assert await inspected(fresh_database_url, _ended_by_owner) == ["s_1"]
+    await migrate_to(fresh_database_url, "0021", back=True)
+    assert len(await inspected(fresh_database_url, _sessions)) == 5
+    assert "ended_by_owner" not in await inspected(fresh_database_url, _session_columns)

@@ -181,7 +181,7 @@ async def local_caller(office: PostOffice, named: str | None, creates_sender: bo
     (its session ended, its `agentpost mcp` runs on: refused `gone`); else the owner."""
     session = None
     if named is None:
-        session = await office.presence.session_of_process(os.getpid(), disabled_too=True)
+        session = await office.presence.session_of_process(os.getpid(), owner_ended_too=True)
     name = named or (session.agent if session is not None else OWNER)
     if creates_sender:
         caller = Caller(agent=name)  # the send admits its sender itself: see `run`

@@ -124,21 +124,21 @@ class PresenceService:
     # -- sessions ----------------------------------------------------------------------------
 
     async def session_of_process(
-        self, pid: int, *, disabled_too: bool = False
+        self, pid: int, *, owner_ended_too: bool = False
     ) -> notes.LiveSession | None:
         """The session a local process acts for (a command an agent runs, the commit guard's
         `git commit`): the live stdio session of this host started by the same parent as one of
         the process's ancestors, as Claude Code starts both `agentpost mcp` and the commands it
         runs (the hook's lookup, agentpost.store.notes); None when there is none. It carries the
         session's project, the one it reserves in, which the client's settings may have named
-        for the server alone. `disabled_too`: also one that disabling its agent ended, whose
-        process runs on, so a command of that agent is refused as its rather than taken for the
-        owner's."""
+        for the server alone. `owner_ended_too`: also one that disabling its agent ended, whose
+        process runs on (the agent enabled again or not), so a command of that agent is refused
+        as its rather than taken for the owner's; one its own process ended is no one's."""
         now, host = self.store.clock(), this_host()
 
         def look(conn: Connection) -> list[Row[Any]]:
             found = rows.live_sessions(conn, now, self.settings.offline_after_s)
-            return found + rows.sessions_disabling_ended(conn) if disabled_too else found
+            return found + rows.sessions_the_owner_ended(conn) if owner_ended_too else found
 
         found = await self.store.read(look)
         here = [

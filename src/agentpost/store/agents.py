@@ -207,17 +207,11 @@ def live_sessions(
     return list(conn.execute(query))
 
 
-def sessions_disabling_ended(conn: Connection) -> list[Row[Any]]:
-    """Local sessions that ended as their agent was disabled (or since): a process may still
-    run in one, and what it runs must not pass for the owner's."""
-    query = (
-        select(sessions)
-        .join(agents, agents.c.name == sessions.c.agent)
-        .where(
-            agents.c.disabled_at.is_not(None),
-            sessions.c.transport == "stdio",
-            sessions.c.ended_at >= agents.c.disabled_at,
-        )
+def sessions_the_owner_ended(conn: Connection) -> list[Row[Any]]:
+    """Local sessions that ended as the owner disabled their agent, enabled again since or
+    not: a process may still run in one, and what it runs must not pass for the owner's."""
+    query = select(sessions).where(
+        sessions.c.ended_by_owner.is_(True), sessions.c.transport == "stdio"
     )
     return list(conn.execute(query))
 
@@ -415,8 +409,9 @@ def forget_old_sessions(conn: Connection, before: float, limit: int) -> int:
 
 
 def end_agent_sessions(conn: Connection, agent: str, now: float) -> None:
+    """The owner's end of them, as it disables the agent: marked so (`sessions_the_owner_ended`)."""
     conn.execute(
         update(sessions)
         .where(sessions.c.agent == agent, sessions.c.ended_at.is_(None))
-        .values(ended_at=now)
+        .values(ended_at=now, ended_by_owner=True)
     )

@@ -71,6 +71,9 @@ sessions = Table(
     # of an agent's live sessions, the one that said so last speaks for it in `who`.
     Column("said_at", Float),
     Column("ended_at", Float),
+    # Ended as the owner disabled its agent (0022): its process may run on, and a command
+    # beside it is refused as the agent's (`Presence.session_of_process`), enabled or not.
+    Column("ended_by_owner", Boolean, nullable=False, server_default=text("false")),
     Column("urgent_cursor", SeqType, nullable=False, server_default="0"),
     Index("ix_sessions_agent_live", "agent", "ended_at"),
 )
