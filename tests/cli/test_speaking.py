@@ -23,6 +23,7 @@ import pytest
 
 from agentpost.cli.main import EXIT_CODES
 from agentpost.domain.errors import ErrorCode
+from agentpost.services.admission import ENDED
 from claude_stand_in import ask, claude_code
 from command_line import (
     AGENTPOST,
@@ -138,6 +139,28 @@ def test_a_command_an_agent_runs_once_disabled_is_gone_never_the_owners() -> Non
         assert done["stderr"].startswith("error: gone: agent 'zed' is disabled"), done["stderr"]
         assert done["returncode"] == EXIT_CODES[ErrorCode.GONE]
     assert mail_of("bob") == []
+
+
+def test_a_command_an_agent_runs_once_enabled_again_is_told_to_restart_never_the_owners(
+    isolated_home: Path,
+) -> None:
+    """Enabling the agent leaves the session disabling ended over, its `agentpost mcp` running
+    on: what its client runs then is refused as that process's calls are (`not_found`, start
+    `agentpost mcp` again), not the owner's words; once its client restarts it, the agent's."""
+    arrange("bob")
+    with claude("zed") as zed:
+        for act in ("disable", "enable"):
+            assert agentpost("admin", act, "zed").returncode == 0
+        sent = run_in(zed, "send", "bob", "sent by zed's ended session")
+        me = run_in(zed, "whoami")
+        assert ask(zed, "restart") == "ready"
+        again = json_in(zed, "whoami")
+        restarted = live_session_of(isolated_home, "zed")
+    for done in (sent, me):
+        assert done["stderr"].startswith(f"error: not_found: {ENDED}"), done["stderr"]
+        assert done["returncode"] == EXIT_CODES[ErrorCode.NOT_FOUND]
+    assert mail_of("bob") == []
+    assert (again["name"], again["session_id"]) == ("zed", restarted)
 
 
 @pytest.mark.anyio

@@ -177,11 +177,15 @@ def run(
 async def local_caller(office: PostOffice, named: str | None, creates_sender: bool) -> Caller:
     """Who a local command speaks as: the agent `--as` (or AGENTPOST_AGENT) names; else, run
     under an agent's session (a command its Claude Code runs), that session's agent, in that
-    session: an agent's words never reach a colleague as the owner's, nor a disabled agent's
-    (its session ended, its `agentpost mcp` runs on: refused `gone`); else the owner."""
+    session: an agent's words never reach a colleague as the owner's. A session the owner ended
+    by disabling its agent, its `agentpost mcp` running on, refuses the command as it refuses
+    that process's calls: `gone` while the agent is disabled, `not_found` once it is enabled
+    again, until the process starts anew. Else the owner."""
     session = None
     if named is None:
         session = await office.presence.session_of_process(os.getpid(), owner_ended_too=True)
+        if session is not None:
+            await office.admission.admit(Caller(session.agent, session.id))
     name = named or (session.agent if session is not None else OWNER)
     if creates_sender:
         caller = Caller(agent=name)  # the send admits its sender itself: see `run`
