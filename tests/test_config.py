@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agentpost.config import TOOL_GROUPS, Settings, load_settings
+from agentpost.config import MAX_LOCKOUT_FAILURES, TOOL_GROUPS, Settings, load_settings
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.limits import Limits
 from agentpost.mcp.http import GROUPS
@@ -85,6 +85,9 @@ def test_a_missing_config_file_means_defaults(config_file: Path) -> None:
         ("DEFAULT_TTL_S", "inf"),  # "never" is an unset TTL, not an infinite one
         ("MAX_WAIT_S", "nan"),
         ("LOCKOUT_S", "inf"),
+        # Each failure has a row of its own, all read at the next one: a million of them made
+        # every wrong key `unavailable` (more parameters than the database takes in one query).
+        ("LOCKOUT_FAILURES", str(MAX_LOCKOUT_FAILURES + 1)),
         ("HOME", ""),  # would be whichever folder the command runs in
         ("DATABASE_URL", "sqlite:///"),
         ("DATABASE_URL", "sqlite:///:memory:"),  # processes share the post office

@@ -60,6 +60,12 @@ DATABASE_SCHEMES = ("sqlite:///", *POSTGRES_SCHEMES)
 TOOL_GROUPS = ("core", "channels", "profile", "coord", "admin")
 """The MCP tool groups `/mcp` serves (agentpost.mcp.http.GROUPS; a test keeps them equal)."""
 
+MAX_LOCKOUT_FAILURES = 1000
+"""Each failure counted toward a lockout is a row of its own, all read at the next failure
+while the write lock is held: a count in the millions made every wrong key `unavailable`
+(more query parameters than SQLite or PostgreSQL take) and held the writes of every
+replica up while the query was built."""
+
 
 class Settings(BaseSettings):
     """Every key here is documented in docs/CONFIG.md."""
@@ -111,7 +117,7 @@ class Settings(BaseSettings):
     """Self-registrations per client IP per hour."""
     register_total_per_hour: int = Field(100, ge=1)
     """Self-registrations from all addresses together per hour."""
-    lockout_failures: int = Field(10, ge=1)
+    lockout_failures: int = Field(10, ge=1, le=MAX_LOCKOUT_FAILURES)
     """Failed authentications from one IP, within `lockout_s`, that lock it out."""
     lockout_s: float = Field(900, gt=0, allow_inf_nan=False)
     """Both the window the failures are counted in and how long the lock lasts."""
