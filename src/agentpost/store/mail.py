@@ -481,6 +481,8 @@ def sent_rows(
 
 def sent_seq(conn: Connection, sender: str, message_id: str) -> int | None:
     """The `seq` of a message `sender` sent (None: no such message of theirs)."""
+    if never_stored(message_id):
+        return None
     seq = conn.execute(
         select(messages.c.seq).where(messages.c.id == message_id, messages.c.sender == sender)
     ).scalar()
