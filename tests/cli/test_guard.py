@@ -10,6 +10,7 @@ command line's. A fake Claude Code (tests/cli/_fake_claude.py) commits as the ag
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -277,12 +278,14 @@ async def test_with_a_url_and_key_the_guard_reads_the_remote_service(
     assert done.returncode == 0, done.stderr
 
 
-async def remote_reservation(service: Service, agent: str, worktree: Path | str) -> str:
-    """`agent` (made now, of project `shop`) reserves `src/*.py` exclusively from a session
-    minted in `worktree`, as `agentpost mcp --url` mints one; the agent's key."""
-    key = await service.create_agent(agent, project="shop")
+async def remote_reservation(
+    service: Service, agent: str, worktree: Path | str, project: str = "shop"
+) -> str:
+    """`agent` (made now, of `project`) reserves `src/*.py` exclusively from a session minted
+    in `worktree`, as `agentpost mcp --url` mints one; the agent's key."""
+    key = await service.create_agent(agent, project=project)
     client = service.client(key)
-    minted = await client.post("/v1/sessions", json={"project": "shop", "worktree": str(worktree)})
+    minted = await client.post("/v1/sessions", json={"project": project, "worktree": str(worktree)})
     assert minted.status_code == 201, minted.text
     session = {"Agentpost-Session": minted.json()["session_id"]}
     answer = await client.post("/v1/reservations", json={"paths": ["src/*.py"]}, headers=session)
@@ -329,6 +332,168 @@ async def test_with_the_owners_key_claims_made_from_this_worktree_are_the_commit
     env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": service.admin_key}
     done = await anyio.to_thread.run_sync(lambda: commit(repo, "src/app.py", **env))
     assert done.returncode == 0, done.stderr
+
+
+# -- the post office Claude Code's settings name --------------------------------------------------
+
+
+def elsewhere(tmp_path: Path) -> dict[str, str]:
+    """A committer whose own post office is another file than the service's: the service runs
+    on another machine, as far as the guard can tell."""
+    return {"AGENTPOST_HOME": str(tmp_path / "committer-home")}
+
+
+def name_server(file: Path, entry: dict[str, object], *, folder: Path | None = None) -> None:
+    """Write the `agentpost` MCP server into `file`: `.mcp.json`'s form, or, given the `folder`
+    Claude Code runs in, `~/.claude.json`'s local scope for it (`claude mcp add`'s default)."""
+    servers = {"mcpServers": {"agentpost": entry, "other": {"type": "http", "url": "http://x/"}}}
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps(servers if folder is None else {"projects": {str(folder): servers}}))
+
+
+def claude_json() -> Path:
+    return Path(os.environ["CLAUDE_CONFIG_DIR"]) / ".claude.json"
+
+
+async def try_commit(repo: Path, *files: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return await anyio.to_thread.run_sync(lambda: commit(repo, *files, **env))
+
+
+async def held_by_bob(repo: Path, service: Service, project: str = "shop") -> str:
+    """The guard installed, bob holding `src/*.py` of `project` on the service (from another
+    machine's worktree); the key of alice, who commits."""
+    installed(repo)
+    await remote_reservation(service, "bob", "/elsewhere/shop", project)
+    return await service.create_agent("alice", project=project)
+
+
+@pytest.mark.anyio
+async def test_a_remote_post_office_named_only_in_mcp_json_holds_the_commit(
+    repo: Path, service: Service, tmp_path: Path
+) -> None:
+    """The hook has no AGENTPOST_URL: it read the committer's own post office, saw none of the
+    service's claims and let the commit through."""
+    alice_key = await held_by_bob(repo, service)
+    env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": alice_key}
+    name_server(repo / ".mcp.json", {"command": "agentpost", "args": ["mcp"], "env": env})
+    done = await try_commit(repo, "src/app.py", **elsewhere(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob as 'src/*.py'" in done.stderr
+    assert alice_key not in done.stderr
+    git(repo, "restore", "--staged", "src/app.py")
+    done = await try_commit(repo, "docs/guide.md", **elsewhere(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+
+
+@pytest.mark.anyio
+async def test_an_http_entry_names_the_service_and_its_bearer_key_from_the_environment(
+    repo: Path, service: Service, tmp_path: Path
+) -> None:
+    alice_key = await held_by_bob(repo, service)
+    entry = {
+        "type": "http",
+        "url": f"{service.url}/mcp?tools=core,coord",
+        "headers": {"authorization": "Bearer ${ALICE_KEY}"},
+    }
+    name_server(repo / ".mcp.json", entry)
+    done = await try_commit(repo, "src/app.py", ALICE_KEY=alice_key, **elsewhere(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_the_local_scope_claude_mcp_add_writes_outranks_the_projects_mcp_json(
+    repo: Path, service: Service, tmp_path: Path
+) -> None:
+    """README's `claude mcp add … -- agentpost mcp` writes `~/.claude.json`, under the folder:
+    there it wins over `.mcp.json`'s local `agentpost mcp`, as in Claude Code."""
+    alice_key = await held_by_bob(repo, service)
+    name_server(repo / ".mcp.json", {"command": "agentpost", "args": ["mcp"]})
+    remote = {"command": "agentpost", "args": ["mcp", f"--url={service.url}", "--key", alice_key]}
+    name_server(claude_json(), remote, folder=repo)
+    done = await try_commit(repo, "src/app.py", **elsewhere(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob" in done.stderr
+    assert alice_key not in done.stderr
+
+
+@pytest.mark.anyio
+async def test_a_project_the_entry_gives_its_server_is_the_one_checked_on_the_service(
+    repo: Path, service: Service, tmp_path: Path
+) -> None:
+    alice_key = await held_by_bob(repo, service, project="apollo")
+    env = {"AGENTPOST_URL": service.url, "AGENTPOST_PROJECT": "apollo"}
+    name_server(repo / ".mcp.json", {"command": "agentpost", "args": ["mcp"], "env": env})
+    done = await try_commit(repo, "src/app.py", AGENTPOST_KEY=alice_key, **elsewhere(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "(project apollo)" in done.stderr
+
+
+@pytest.mark.anyio
+async def test_a_remote_post_office_named_without_a_key_refuses_the_commit_and_says_why(
+    repo: Path, service: Service, tmp_path: Path
+) -> None:
+    """Not the committer's own post office in its place, nor a commit passed as checked: what
+    is missing is named, and how to commit all the same."""
+    await held_by_bob(repo, service)
+    name_server(repo / ".mcp.json", {"command": "agentpost", "args": ["mcp", "--url", service.url]})
+    done = await try_commit(repo, "docs/guide.md", **elsewhere(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert f"uses the post office at {service.url}, and no key for it is set here" in done.stderr
+    assert "AGENTPOST_GUARD=off" in done.stderr
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "1"
+    checked = agentpost(repo, "guard", "check", **elsewhere(tmp_path))
+    assert checked.returncode == 3, checked.stderr  # unauthenticated, as the command line says
+    done = await try_commit(repo, "docs/guide.md", AGENTPOST_GUARD="off", **elsewhere(tmp_path))
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_key_variable_unset_for_the_committer_refuses_the_commit_by_its_name(
+    repo: Path,
+) -> None:
+    installed(repo)
+    entry = {"type": "http", "url": "http://127.0.0.1:9/mcp"}
+    name_server(repo / ".mcp.json", {**entry, "headers": {"Authorization": "Bearer ${AP_KEY}"}})
+    done = commit(repo, "docs/guide.md")
+    assert done.returncode == 1, done.stderr
+    assert "takes its key from ${AP_KEY}, which is not set here" in done.stderr
+    assert "commit refused" in done.stderr
+
+
+def test_an_unreachable_service_named_in_mcp_json_is_said_and_the_commit_goes_through(
+    repo: Path,
+) -> None:
+    installed(repo)
+    secret = "ap_" + "k" * 43
+    env = {"AGENTPOST_URL": "http://127.0.0.1:9", "AGENTPOST_KEY": secret}
+    name_server(repo / ".mcp.json", {"command": "agentpost", "args": ["mcp"], "env": env})
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 0, done.stderr
+    assert "reservations not checked (unavailable: cannot reach the post office at " in done.stderr
+    assert "http://127.0.0.1:9" in done.stderr
+    assert secret not in done.stderr
+
+
+def test_an_mcp_json_that_is_not_json_is_said_and_the_commit_goes_through(repo: Path) -> None:
+    """Claude Code cannot read it either: no agent uses a post office it names."""
+    installed(repo)
+    (repo / ".mcp.json").write_text('{"mcpServers": {"agentpost": ')
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 0, done.stderr
+    assert f"reservations not checked (invalid_argument: {repo / '.mcp.json'} is not JSON" in (
+        done.stderr
+    )
+
+
+def test_a_local_agentpost_entry_keeps_the_local_post_office(repo: Path) -> None:
+    """What `agentpost install claude` writes; other servers of the file are not agentpost's."""
+    installed(repo)
+    name_server(repo / ".mcp.json", {"command": "agentpost", "args": ["mcp"]})
+    reserve("bob", ["src/**"])
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob" in done.stderr
 
 
 # -- installing and removing ----------------------------------------------------------------------

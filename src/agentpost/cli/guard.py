@@ -14,11 +14,16 @@ the same parent as one of the commit's ancestors (Claude Code starts both; the h
 two agents sharing a worktree are held to each other's reservations; only when neither names one
 are the reservations made from this worktree yours. The project is `AGENTPOST_PROJECT`, else that
 session's (an `env` of the client's settings for the server names it there alone), else the
-worktree's. It reads the local post office, or the remote one of `AGENTPOST_URL`/`AGENTPOST_KEY`,
-which knows no local processes: there the committer is `AGENTPOST_AGENT`, else the key's agent
-(an admin key's owner names none). When the post office cannot be read, whatever the reason (a
-bad config file included), it warns and lets the commit through: reservations are advisory, and
-a broken guard must not stop work.
+worktree's. It reads the post office the agents working here use: the one Claude Code's
+`agentpost` server names for this worktree (see `claude_servers`: the hook's environment is not
+the one Claude Code gives that server), else the one of the committer's own settings: the local
+file, or the service of `AGENTPOST_URL`/`AGENTPOST_KEY`. A service knows no local processes:
+there the committer is `AGENTPOST_AGENT`, else the key's agent (an admin key's owner names none).
+A service named without a key for it here refuses the commit, saying what to set: checking
+another post office in its place, or none, would pass as checked a commit nobody checked. When
+the post office cannot be read otherwise, whatever the reason (a service away, a bad config
+file), it warns and lets the commit through: reservations are advisory, and a broken guard must
+not stop work.
 `AGENTPOST_GUARD=off` bypasses it.
 """
 
@@ -46,6 +51,7 @@ if TYPE_CHECKING:  # the check loads what it needs when it runs: install stays q
     from agentpost.config import Settings
     from agentpost.domain.reservations import Reservation
     from agentpost.services import PostOffice
+    from agentpost.services.local_identity import LocalContext
 
 MARKER = "# agentpost-guard"
 CHAINED = "pre-commit.before-agentpost"
@@ -260,12 +266,31 @@ async def acting_here(
     return agent, project
 
 
+def _the_agents_office(
+    settings: Settings, context: LocalContext, environ: Mapping[str, str]
+) -> tuple[Settings, LocalContext]:
+    """The settings and context of the post office the agents committing here use, as Claude
+    Code's settings name it for the worktree (see `claude_servers`): its project too, when the
+    entry gives its server one."""
+    from dataclasses import replace
+
+    from agentpost.cli.claude_servers import office_settings
+    from agentpost.domain.names import slugify
+
+    folder = Path(context.folder or context.worktree)
+    found = office_settings(folder, environ, settings)
+    if found.project is not None and found.project != settings.project:
+        context = replace(context, project=slugify(found.project))
+    return found, context
+
+
 def check(environ: Mapping[str, str]) -> int:
     """The hook's verdict on the staged files: 0 lets the commit through, 1 refuses it."""
     if environ.get("AGENTPOST_GUARD", "").strip().lower() in OFF:
         return 0
     import anyio
 
+    from agentpost.cli.claude_servers import MissingHere
     from agentpost.config import load_settings
     from agentpost.domain.reservations import held_against
     from agentpost.services.local_identity import detect
@@ -276,6 +301,15 @@ def check(environ: Mapping[str, str]) -> int:
             return 0
         settings = load_settings()
         context = detect(project_override=settings.project)
+        try:
+            settings, context = _the_agents_office(settings, context, environ)
+        except MissingHere as exc:
+            typer.echo(
+                f"agentpost guard: reservations cannot be checked ({exc.code.value}: "
+                f"{exc.message}); commit refused: commit anyway with AGENTPOST_GUARD=off",
+                err=True,
+            )
+            return EXIT_CODES[exc.code]
         agent, project, held = anyio.run(_read_post_office, settings, context.project)
     except Exception as exc:  # a bad config, an unreadable store, no git: never stop the commit
         if isinstance(exc, AgentpostError):
