@@ -449,6 +449,15 @@ async def test_a_remote_post_office_named_without_a_key_refuses_the_commit_and_s
     assert done.returncode == 0, done.stderr
 
 
+def test_the_committers_url_without_a_key_refuses_the_commit(repo: Path) -> None:
+    """It warned that the service was away, or refused the keyless call, and let the commit
+    through: a missing key is the committer's to set, not a service that is down."""
+    installed(repo)
+    done = commit(repo, "docs/guide.md", AGENTPOST_URL="http://127.0.0.1:9")
+    assert done.returncode == 1, done.stderr
+    assert "AGENTPOST_URL names the post office at http://127.0.0.1:9, and no key" in done.stderr
+
+
 def test_a_key_variable_unset_for_the_committer_refuses_the_commit_by_its_name(
     repo: Path,
 ) -> None:
