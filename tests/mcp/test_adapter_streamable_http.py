@@ -273,3 +273,22 @@ async def test_an_answered_request_is_not_read_again(monkeypatch: pytest.MonkeyP
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert len(app.bodies) == 1  # nothing cancelled
     assert read_again == []  # its body was parsed once, by the SDK
+
+
+@pytest.mark.parametrize("nesting", [b"[", b'{"a":'])
+async def test_a_large_request_nested_too_deep_to_parse_goes_to_the_sdk_whole(
+    nesting: bytes,
+) -> None:
+    """Its id was looked for as it arrived (it is too large to keep), and the parse's
+    RecursionError left the gate: the client got a 500, where the SDK refuses it as a parse
+    error."""
+    app = Reader(answers=True)
+    gate = ConnectionGate(
+        app, principal_of=lambda s: s.get("who"), connections=app, per_principal=4
+    )
+    deep = nesting * 20_000
+    scope, receive = on_connection("alice", deep)
+    sent, record = recorder()
+    await gate(scope, receive, record)
+    assert app.bodies == [deep]
+    assert sent[0]["status"] == 200

@@ -752,6 +752,24 @@ async def test_another_agents_key_cannot_use_a_legacy_connection_id(service: Ser
     assert answer["structuredContent"]["agent"] == "alice"
 
 
+async def test_a_legacy_request_nested_too_deep_to_read_is_a_parse_error_not_a_500(
+    service: Service,
+) -> None:
+    """A body over 16 KiB is read for its id as it arrives; one nested deeper than Python's
+    parser goes raised RecursionError there, and its client got a 500 Internal Server Error."""
+    key = await service.create_agent("alice")
+    alice = service.client(key, Accept="application/json, text/event-stream")
+    connection = await legacy_handshake(alice)
+    on_it = {"Mcp-Session-Id": connection, "MCP-Protocol-Version": LEGACY}
+    as_json = {**on_it, "Content-Type": "application/json"}
+    answer = await alice.post("/mcp", content=b"[" * 20_000, headers=as_json)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == types.PARSE_ERROR
+    assert (await legacy_call(alice, connection, "whoami", {}))["structuredContent"][
+        "agent"
+    ] == "alice"
+
+
 async def test_one_agent_holds_at_most_max_mcp_connections_open(tmp_path: Path) -> None:
     env = {"AGENTPOST_MAX_MCP_CONNECTIONS": "2"}
     async with running_service(tmp_path, env) as service:

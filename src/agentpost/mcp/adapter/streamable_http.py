@@ -297,7 +297,7 @@ def _request_id(body: bytes) -> int | str | None:
     a response, what is not JSON-RPC)."""
     try:
         message = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to read: the SDK says
         return None
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
         return None
