@@ -292,3 +292,52 @@ async def test_a_large_request_nested_too_deep_to_parse_goes_to_the_sdk_whole(
     await gate(scope, receive, record)
     assert app.bodies == [deep]
     assert sent[0]["status"] == 200
+
+
+class TakesItForANotification(Reader):
+    """Stands in for the SDK, which takes a message with a `method` and an `id` that is no
+    string or integer for a notification: answered 202, never run, never answered."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+        await send({"type": "http.response.start", "status": 202, "headers": []})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def with_id(request_id: object, padding: int = 0) -> bytes:
+    params = {"name": "send", "arguments": {"to": "bob", "body": "x" * padding}}
+    message = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+    return json.dumps(message).encode()
+
+
+@pytest.mark.parametrize("padding", [0, 40_000])
+@pytest.mark.parametrize("request_id", [1.5, None, True, {"n": 1}, [1]])
+async def test_a_request_whose_id_is_no_string_or_integer_is_refused_not_left_unanswered(
+    request_id: object, padding: int
+) -> None:
+    """The SDK answered it 202, as a notification, so its client waited out its timeout for an
+    answer that never came; a 2026-era request so made is refused -32600, as this is now."""
+    app = TakesItForANotification(answers=False)
+    gate = ConnectionGate(
+        app, principal_of=lambda s: s.get("who"), connections=app, per_principal=4
+    )
+    scope, receive = on_connection("alice", with_id(request_id, padding))
+    sent, record = recorder()
+    await gate(scope, receive, record)
+    assert sent[0]["status"] == 400
+    body = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert body["id"] is None
+    assert body["error"]["code"] == -32600
+    assert "id" in body["error"]["message"]
+
+
+async def test_a_notification_is_still_accepted_with_202() -> None:
+    app = TakesItForANotification(answers=False)
+    gate = ConnectionGate(
+        app, principal_of=lambda s: s.get("who"), connections=app, per_principal=4
+    )
+    note = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+    scope, receive = on_connection("alice", note)
+    sent, record = recorder()
+    await gate(scope, receive, record)
+    assert [m.get("status") for m in sent] == [202, None]

@@ -770,6 +770,25 @@ async def test_a_legacy_request_nested_too_deep_to_read_is_a_parse_error_not_a_5
     ] == "alice"
 
 
+@pytest.mark.parametrize("request_id", [1.5, None, {"n": 1}])
+async def test_a_legacy_request_whose_id_no_answer_could_name_is_refused_and_runs_nothing(
+    service: Service, request_id: object
+) -> None:
+    """The SDK took it for a notification: 202, nothing run, nothing ever answered, so its
+    client waited out its timeout; a 2026-era request so made was refused (-32600) already."""
+    key = await service.create_agent("alice")
+    alice = service.client(key, Accept="application/json, text/event-stream")
+    connection = await legacy_handshake(alice)
+    on_it = {"Mcp-Session-Id": connection, "MCP-Protocol-Version": LEGACY}
+    call = {"jsonrpc": "2.0", "id": request_id, "method": "tools/call"}
+    call["params"] = {"name": "send", "arguments": {"to": "alice", "body": "hello"}}
+    answer = await alice.post("/mcp", json=call, headers=on_it)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["id"] is None
+    assert answer.json()["error"]["code"] == types.INVALID_REQUEST
+    assert (await alice.get("/v1/sent")).json()["messages"] == []
+
+
 async def test_one_agent_holds_at_most_max_mcp_connections_open(tmp_path: Path) -> None:
     env = {"AGENTPOST_MAX_MCP_CONNECTIONS": "2"}
     async with running_service(tmp_path, env) as service:

@@ -159,23 +159,37 @@ class ConnectionGate:
         the answer, the SDK is told the request is cancelled, as if the client had said so, so a
         `wait` that nobody will read takes no mail (the SDK would run it to the end). Which
         request that was is read from the body only then: an answered request (nearly all)
-        costs no second parse of its JSON, unless its body is too large to keep meanwhile."""
+        costs no second parse of its JSON, unless its body is too large to keep meanwhile. What
+        the SDK took for a notification (202) is read again: a request whose id is no string or
+        integer is taken so, and its client waits for an answer; it is refused instead."""
         body = bytearray()
         request_id: int | str | None = None
-        answered = False
+        unanswerable = answered = refused = False
 
         async def reading() -> Message:
-            nonlocal request_id
+            nonlocal request_id, unanswerable
             message = await receive()
             if message["type"] == "http.request":
                 body.extend(message.get("body", b""))
                 if not message.get("more_body", False) and len(body) > _KEPT_BODY_BYTES:
-                    request_id = _request_id(bytes(body))
+                    parsed = _parsed(bytes(body))
+                    request_id, unanswerable = _id_of(parsed), _unanswerable(parsed)
                     body.clear()
             return message
 
         async def watched(message: Message) -> None:
-            nonlocal answered
+            nonlocal answered, refused
+            if refused:
+                return  # the SDK's 202, replaced by the refusal
+            if (
+                message["type"] == "http.response.start"
+                and message["status"] == 202
+                and (unanswerable or (body and _unanswerable(_parsed(bytes(body)))))
+            ):
+                # Taken for a notification: its client would wait for an answer never sent.
+                refused = answered = True
+                await _unanswerable_id()(scope, receive, send)
+                return
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 answered = True
             await send(message)
@@ -292,17 +306,33 @@ def _legacy(version: str | None) -> bool:
     return version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
 
 
-def _request_id(body: bytes) -> int | str | None:
-    """The id of the JSON-RPC request `body` holds; None for anything else (a notification,
-    a response, what is not JSON-RPC)."""
+def _parsed(body: bytes) -> dict[str, Any] | None:
+    """The JSON-RPC request or notification `body` holds; None for anything else (a response,
+    what is not JSON-RPC, what is nested too deep to read: the SDK says so)."""
     try:
         message = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON, or nested too deep to read: the SDK says
+    except (ValueError, RecursionError):
         return None
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
         return None
-    found = message.get("id")
+    return message
+
+
+def _id_of(message: dict[str, Any] | None) -> int | str | None:
+    found = None if message is None else message.get("id")
     return found if isinstance(found, int | str) and not isinstance(found, bool) else None
+
+
+def _request_id(body: bytes) -> int | str | None:
+    """The id of the JSON-RPC request `body` holds; None for anything else (a notification,
+    a response, what is not JSON-RPC)."""
+    return _id_of(_parsed(body))
+
+
+def _unanswerable(message: dict[str, Any] | None) -> bool:
+    """A request (it has an `id`) whose id is no string or integer, where an answer must name
+    it: the SDK takes it for a notification, runs nothing and answers nothing."""
+    return message is not None and "id" in message and _id_of(message) is None
 
 
 def _cancelling(scope: Scope, request_id: int | str) -> tuple[Scope, Receive, Send]:
@@ -368,6 +398,16 @@ def jsonrpc_refusal(
         "error": {"code": types.INVALID_REQUEST, "message": message},
     }
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _unanswerable_id() -> JSONResponse:
+    """A request whose id no answer could name, refused as the 2026-era transport refuses it
+    (-32600), not taken for a notification (202)."""
+    return jsonrpc_refusal(
+        "invalid_argument: a request's id is a string or an integer (MCP allows no null): "
+        "no answer could name this one",
+        400,
+    )
 
 
 def _refusal(err: AgentpostError, status: int) -> JSONResponse:
