@@ -40,6 +40,21 @@ async def test_health_answers_without_a_key(service: Service) -> None:
     assert answer.json()["status"] == "ok"
 
 
+async def test_health_and_readiness_answer_a_head_check_with_their_status_alone(
+    service: Service,
+) -> None:
+    """A load balancer may check with HEAD (HAProxy's `option httpchk HEAD /ready`, many
+    uptime monitors): both answered 405, and every replica was taken for down."""
+    anonymous = service.client()
+    for path in ("/health", "/ready"):
+        answer = await anonymous.head(path)
+        assert answer.status_code == 200, path
+        assert answer.content == b""
+    refused = await anonymous.post("/ready")
+    assert refused.status_code == 405
+    assert refused.headers["allow"] == "GET, HEAD"
+
+
 async def test_readiness_answers_without_a_key_while_the_database_answers(
     service: Service,
 ) -> None:
@@ -186,6 +201,7 @@ async def test_a_replica_whose_sqlite_file_takes_no_writes_is_unready_and_says_w
                 frozen = await anonymous.get("/ready")
                 assert frozen.status_code == 503, frozen.text
                 assert "read-only" in frozen.json()["error"]["message"]
+                assert (await anonymous.head("/ready")).status_code == 503
             assert (await anonymous.get("/ready")).status_code == 200
 
 

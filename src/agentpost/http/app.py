@@ -66,6 +66,11 @@ def build_rest_app(office: PostOffice) -> FastAPI:
         key."""
         return (await office.readiness()).to_dict()
 
+    # A load balancer may check with HEAD (HAProxy's `option httpchk HEAD /ready`): the same
+    # status, no body. Left out of the OpenAPI document, which names each operation once.
+    app.head("/health", include_in_schema=False)(health)
+    app.head("/ready", include_in_schema=False)(ready)
+
     return app
 
 
