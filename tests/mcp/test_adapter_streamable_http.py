@@ -341,3 +341,40 @@ async def test_a_notification_is_still_accepted_with_202() -> None:
     sent, record = recorder()
     await gate(scope, receive, record)
     assert [m.get("status") for m in sent] == [202, None]
+
+
+class RefusesWithoutASession(Reader):
+    """Stands in for the SDK, which takes an opening `initialize` whose id is no string or
+    integer for a notification sent without a connection, and refuses it for that."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+        error = {"code": -32600, "message": "Bad Request: Missing session ID"}
+        missing = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+        await send({"type": "http.response.start", "status": 400, "headers": []})
+        await send({"type": "http.response.body", "body": missing, "more_body": False})
+
+
+@pytest.mark.parametrize("request_id", [1.5, None, {"n": 1}])
+async def test_an_opening_whose_id_no_answer_could_name_is_refused_for_its_id(
+    request_id: object,
+) -> None:
+    """It was refused as a request that names no connection, which is what opening one is."""
+    app = RefusesWithoutASession(answers=False)  # counts one connection open already
+    gate = ConnectionGate(
+        app, principal_of=lambda s: s.get("who"), connections=app, per_principal=2
+    )
+    hello = {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": {}}
+    body = json.dumps(hello).encode()
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    for _ in range(2):  # the refused opening counts no more: the next one is let through
+        sent, record = recorder()
+        await gate(opening("alice"), receive, record)
+        assert sent[0]["status"] == 400
+        refusal = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+        assert refusal["error"]["code"] == -32600
+        assert "session" not in refusal["error"]["message"]
+        assert "id" in refusal["error"]["message"]

@@ -789,6 +789,21 @@ async def test_a_legacy_request_whose_id_no_answer_could_name_is_refused_and_run
     assert (await alice.get("/v1/sent")).json()["messages"] == []
 
 
+async def test_an_initialize_whose_id_no_answer_could_name_is_refused_for_its_id(
+    service: Service,
+) -> None:
+    """It was refused `Bad Request: Missing session ID`, which no opening request carries."""
+    key = await service.create_agent("alice")
+    alice = service.client(key, Accept="application/json, text/event-stream")
+    hello = {**legacy_initialize(), "id": None}
+    answer = await alice.post("/mcp", json=hello)
+    assert answer.status_code == 400, answer.text
+    message = answer.json()["error"]["message"]
+    assert "session" not in message
+    assert message.startswith("invalid_argument: a request's id is a string or an integer")
+    assert await legacy_handshake(alice)  # and nothing was left counted as opening
+
+
 async def test_one_agent_holds_at_most_max_mcp_connections_open(tmp_path: Path) -> None:
     env = {"AGENTPOST_MAX_MCP_CONNECTIONS": "2"}
     async with running_service(tmp_path, env) as service:

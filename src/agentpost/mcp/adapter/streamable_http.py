@@ -260,7 +260,29 @@ class ConnectionGate:
                 else:
                     del self._opening[principal]
 
+        body = bytearray()  # an `initialize` is small: kept up to _KEPT_BODY_BYTES
+        refused = False
+
+        async def reading() -> Message:
+            message = await receive()
+            if message["type"] == "http.request" and len(body) <= _KEPT_BODY_BYTES:
+                body.extend(message.get("body", b""))
+            return message
+
         async def answer(message: Message) -> None:
+            nonlocal refused
+            if refused:
+                return  # the SDK's refusal, replaced
+            if (
+                message["type"] == "http.response.start"
+                and message["status"] == 400
+                and _unanswerable(_parsed(bytes(body)))
+            ):
+                # The SDK took it for a notification and said a connection id was missing.
+                refused = True
+                opened()
+                await _unanswerable_id()(scope, receive, send)
+                return
             # By the answer's last byte the SDK has taken the `initialize` (the connection is
             # open, and counted there) or refused it. The handler's task may come back only
             # after the client has read it and sent more: counted here still, a connection
@@ -270,7 +292,7 @@ class ConnectionGate:
             await send(message)
 
         try:
-            await self._app(scope, receive, answer)
+            await self._app(scope, reading, answer)
         finally:
             opened()
 
