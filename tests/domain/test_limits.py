@@ -194,3 +194,18 @@ def test_one_line_is_text_without_a_break_of_any_kind(text: str) -> None:
 )
 def test_any_line_break_makes_two_lines(text: str) -> None:
     assert not rules.is_one_line(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("short", "short"),
+        ("x" * rules.QUOTED_CHARS, "x" * rules.QUOTED_CHARS),
+        ("x" * (rules.QUOTED_CHARS + 1), "x" * rules.QUOTED_CHARS + "…"),
+        ("é" * 100_000, "é" * rules.QUOTED_CHARS + "…"),
+        (3, "3"),
+        (["y" * 1000], "['" + "y" * (rules.QUOTED_CHARS - 2) + "…"),
+    ],
+)
+def test_a_refusal_quotes_at_most_a_short_prefix_of_a_value(value: object, shown: str) -> None:
+    assert rules.quoted(value) == shown

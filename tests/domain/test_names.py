@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import QUOTED_CHARS
 from agentpost.domain.names import (
     NAME_PATTERN,
     RESERVED,
@@ -35,6 +36,15 @@ def test_names_outside_the_grammar_are_invalid_arguments(name: str) -> None:
         check_name(name)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
     assert NAME_PATTERN in caught.value.message
+
+
+def test_an_over_long_name_is_refused_quoting_only_a_prefix_of_it() -> None:
+    with pytest.raises(AgentpostError) as caught:
+        check_name("x" * 100_000)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert NAME_PATTERN in caught.value.message
+    assert len(caught.value.message) < 200
+    assert caught.value.details == {"name": "x" * QUOTED_CHARS + "…"}
 
 
 def test_a_name_that_is_not_text_is_an_invalid_argument() -> None:

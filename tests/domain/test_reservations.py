@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import QUOTED_CHARS
 from agentpost.domain.models import Trust
 from agentpost.domain.reservations import (
     DEFAULT_TTL_S,
@@ -104,6 +105,12 @@ def test_absolute_escaping_empty_or_odd_paths_are_invalid(bad: str) -> None:
     with pytest.raises(AgentpostError) as caught:
         normalise_path(bad)
     assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_an_over_long_path_is_refused_quoting_only_a_prefix_of_it() -> None:
+    with pytest.raises(AgentpostError) as caught:
+        normalise_path("x" * 100_000)
+    assert caught.value.details == {"path": "x" * QUOTED_CHARS + "…"}
 
 
 def test_a_call_names_at_least_one_and_at_most_max_paths() -> None:

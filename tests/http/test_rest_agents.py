@@ -43,6 +43,21 @@ async def test_a_refused_profile_change_changes_nothing_of_the_session_either(
     assert profile(await alice.get("/v1/me")) == me
 
 
+async def test_an_over_long_capability_is_refused_quoting_only_a_prefix_of_it(
+    service: Service,
+) -> None:
+    alice = await service.agent("alice")
+    me = profile(await alice.get("/v1/me"))
+    answer = await alice.patch("/v1/me", json={"capabilities": ["python", "c" * 100_000]})
+    assert answer.status_code == 400, answer.text[:500]
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_argument"
+    assert "a capability is at most 64 characters" in error["message"]
+    assert error["details"]["limit"] == 64
+    assert len(answer.content) < 500
+    assert profile(await alice.get("/v1/me")) == me
+
+
 async def test_an_ended_session_does_not_say_what_an_agent_online_is_doing(
     service: Service,
 ) -> None:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Self, TypeGuard
 
 from agentpost.domain.errors import invalid
-from agentpost.domain.limits import check_text, is_one_line, too_large
+from agentpost.domain.limits import check_text, is_one_line, quoted, too_large
 from agentpost.domain.models import Trust, from_fields, trust_read
 
 KEY_PREFIX = "ap_"
@@ -69,10 +69,17 @@ def check_capabilities(values: object) -> list[str]:
     out: list[str] = []
     for value in values:
         tag = value.strip() if isinstance(value, str) else ""
-        if not tag or len(tag) > MAX_CAPABILITY or "\t" in tag or not is_one_line(tag):
+        if len(tag) > MAX_CAPABILITY:
+            raise invalid(
+                f"a capability is at most {MAX_CAPABILITY} characters: "
+                f"{quoted(tag)!r} has {len(tag)}",
+                capability=quoted(tag),
+                limit=MAX_CAPABILITY,
+            )
+        if not tag or "\t" in tag or not is_one_line(tag):
             raise invalid(
                 f"each capability must be one line of 1 to {MAX_CAPABILITY} characters",
-                capability=value if isinstance(value, str) else repr(value),
+                capability=quoted(value),
             )
         check_text(tag, "capability")
         if tag not in out:

@@ -17,6 +17,9 @@ MAX_QUERY_CHARS = 500
 """The longest full-text search query."""
 IDEMPOTENCY_S = 86_400.0
 """How long the answer to a request made under an idempotency key is kept for a retry."""
+QUOTED_CHARS = 40
+"""The most of a refused value a refusal quotes: enough to tell which value it was, however
+much was sent."""
 MAX_DATA_DEPTH = 64
 """How deeply `data` may nest: far beyond any real document, and far below the depth at
 which a JSON serializer on the way out (pydantic's, in every face) would refuse it."""
@@ -38,6 +41,14 @@ def too_large(what: str, size: int, limit: int, unit: str) -> AgentpostError:
         f"{what} is {size} {unit}, over the limit of {limit} {unit}",
         details={"limit": limit, "size": size},
     )
+
+
+def quoted(value: object) -> str:
+    """A refused value as a refusal quotes it, in its message and its details: at most
+    `QUOTED_CHARS` of it, cut with `…`. Quoted whole, a megabyte sent as a tag or a name came
+    back in the answer twice, into a model's context and the caller's logs."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "…"
 
 
 def check_cap(kept: int, limit: int, refusal: str, *, adding: int = 1) -> None:

@@ -7,6 +7,7 @@ import re
 import unicodedata
 
 from agentpost.domain.errors import invalid
+from agentpost.domain.limits import quoted
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 _NAME = re.compile(NAME_PATTERN)
@@ -27,8 +28,9 @@ def is_valid_name(name: str) -> bool:
 def check_name(name: str, what: str = "agent name") -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise invalid(
-            f"{what} {name!r} must match {NAME_PATTERN} (lower case, digits, '.', '_', '-')",
-            name=name,
+            f"{what} {quoted(name)!r} must match {NAME_PATTERN}"
+            " (lower case, digits, '.', '_', '-')",
+            name=quoted(name),
         )
     return name
 

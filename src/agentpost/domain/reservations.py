@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentpost.domain.errors import invalid
-from agentpost.domain.limits import check_cap, check_text, is_one_line, too_large
+from agentpost.domain.limits import check_cap, check_text, is_one_line, quoted, too_large
 from agentpost.domain.models import Trust, trust_read
 from agentpost.domain.wildmatch import Glob
 
@@ -56,12 +56,12 @@ def normalise_path(path: str) -> str:
     agent's listing), or over `MAX_PATH_CHARS`.
     """
     if not isinstance(path, str):
-        raise invalid("a reserved path is a string", path=repr(path))
+        raise invalid("a reserved path is a string", path=quoted(path))
     text = spelled(path.strip())
     if not text:
         raise invalid("a reserved path may not be empty")
     if len(text) > MAX_PATH_CHARS:
-        raise invalid(f"a reserved path is at most {MAX_PATH_CHARS} characters", path=text[:80])
+        raise invalid(f"a reserved path is at most {MAX_PATH_CHARS} characters", path=quoted(text))
     if not is_one_line(text) or any(unicodedata.category(c) == "Cc" for c in text):
         raise invalid(
             "a reserved path may not contain control characters or line breaks", path=text
