@@ -18,7 +18,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from agentpost.client.async_client import AsyncClient
 from agentpost.domain.limits import MAX_LIMIT
 from command_line import AGENTPOST, Remote
-from service_process import Service, running_service
+from service_process import Service, eventually, running_service
 
 pytestmark = pytest.mark.anyio
 
@@ -252,3 +252,28 @@ async def test_tail_shows_the_newest_unread_mail_past_a_page_of_it(tmp_path: Pat
         assert [m["id"] for m in read["messages"]] == sent[:1]
         async with _tailing("--backlog", "3", "--url", bob.url, "--key", bob.key) as lines:
             assert [(await _next_line(lines))["id"] for _ in range(3)] == sent[-3:]
+
+
+async def test_who_all_shows_the_owner_gone_offline_as_idle_not_active(tmp_path: Path) -> None:
+    """Each of the owner's commands opens its admin key's own session, which says nothing of
+    what the owner is doing: stored `active` by its opening, it showed an owner long gone as
+    active."""
+    quick = {"AGENTPOST_HEARTBEAT_S": "0.2", "AGENTPOST_OFFLINE_AFTER_S": "1"}
+    async with running_service(tmp_path, quick) as service:
+        the_owner = Remote(service, service.admin_key)
+        alice = Remote(service, await service.create_agent("alice"))
+        await the_owner.json("who")
+        looking = service.client(alice.key)
+
+        async def owner_gone() -> bool:
+            found = (await looking.get("/v1/presence", params={"include_offline": "true"})).json()
+            return [a["online"] for a in found["agents"] if a["name"] == "owner"] == [False]
+
+        await eventually(owner_gone)
+        found = {a["name"]: a for a in (await alice.json("who", "--all"))["agents"]}
+        assert (found["owner"]["online"], found["owner"]["status"]) == (False, "idle")
+        assert found["owner"]["last_seen_s"] is not None
+        table = (await alice.run("who", "--all")).stdout.decode()
+        (row,) = [line for line in table.splitlines() if "owner" in line]
+        assert "idle" in row
+        assert "active" not in row

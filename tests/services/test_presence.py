@@ -406,6 +406,25 @@ async def test_without_a_heartbeat_a_session_goes_offline_after_45_seconds(
     assert (await presence_of(office, "quiet")).last_seen_s == 45
 
 
+async def test_a_keys_own_session_shows_no_status_its_agent_never_said(
+    office: PostOffice, clock: FakeClock
+) -> None:
+    """The owner's commands over HTTP each open its admin key's own session, stored `active`
+    by its opening: the owner, long gone, showed as active."""
+    await owner(office)
+    writer, _ = await keyed(office, "writer")
+    await office.presence.update_profile(writer, status="blocked", objective="the parser")
+    clock.advance(office.settings.offline_after_s + 60)
+    gone = await presence_of(office, "owner")
+    assert (gone.online, gone.status, gone.objective) == (False, Status.IDLE, "")
+    assert gone.last_seen_s == office.settings.offline_after_s + 60
+    said = await presence_of(office, "writer")  # what it said stays what it was doing
+    assert (said.online, said.status, said.objective) == (False, Status.BLOCKED, "the parser")
+    back = await owner(office)
+    assert back.session_id is not None
+    assert (await presence_of(office, "owner")).status is Status.IDLE
+
+
 async def test_a_heartbeat_keeps_a_session_online(office: PostOffice, clock: FakeClock) -> None:
     caller = await session_caller(office, "steady")
     for _ in range(10):

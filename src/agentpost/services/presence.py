@@ -516,6 +516,10 @@ class PresenceService:
             is_online = row.name in online
             if not (is_online or include_offline):
                 continue
+            # A session that said nothing (a key's own, which any request opens: each command
+            # of the owner's over HTTP) was stored `active` by its opening, not by its agent:
+            # shown as such, an owner long gone read as active.
+            said = row.said_at is not None
             out.append(
                 Presence(
                     name=row.name,
@@ -523,8 +527,8 @@ class PresenceService:
                     project=row.project or row.agent_project,
                     branch=row.branch,
                     worktree=row.worktree,
-                    objective=row.objective or "",
-                    status=rows.status_of(row.status),
+                    objective=(row.objective if said else None) or "",
+                    status=rows.status_of(row.status if said else None),
                     online=is_online,
                     last_seen_s=None
                     if row.last_seen is None

@@ -269,7 +269,8 @@ def presence_rows(
     every live one heartbeats; with none live, the one seen last, a session not ended before
     any ended one (which says what the agent was doing, not what it is doing). A key's own
     session, opened by whatever request its key makes (a command's read), has said nothing
-    until it sets its status or objective: it speaks only when no live session has. `last_seen`
+    until it sets its status or objective: it speaks only when no live session has, and its
+    `said_at` None says that its status and objective are no words of the agent's. `last_seen`
     is the freshest heartbeat of any of its sessions, as the directory says it."""
     live = live_condition(now, offline_after_s)
     said = func.coalesce(sessions.c.said_at, 0.0)
@@ -301,6 +302,7 @@ def presence_rows(
             sessions.c.worktree,
             sessions.c.objective,
             sessions.c.status,
+            sessions.c.said_at,
             sessions.c.ended_at,
             latest.c.last_seen,
         )
