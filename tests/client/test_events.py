@@ -226,3 +226,29 @@ def test_the_blocking_client_resumes_from_the_opening_too() -> None:
         finally:
             events.close()
     assert (cursors[:2], event.message_id) == ([None, "41"], "m_2")
+
+
+async def test_each_new_cursor_is_told_the_streams_opening_first() -> None:
+    """A caller that opens the stream again itself (after a refusal, which raises) needs where
+    the last one was: the opening's cursor when no event came."""
+    told: list[int] = []
+    transport = httpx.MockTransport(streams([]))
+    async with (
+        AsyncClient("http://agentpost.test", "ap_x", transport=transport) as bob,
+        aclosing(bob.events(on_cursor=told.append)) as events,
+    ):
+        with anyio.fail_after(WAKE_S):
+            await anext(events)
+    assert told == [41, 42]
+
+
+def test_the_blocking_client_tells_each_new_cursor_too() -> None:
+    told: list[int] = []
+    transport = httpx.MockTransport(streams([]))
+    with Client("http://agentpost.test", "ap_x", transport=transport) as bob:
+        events = bob.events(on_cursor=told.append)
+        try:
+            next(events)
+        finally:
+            events.close()
+    assert told == [41, 42]

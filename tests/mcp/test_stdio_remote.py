@@ -21,9 +21,10 @@ from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from agentpost.client.desk import AGENT_UNKNOWN
+from cutting_proxy import CuttingProxy
 from git_repo import git, make_repo
 from remote_office import Office
-from service_process import Service, eventually, over_http, serve_command
+from service_process import Service, eventually, over_http, running_service, serve_command
 from stdio_agents import INBOX_URI, WAKE_TIMEOUT_S, Agent, Agents, text_of
 
 pytestmark = pytest.mark.anyio
@@ -37,19 +38,20 @@ async def start_remote(
     through_env: bool = False,
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    url: str | None = None,
 ) -> Agent:
-    """A remote-backed `agentpost mcp` for `key`'s agent: `--url/--key`, or the environment."""
+    """A remote-backed `agentpost mcp` for `key`'s agent: `--url/--key`, or the environment;
+    `url` where the service is reached, if not at its own (a proxy's)."""
+    url = url or service.url
     log = agents.tmp_path / f"remote-{len(agents.tried) + 1}.stderr"
     agent = Agent(None, agents.revision, log)
     agents.tried.append(agent)
     if through_env:
-        environ = {**(env or {}), "AGENTPOST_URL": service.url, "AGENTPOST_KEY": key}
+        environ = {**(env or {}), "AGENTPOST_URL": url, "AGENTPOST_KEY": key}
         params = agents.params(None, environ, cwd, "apollo")
     else:
         params = agents.params(None, env, cwd, "apollo")
-        params = params.model_copy(
-            update={"args": [*params.args, "--url", service.url, "--key", key]}
-        )
+        params = params.model_copy(update={"args": [*params.args, "--url", url, "--key", key]})
     with anyio.fail_after(60):
         await agents.group.start(agent.run, params)
     agents.running.append(agent)
@@ -247,6 +249,51 @@ async def test_the_server_carries_on_when_the_service_comes_back(
             assert got["id"] == sent.id
     finally:
         await office.aclose()
+
+
+async def test_mail_sent_after_the_event_stream_was_refused_is_still_pushed(
+    agents: Agents, tmp_path: Path
+) -> None:
+    """The stream drops, and the service refuses its reopening (here: the one stream an agent
+    may hold is taken). The server opens it again a few seconds later, where the last one was:
+    opened at a later "now", it missed the mail sent in between."""
+    one_stream = {"AGENTPOST_MAX_OPEN_WAITS": "1"}
+    async with (
+        running_service(tmp_path, one_stream) as service,
+        CuttingProxy(service.port) as proxy,
+    ):
+        office = Office(service)
+        try:
+            alice_key, carol = await office.new_key("alice"), await office.agent("carol")
+            alice = await start_remote(agents, service, alice_key, url=proxy.url)
+            outside = service.client(alice_key)
+            async with alice.inbox_updates() as told:
+                async with outside.stream("GET", "/v1/events") as taken:
+                    assert taken.status_code == 429  # the server's stream holds the one there is
+                proxy.refusing = True
+                proxy.cut()
+                async with contextlib.AsyncExitStack() as holding:
+
+                    async def stream_taken() -> bool:
+                        answer = await holding.enter_async_context(
+                            outside.stream("GET", "/v1/events")
+                        )
+                        return answer.status_code == 200
+
+                    await eventually(stream_taken, within_s=30)
+                    proxy.refusing = False
+                    await eventually(lambda: _said(alice, "rate_limited"), within_s=60)
+                sent = await carol.send("alice", "sent while the stream was refused")
+                with anyio.fail_after(30):
+                    assert await told() == INBOX_URI
+                [got] = (await alice.call("inbox"))["messages"]
+                assert got["id"] == sent.id
+        finally:
+            await office.aclose()
+
+
+async def _said(agent: Agent, words: str) -> bool:
+    return words in agent.stderr()
 
 
 async def test_a_session_started_before_the_service_serves_and_connects_once_it_is_up(

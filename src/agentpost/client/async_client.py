@@ -119,7 +119,11 @@ class AsyncClient(
             await anyio.sleep(tries.pause)  # the network failed it, and it may go again
 
     async def events(
-        self, after: int | None = None, *, on_open: Callable[[], object] | None = None
+        self,
+        after: int | None = None,
+        *,
+        on_open: Callable[[], object] | None = None,
+        on_cursor: Callable[[int], object] | None = None,
     ) -> AsyncGenerator[Event, None]:
         """Your events as they happen: `message.created` (new mail for you), and
         `message.read|acked|expired` (receipts of what you sent). From event `after` on (a
@@ -128,7 +132,10 @@ class AsyncClient(
         Close it with `contextlib.aclosing` when you stop early.
 
         `on_open` is called each time the service accepted the stream: from then on nothing is
-        missed, so a caller that must not miss what happens next waits for it."""
+        missed, so a caller that must not miss what happens next waits for it. `on_cursor` is
+        called with each new cursor, the one a stream opens at (before any event: "now", as
+        the service says it) and each event's: a caller that opens the stream again itself,
+        after a refusal this raised, passes the last as `after` and misses nothing between."""
         cursor, delay = after, RECONNECT_S
         while True:
             if self._http.is_closed:
@@ -149,7 +156,10 @@ class AsyncClient(
                     if on_open is not None:
                         on_open()
                     async for line in response.aiter_lines():
+                        told = reader.cursor
                         event = reader.feed(line)
+                        if on_cursor is not None and reader.cursor not in (None, told):
+                            on_cursor(reader.cursor)
                         if event is not None:
                             cursor = reader.cursor
                             yield event

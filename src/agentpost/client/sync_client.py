@@ -104,11 +104,16 @@ class Client(
             time.sleep(tries.pause)  # the network failed it, and it may go again
 
     def events(
-        self, after: int | None = None, *, on_open: Callable[[], object] | None = None
+        self,
+        after: int | None = None,
+        *,
+        on_open: Callable[[], object] | None = None,
+        on_cursor: Callable[[int], object] | None = None,
     ) -> Generator[Event, None, None]:
         """Your events as they happen, as `AsyncClient.events` yields them: resumed after the
         last one on a dropped stream, from `after` (else from now) at first; `on_open` is
-        called each time the service accepted the stream."""
+        called each time the service accepted the stream, `on_cursor` with each new cursor
+        (the stream's opening one too)."""
         cursor, delay = after, RECONNECT_S
         while True:
             if self._http.is_closed:
@@ -129,7 +134,10 @@ class Client(
                     if on_open is not None:
                         on_open()
                     for line in response.iter_lines():
+                        told = reader.cursor
                         event = reader.feed(line)
+                        if on_cursor is not None and reader.cursor not in (None, told):
+                            on_cursor(reader.cursor)
                         if event is not None:
                             cursor = reader.cursor
                             yield event

@@ -118,16 +118,21 @@ async def _push_new_mail(
     """Tell the client its inbox changed on every `message.created` event, and push that message
     to Claude Code's channel (a peek: `get_message` reads no delivery). The stream reopens itself
     after a dropped connection, after the last event seen, so each message is pushed once; any
-    other refusal (a locked-out address) is retried slowly, a refused key ends the session, and
-    a session the service no longer knows is minted again."""
+    other refusal (too many streams open, a locked-out address) is retried slowly, a refused key
+    ends the session, and a session the service no longer knows is minted again. Each of those
+    resumes where the last stream was, its opening cursor if no event came: opened at a later
+    "now", it missed the mail that came in between."""
     cursor: int | None = None
     client = desk.client
 
-    async def follow() -> None:
+    def moved(seq: int) -> None:
         nonlocal cursor
-        async with aclosing(client.events(after=cursor, on_open=listening.set)) as events:
+        cursor = seq
+
+    async def follow() -> None:
+        stream = client.events(after=cursor, on_open=listening.set, on_cursor=moved)
+        async with aclosing(stream) as events:
             async for event in events:
-                cursor = event.seq
                 if event.type == EventType.MESSAGE_CREATED:
                     await server.notify_resource_updated(INBOX_URI)
                     if event.message_id is not None:
