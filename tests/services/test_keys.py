@@ -268,6 +268,35 @@ async def test_ten_failures_lock_the_ip_out_for_fifteen_minutes(
     assert (await office.keys.authenticate(secret, ip=ADDRESS)).agent == "alice"
 
 
+async def test_a_key_remembered_from_its_last_request_is_refused_at_once_when_locked_out(
+    office: PostOffice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key's next request within a third of `heartbeat_s` needs no read on SQLite: the lock
+    of its address must still hold it off from the failure that set it, not once the caller
+    remembered falls due."""
+    monkeypatch.setattr(database, "INDEX_AFTER_S", 3600.0)  # a busy writer could not tell
+    _, secret = await keyed(office, "alice")
+    reads = 0
+    glance = office.store.glance
+
+    async def counted(fn: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await glance(fn)
+
+    monkeypatch.setattr(office.store, "glance", counted)
+    first = await office.keys.authenticate(secret, ip=ADDRESS)
+    assert await office.keys.authenticate(secret, ip=ADDRESS) == first
+    remembered = reads == 1
+    assert remembered is office.store.is_sqlite  # PostgreSQL reads every time
+    await fail(office, office.settings.lockout_failures)
+    locked = await refused_without_change(
+        office, ErrorCode.LOCKED_OUT, office.keys.authenticate(secret, ip=ADDRESS)
+    )
+    assert locked.retry_after_s == office.settings.lockout_s
+    assert (await office.keys.authenticate(secret, ip="198.51.100.1")).agent == "alice"
+
+
 async def test_ten_failures_within_fifteen_minutes_lock_wherever_the_clock_stands(
     office: PostOffice, clock: FakeClock
 ) -> None:

@@ -344,6 +344,8 @@ class Keys:
                 )
             return counted
 
+        # It touches accounts (the default): the lock it may set must end every caller
+        # remembered from this address, who would otherwise get in until its heartbeat is due.
         counted = await self.store.write(tx)
         if counted.locked_for is not None:
             raise _locked_out(counted.locked_for)
