@@ -277,6 +277,31 @@ async def test_ten_failed_authentications_lock_the_address_out_across_a_restart(
     assert (await service.admin.get("/v1/inbox")).status_code == 429
 
 
+async def test_a_key_used_just_before_its_address_is_locked_out_is_refused_at_once(
+    service: Service, tmp_path: Path
+) -> None:
+    """Its last request's answer is remembered (no read on SQLite within a third of
+    `heartbeat_s`): the lock must still hold it off at once, set here or by another `serve`
+    on the same database."""
+    replica = Service(home=service.home, log=tmp_path / "replica.log", env=service.env)
+    await replica.start()
+    try:
+        for here, failing in ((service, service), (service, replica)):
+            owner = here.client(here.admin_key)
+            for _ in range(2):  # the second is answered from what the first found
+                assert (await owner.get("/v1/me")).status_code == 200
+            intruder = failing.client("ap_wrong")
+            for _ in range(10):
+                assert (await intruder.get("/v1/inbox")).status_code == 401
+            locked = await owner.get("/v1/me")
+            assert (locked.status_code, error_of(locked)) == (429, "locked_out")
+            lock = "DELETE FROM rate_windows WHERE key LIKE 'authlock:%'"
+            with sqlite3.connect(service.home / "agentpost.db") as db:  # for the next round
+                db.execute(lock)
+    finally:
+        await replica.aclose()
+
+
 async def test_a_forwarded_for_header_neither_escapes_a_lockout_nor_names_the_address(
     service: Service,
 ) -> None:
