@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -176,6 +177,20 @@ async def test_the_callers_trust_is_read_afresh_on_every_request(
     assert (await office.keys.authenticate(issued.key, ip=ADDRESS)).trust is Trust.VERIFIED
 
 
+def counted_reads(office: PostOffice, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """How many reads authentication has made of the store since now (`glance`, its read)."""
+    reads = 0
+    glance = office.store.glance
+
+    async def counted(fn: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await glance(fn)
+
+    monkeypatch.setattr(office.store, "glance", counted)
+    return lambda: reads
+
+
 async def test_a_request_reads_its_key_again_once_anything_but_a_send_was_written(
     office: PostOffice, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -186,24 +201,16 @@ async def test_a_request_reads_its_key_again_once_anything_but_a_send_was_writte
     monkeypatch.setattr(database, "INDEX_AFTER_S", 3600.0)
     alice, secret = await keyed(office, "alice")
     await keyed(office, "bob")
-    reads = 0
-    glance = office.store.glance
-
-    async def counted(fn: Any) -> Any:
-        nonlocal reads
-        reads += 1
-        return await glance(fn)
-
-    monkeypatch.setattr(office.store, "glance", counted)
+    reads = counted_reads(office, monkeypatch)
     first = await office.keys.authenticate(secret, ip=ADDRESS)
-    assert reads == 1
+    assert reads() == 1
     await office.mailbox.send(alice, "bob", "a send leaves every account as it was")
     again = await office.keys.authenticate(secret, ip=ADDRESS)
     assert again == first
-    assert reads == (1 if office.store.is_sqlite else 2)
+    assert reads() == (1 if office.store.is_sqlite else 2)
     await office.presence.update_profile(alice, objective="a write to a session")
     await office.keys.authenticate(secret, ip=ADDRESS)
-    assert reads == (2 if office.store.is_sqlite else 3)
+    assert reads() == (2 if office.store.is_sqlite else 3)
 
 
 async def settled_accounts_version(office: PostOffice) -> int:
@@ -276,18 +283,10 @@ async def test_a_key_remembered_from_its_last_request_is_refused_at_once_when_lo
     remembered falls due."""
     monkeypatch.setattr(database, "INDEX_AFTER_S", 3600.0)  # a busy writer could not tell
     _, secret = await keyed(office, "alice")
-    reads = 0
-    glance = office.store.glance
-
-    async def counted(fn: Any) -> Any:
-        nonlocal reads
-        reads += 1
-        return await glance(fn)
-
-    monkeypatch.setattr(office.store, "glance", counted)
+    reads = counted_reads(office, monkeypatch)
     first = await office.keys.authenticate(secret, ip=ADDRESS)
     assert await office.keys.authenticate(secret, ip=ADDRESS) == first
-    remembered = reads == 1
+    remembered = reads() == 1
     assert remembered is office.store.is_sqlite  # PostgreSQL reads every time
     await fail(office, office.settings.lockout_failures)
     locked = await refused_without_change(
