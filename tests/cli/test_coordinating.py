@@ -465,7 +465,8 @@ def test_reserve_claims_paths_and_release_gives_them_up() -> None:
     done = agentpost("reserve", "docs/guide.md", "--reason", "docs week", "--as", "bob")
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(
-        r"reserved docs/guide\.md exclusively until [\d:]{8} \(r_\w+\)\n", done.stdout
+        r"reserved docs/guide\.md exclusively until (?:[\d-]{10} )?[\d:]{8} \(r_\w+\)\n",
+        done.stdout,
     )
     shared = agentpost_json("reserve", "src/*.py", "--shared", "--ttl", "60", "--as", "bob")
     [granted] = shared["granted"]
@@ -492,7 +493,7 @@ def test_reserving_what_another_agent_holds_exclusively_is_refused_as_a_conflict
     assert done.returncode == EXIT_CODES[ErrorCode.CONFLICT]
     assert re.fullmatch(
         r"error: conflict: src/app\.py is held by alice as 'src/\*\*' exclusively until "
-        r"[\d:]{8}\n",
+        r"(?:[\d-]{10} )?[\d:]{8}\n",
         done.stderr,
     )
     assert done.stdout.startswith("reserved docs/guide.md shared until ")
@@ -660,7 +661,8 @@ async def test_reserve_over_url_says_its_claims_lapse_with_the_commands_own_sess
         assert first.startswith("reserved docs/guide.md exclusively until ")
         assert re.fullmatch(
             r"held while alice has a session online, and none is but this command's: these "
-            r"lapse about [\d:]{8}, not at their --ttl, unless alice is heard from by then "
+            r"lapse about (?:[\d-]{10} )?[\d:]{8}, not at their --ttl, unless alice is heard "
+            r"from by then "
             r"\(a request with this key, or an agentpost mcp --url of alice's running\)",
             said,
         ), said

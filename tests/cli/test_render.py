@@ -4,6 +4,7 @@ are written out, so another agent's words never drive the reader's terminal."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import anyio
@@ -266,3 +267,19 @@ def test_output_to_a_pipe_is_folded_at_the_width_columns_gives() -> None:
     assert len(lines) > 4
     assert all(len(line) <= 60 for line in lines)
     assert " ".join(shown.split()).endswith(LONG_BODY)
+
+
+def test_a_time_on_another_day_names_its_date(capsys: pytest.CaptureFixture[str]) -> None:
+    """A reservation may last a week: its expiry shown as a bare clock time would read as today,
+    hours ago or later today, and mislead whoever waits for it. Today's times stay short."""
+    year, month, day = time.localtime()[:3]
+    now = time.mktime((year, month, day, 12, 0, 0, 0, 0, -1))  # noon today: today all test long
+    later = now + 6 * 86400
+    week = Reservation("r_1", "shop", "alice", "src/**", True, "", now, later)
+    today = replace(week, id="r_2", path="docs/*", expires_at=now)
+    show_reservations([week, today], "shop")
+    out = capsys.readouterr().out
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in out.splitlines()]
+    week_row, today_row = [row for row in rows if row]
+    assert week_row[3] == time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(later)), out
+    assert today_row[3] == time.strftime("%H:%M:%S", time.localtime(now)), out

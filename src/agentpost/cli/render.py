@@ -96,7 +96,12 @@ def whole(header: str, values: Sequence[str] = ()) -> Column:
 
 
 def when(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
+    """A clock time, dated when it is not today's: a reservation lasts up to a week, and its
+    expiry shown as a bare time would read as today's."""
+    shown = time.localtime(ts)
+    if shown[:3] == time.localtime()[:3]:
+        return time.strftime("%H:%M:%S", shown)
+    return time.strftime("%Y-%m-%d %H:%M:%S", shown)
 
 
 _PLAIN_THREAD = re.compile(r'[^\s(),"]+')
