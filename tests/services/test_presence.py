@@ -210,6 +210,32 @@ async def test_a_name_held_by_a_live_session_cannot_be_taken_by_another(
     assert (await office.presence.session(other.session_id or "")).agent == "lead"
 
 
+async def test_a_session_that_takes_another_name_keeps_the_claims_it_held(
+    office: PostOffice,
+) -> None:
+    """Its old name has no session left to keep them alive: they would lapse at once, with no
+    word to the session, and another agent could take the files it is editing."""
+    dev = await session_caller(office, "dev")
+    other = await session_caller(office, "other")
+    await office.reservations.reserve(dev, ["src/**"])
+    renamed = await office.presence.rename_session(dev, "parser")
+    [held] = await office.reservations.reservations(renamed)
+    assert (held.agent, held.path) == ("parser", "src/**")
+    taken = await office.reservations.reserve(other, ["src/app.py"])
+    assert (taken.granted, [c.holder for c in taken.conflicts]) == ([], ["parser"])
+
+
+async def test_claims_stay_with_a_name_another_of_its_sessions_still_holds(
+    office: PostOffice,
+) -> None:
+    first = await session_caller(office, "dev")
+    second = await session_caller(office, "dev")
+    await office.reservations.reserve(first, ["src/**"])
+    await office.presence.rename_session(second, "parser")
+    [held] = await office.reservations.reservations(first)
+    assert (held.agent, held.path) == ("dev", "src/**")
+
+
 async def test_renaming_to_a_name_held_by_a_dead_process_succeeds(office: PostOffice) -> None:
     await session_caller(office, "lead", pid=dead_pid())
     other = await session_caller(office, "dev")

@@ -35,6 +35,7 @@ from agentpost.services.waiting import held_watch
 from agentpost.store import agents as rows
 from agentpost.store import keys as key_rows
 from agentpost.store import notes
+from agentpost.store import reservations as claims
 from agentpost.store.database import Connection, Row, Store
 
 log = logging.getLogger(__name__)
@@ -311,6 +312,8 @@ class PresenceService:
                 derived_name=False,
                 urgent_cursor=0,
             )
+            if name != caller.agent:
+                claims.follow_name(conn, caller.agent, name, now, self.settings.offline_after_s)
             if self.renamed is not None and name != caller.agent:
                 self.renamed(conn, renamed, caller.agent)
 

@@ -81,6 +81,22 @@ def agent_around(conn: Connection, agent: str, now: float, offline_after_s: floa
     return bool(conn.execute(select(_agent_around(now, offline_after_s, agent))).scalar_one())
 
 
+def follow_name(conn: Connection, old: str, new: str, now: float, offline_after_s: float) -> None:
+    """Hand `old`'s live claims to `new` when a session took that name and left `old` with no
+    session around: they would lapse at once, under the session still editing those files."""
+    if agent_around(conn, old, now, offline_after_s):
+        return
+    conn.execute(
+        update(reservations)
+        .where(
+            reservations.c.agent == old,
+            reservations.c.released_at.is_(None),
+            reservations.c.expires_at > now,
+        )
+        .values(agent=new)
+    )
+
+
 def _or_never(at: float | None) -> float:
     return math.inf if at is None else at
 
