@@ -331,6 +331,20 @@ async def test_with_a_roster_a_session_may_only_take_a_name_on_it(
     )
 
 
+async def test_with_a_roster_a_second_session_is_told_why_its_derived_name_is_refused(
+    open_office: OpenOffice,
+) -> None:
+    """The person never chose `shop-main-2`: the refusal says that `shop-main` is in use
+    and how to name the session instead."""
+    office = await open_office(agents=["shop-main", "lead"])
+    await session_caller(office)
+    refused = await refused_without_change(
+        office, ErrorCode.FORBIDDEN, office.presence.open_local_session(local_context())
+    )
+    assert "'shop-main' is in use" in refused.message, refused.message
+    assert "AGENTPOST_AGENT" in refused.message, refused.message
+
+
 # -- who ---------------------------------------------------------------------------------------
 
 

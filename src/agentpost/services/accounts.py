@@ -18,7 +18,7 @@ from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invali
 from agentpost.domain.ids import key_id as new_key_id
 from agentpost.domain.limits import holds_half_pair
 from agentpost.domain.models import Caller, Trust
-from agentpost.domain.names import POST_OFFICE, RESERVED, SYSTEM, check_name
+from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.store import agents as agent_rows
 from agentpost.store import blocks as block_rows
 from agentpost.store import keys as key_rows
@@ -74,6 +74,24 @@ def check_new_name(name: str, settings: Settings) -> str:
     if settings.agents is not None and name not in settings.agents:
         raise forbidden(f"{name!r} is not on the roster (config `agents`)", name=name)
     return name
+
+
+def check_identity(
+    settings: Settings, name: str, *, session: bool = True, taken: str | None = None
+) -> None:
+    """Whether `name` may be an identity here. `session`: an agent's own session, which may
+    never speak as the owner; `taken`: the derived name in use, when `name` is the next one."""
+    check_name(name)
+    if name in (SYSTEM, POST_OFFICE):
+        raise forbidden(f"{name!r} is reserved for the post office")
+    if session and name == OWNER:
+        raise forbidden(f"{name!r} is the person at the command line, not an agent session")
+    roster = settings.agents
+    if roster is not None and name not in roster and name != OWNER:
+        why = "" if taken is None else f"{taken!r} is in use, and the next name "
+        how = "" if taken is None else ": name this session with AGENTPOST_AGENT"
+        refused = f"{why}{name!r} is not on the roster (config `agents`){how}"
+        raise forbidden(refused, roster=sorted(roster))
 
 
 def check_project(project: str | None) -> str | None:

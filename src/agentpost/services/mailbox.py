@@ -35,10 +35,10 @@ from agentpost.services import (
     piggyback,
     retention,
 )
+from agentpost.services.accounts import check_identity
 from agentpost.services.channels import member_channels, members
 from agentpost.services.heartbeats import Heartbeat, check_standing
 from agentpost.services.history import seen_seq
-from agentpost.services.presence import check_identity
 from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
 from agentpost.store import blocks, clearing, expiry, mail, reading

@@ -26,9 +26,9 @@ from agentpost.domain.models import (
     Trust,
     check_session_status,
 )
-from agentpost.domain.names import OWNER, POST_OFFICE, RESERVED, SYSTEM, check_name
+from agentpost.domain.names import POST_OFFICE, RESERVED, SYSTEM, check_name
 from agentpost.retries import RetryLog
-from agentpost.services.accounts import check_project
+from agentpost.services.accounts import check_identity, check_project
 from agentpost.services.heartbeats import Heartbeat
 from agentpost.services.local_identity import LocalContext, pid_alive, this_host
 from agentpost.services.waiting import held_watch
@@ -66,19 +66,6 @@ def _check_text(
     if one_line and not is_one_line(value):
         raise invalid(f"{what} must be one line")
     return value
-
-
-def check_identity(settings: Settings, name: str, *, session: bool = True) -> None:
-    """Whether `name` may be an identity here. `session`: an agent's own session, which may
-    never speak as the owner."""
-    check_name(name)
-    if name in (SYSTEM, POST_OFFICE):
-        raise forbidden(f"{name!r} is reserved for the post office")
-    if session and name == OWNER:
-        raise forbidden(f"{name!r} is the person at the command line, not an agent session")
-    roster = settings.agents
-    if roster is not None and name not in roster and name != OWNER:
-        raise forbidden(f"{name!r} is not on the roster (config `agents`)", roster=sorted(roster))
 
 
 class PresenceService:
@@ -277,7 +264,7 @@ class PresenceService:
             if existing is None or (
                 existing.disabled_at is None and not _a_strangers(conn, existing)
             ):
-                self._check_identity(candidate)
+                check_identity(self.settings, candidate, taken=None if n == 1 else base)
                 return candidate
         raise AgentpostError(
             ErrorCode.CONFLICT, f"every name from {base!r} to -{MAX_SUFFIX} is live"
