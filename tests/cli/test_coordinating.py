@@ -486,6 +486,18 @@ def test_reserve_claims_paths_and_release_gives_them_up() -> None:
     assert held_in("work") == []
 
 
+def test_release_all_with_nothing_held_says_so() -> None:
+    """A silent success reads as a command that did nothing, or hung: it says none was held."""
+    anyio.run(_around, "work", "bob")
+    done = agentpost("release", "--all", "--as", "bob")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "no live reservations of yours to release\n"
+    assert agentpost_json("release", "--all", "--as", "bob") == {
+        "reservations": [],
+        "not_found": [],
+    }
+
+
 def test_reserving_what_another_agent_holds_exclusively_is_refused_as_a_conflict() -> None:
     anyio.run(_reserve, "work", "alice", ["src/**"], "rewriting it")
     anyio.run(_around, "work", "bob")

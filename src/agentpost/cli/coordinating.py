@@ -417,6 +417,8 @@ def release(
             console.print(styled(f"released {r.path} ({r.id})"), soft_wrap=True)
         if done.not_found:
             errors.print(styled(f"not yours or not live: {', '.join(done.not_found)}"))
+        elif not done.reservations:
+            console.print(styled(("no live reservations of yours to release", "dim")))
     if done.not_found and not done.reservations:
         raise typer.Exit(EXIT_CODES[ErrorCode.NOT_FOUND])
 
