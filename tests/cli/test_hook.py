@@ -304,6 +304,27 @@ def test_a_new_session_of_the_agent_starts_its_notes_at_its_own_start(
     assert unread("bob") == 3
 
 
+def test_a_second_session_of_the_agent_skips_nothing_the_first_was_not_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two Claude Code windows of one agent (AGENTPOST_AGENT in the repository's .mcp.json):
+    mail that came while the first ran, before the second opened, is not a backlog between
+    sessions. Told to neither, it was never noted at all."""
+    monkeypatch.setenv("AGENTPOST_AUTO_LEAD", "false")  # no leader change among the news
+    meet("alice", "bob")
+    with fake_claude(tmp_path, "bob") as first:
+        assert run_hook_in(first) == ""
+        waiting = send("alice", "bob", "while only the first window was open")
+        time.sleep(0.05)  # stored before the second session starts, on any clock
+        (tmp_path / "second").mkdir()
+        with fake_claude(tmp_path / "second", "bob") as second:
+            assert waiting in context_of(run_hook_in(first))
+            assert run_hook_in(second) == ""  # told once, to the agent
+            fresh = send("alice", "bob", "with both open")
+            assert fresh in context_of(run_hook_in(second))
+            assert run_hook_in(first) == ""
+
+
 def test_it_reads_home_and_agent_from_the_config_file_as_the_other_commands_do(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,8 @@ Which agent: AGENTPOST_AGENT (or `agent` in the config file) if set; else the li
 session whose process is a child of one of this hook's ancestors (Claude Code starts both
 `agentpost mcp` and the hook); else nobody, and nothing is printed. The first note of each new
 session of an agent (its newest live stdio session here) starts at that session's start, not at
-the last session's cursor: the backlog is the session's to read, not the hook's to dump.
+the last session's cursor: the backlog is the session's to read, not the hook's to dump. While the
+session the cursor was kept for still runs beside it, the notes go on from the cursor.
 
 Not covered, so nothing is printed: a remote post office (`url`: the hook does not speak HTTP)
 and PostgreSQL (`database_url=postgresql://…`: no driver fits the time budget); there the channel
@@ -166,6 +167,10 @@ def note_for(environ: Mapping[str, str], pid: int) -> str | None:
         kept = cursors.get(agent)
         if kept is not None and (started is None or started <= kept.session_started):
             told = kept
+        elif kept is not None and notes.lives_since(database, agent, host, kept.session_started):
+            # A newer session beside the one told, still running: what came since its last
+            # note is no backlog between sessions, and neither was told it.
+            told = notes.Told(kept.seq, started or 0.0)
         else:
             # A first note, or a newer session: start at its start. An older session that
             # outlived a newer one keeps the cursor, so nothing is told twice.

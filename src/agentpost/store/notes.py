@@ -5,7 +5,8 @@ nothing: this module uses only the standard library (sqlite3, no SQLAlchemy, no 
 the database read-only, and never writes to it. What the hook has already told is kept beside the
 database in small files (`hook-cursors/<agent>`, written atomically, one lock per agent), so two
 hooks running at once still tell each message once. A cursor remembers the start of the session
-it was kept for: a newer session of the agent starts afresh at its own start.
+it was kept for: a newer session of the agent starts afresh at its own start, unless that one
+still runs.
 
 The queries name the tables and columns of `agentpost.store.schema`; tests/cli/test_hook.py runs
 them on a database the real store made.
@@ -84,6 +85,11 @@ _STARTED_AT = """
 SELECT max(started_at) FROM sessions
 WHERE agent = ? AND ended_at IS NULL AND transport = 'stdio' AND host = ?
 """
+_LIVE_SINCE = """
+SELECT 1 FROM sessions
+WHERE agent = ? AND ended_at IS NULL AND transport = 'stdio' AND host = ? AND started_at <= ?
+LIMIT 1
+"""
 _AGENT = "SELECT 1 FROM agents WHERE name = ?"
 _SEQ_BEFORE = "SELECT coalesce(max(seq), 0) FROM messages WHERE created_at <= ?"
 _NEWEST_SEQ = "SELECT coalesce(max(message_seq), 0) FROM deliveries WHERE recipient = ?"
@@ -118,6 +124,13 @@ def session_started(path: Path, agent: str, host: str) -> float | None:
     with _reader(path) as db:
         (started,) = db.execute(_STARTED_AT, (agent, host)).fetchone()
     return None if started is None else float(started)
+
+
+def lives_since(path: Path, agent: str, host: str, started: float) -> bool:
+    """Whether a live stdio session of the agent here began by `started`: the one a cursor was
+    kept for (or an older one) still runs."""
+    with _reader(path) as db:
+        return db.execute(_LIVE_SINCE, (agent, host, started)).fetchone() is not None
 
 
 def start_cursor(path: Path, agent: str, started: float | None) -> int:
