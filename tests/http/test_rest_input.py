@@ -385,3 +385,35 @@ async def test_a_compressed_body_is_refused_saying_so_not_as_no_utf8(service: Se
     sent = await alice.post("/v1/messages", content=body, headers=identity)
     assert sent.status_code == 201
     assert [m["body"] for m in (await bob.get("/v1/inbox")).json()["messages"]] == ["squeezed"]
+
+
+async def test_a_key_given_twice_at_any_depth_is_refused_naming_it(service: Service) -> None:
+    """`{"to": "bob", "to": "eve"}` sent to eve, the last value: a proxy or a log that takes
+    the first read mail to bob. Refused on every route, however deep the object."""
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    eve = await service.agent("eve")
+    assert (await alice.get("/v1/inbox")).status_code == 200  # alice's session, made at first
+    before = table_counts(service.home)
+    headers = {"Content-Type": "application/json"}
+    for method, path, body, key in (
+        ("POST", "/v1/messages", b'{"to": "bob", "body": "x", "to": "eve"}', "to"),
+        (
+            "POST",
+            "/v1/messages",
+            b'{"to": "bob", "body": "x", "data": {"a": [{"k": 1, "k": 2}]}}',
+            "k",
+        ),
+        ("PATCH", "/v1/me", b'{"description": "a", "description": "b"}', "description"),
+        ("POST", "/v1/reservations", b'{"paths": ["a"], "paths": ["b"]}', "paths"),
+    ):
+        answer = await alice.request(method, path, content=body, headers=headers)
+        refused_as_invalid(answer)
+        assert f"key {key!r} more than once" in answer.json()["error"]["message"]
+    assert table_counts(service.home) == before
+    assert (await bob.get("/v1/inbox")).json()["messages"] == []
+    assert (await eve.get("/v1/inbox")).json()["messages"] == []
+    same_key_apart = b'{"to": "bob", "body": "x", "data": {"k": 1, "o": {"k": 2}}}'
+    assert (
+        await alice.post("/v1/messages", content=same_key_apart, headers=headers)
+    ).status_code == 201

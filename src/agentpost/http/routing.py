@@ -5,7 +5,10 @@ JSON can spell half of a surrogate pair (`"\\ud800"`); Python decodes it into a 
 database, encoder or answer can hold, so a single such field once made a send, a profile or a
 registration fail half-way with a 500. Such a body is refused here, once for every route and
 before any field reaches a service, as `invalid_argument`, and so is a body that is no UTF-8
-or comes compressed (`Content-Encoding`), which the service does not take.
+or comes compressed (`Content-Encoding`), which the service does not take. So is a body that
+gives a key twice in one object, at any depth: JSON decoders disagree on which of its values
+counts (Python's takes the last, others the first), so a proxy or a log could read
+`{"to": "bob", "to": "eve"}` as mail to bob while the service sent it to eve.
 (The MCP adapter refuses it in any tool's arguments; the domain's text rules and the store,
 which refuses any text it cannot bind, stand behind both.)
 
@@ -62,6 +65,22 @@ def _check_not_compressed(request: Request) -> None:
         )
 
 
+def _keys_given_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of the body, refused if it gives a key twice. Costs about a plain decode
+    again, for which every reader of the body then reads the same request."""
+    value = dict(pairs)
+    if len(value) == len(pairs):
+        return value
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise HTTPException(
+                400, f"the body gives the key {key!r} more than once in one object: give it once"
+            )
+        seen.add(key)
+    raise AssertionError("a key fewer, and none given twice")
+
+
 class UnicodeJsonRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
@@ -73,7 +92,7 @@ class UnicodeJsonRequest(Request):
                 text = body.decode("utf-8")
             except UnicodeDecodeError:
                 raise HTTPException(400, NOT_UTF8) from None
-            value = json.loads(text)
+            value = json.loads(text, object_pairs_hook=_keys_given_once)
             if _HALF_PAIR_ESCAPE.search(body) and holds_half_pair(value):
                 raise HTTPException(400, not_unicode("the body").message)
             self._json = value
