@@ -88,6 +88,7 @@ def test_a_missing_config_file_means_defaults(config_file: Path) -> None:
         # Each failure has a row of its own, all read at the next one: a million of them made
         # every wrong key `unavailable` (more parameters than the database takes in one query).
         ("LOCKOUT_FAILURES", str(MAX_LOCKOUT_FAILURES + 1)),
+        ("DEFAULT_TTL_S", "1e300"),  # past a year, as a message's own ttl_s may not be
         ("HOME", ""),  # would be whichever folder the command runs in
         ("DATABASE_URL", "sqlite:///"),
         ("DATABASE_URL", "sqlite:///:memory:"),  # processes share the post office

@@ -25,7 +25,7 @@ from pydantic_settings import (
 
 from agentpost.domain.accounts import SECRET_MAX, SECRET_MIN, is_well_formed_secret
 from agentpost.domain.errors import AgentpostError, invalid
-from agentpost.domain.limits import Limits
+from agentpost.domain.limits import MAX_MAIL_TTL_S, Limits
 from agentpost.domain.names import check_name
 from agentpost.settings_file import (
     config_file,
@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     max_unacked: int = Field(1000, ge=1)
     send_rate_per_minute: int = Field(60, ge=1)
     max_wait_s: float = Field(300, gt=0, allow_inf_nan=False)
-    default_ttl_s: float | None = Field(None, gt=0, allow_inf_nan=False)
+    default_ttl_s: float | None = Field(None, gt=0, le=MAX_MAIL_TTL_S, allow_inf_nan=False)
     retention_days: float = Field(30, gt=0, allow_inf_nan=False)
     audit_retention_days: float = Field(365, gt=0, allow_inf_nan=False)
     """How long the audit log is kept: longer than mail by default, as who did what (and

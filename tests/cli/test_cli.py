@@ -608,7 +608,10 @@ def test_a_configuration_mistake_with_json_is_a_json_error() -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        pytest.param(["send", "bob", "x", "--ttl", "-1"], "--ttl must be", id="ttl"),
+        pytest.param(["send", "bob", "x", "--ttl", "-1"], "--ttl is a number", id="ttl"),
+        pytest.param(
+            ["send", "bob", "x", "--ttl", "1e300"], "--ttl is a number", id="ttl-past-a-year"
+        ),
         pytest.param(["send", "bob", "x", "--thread", ""], "--thread must be", id="send-thread"),
         pytest.param(["send", "bob", "x", "--reply-to", ""], "--reply-to must be", id="reply-to"),
         pytest.param(["inbox", "--thread", ""], "--thread must be", id="inbox-thread"),

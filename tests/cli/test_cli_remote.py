@@ -103,7 +103,7 @@ async def test_another_url_given_alone_is_not_handed_the_configured_key(
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["send", "bob", "x", "--ttl", "nan"], b"--ttl must be a positive, finite number"),
+        (["send", "bob", "x", "--ttl", "nan"], b"--ttl is a number of seconds above 0"),
         (["send", "bob", "caf\udcff"], b"must be Unicode text"),
         (["search", "\udcff"], b"must be Unicode text"),
         (["inbox", "--as", ""], b"--as must name an agent"),

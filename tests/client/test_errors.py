@@ -101,6 +101,7 @@ async def test_what_the_services_would_refuse_is_refused_before_it_is_sent_in_th
             alice.delegate("bob", "Fix it", priority="high"),  # type: ignore[arg-type]
             alice.update_me(status="asleep"),  # type: ignore[arg-type]
             alice.send("bob", "hi", ttl_s=float("nan")),
+            alice.send("bob", "hi", ttl_s=1e300),
             alice.delegate("bob", "Fix it", due=float("inf")),
             alice.reserve(["src/app.py"], ttl_s=float("nan")),
             alice.renew_reservations(ttl_s=float("inf")),
@@ -124,7 +125,8 @@ async def test_what_the_services_would_refuse_is_refused_before_it_is_sent_in_th
         (ErrorCode.INVALID_ARGUMENT, "priority must be 'normal' or 'urgent'"),
         (ErrorCode.INVALID_ARGUMENT, "priority must be 'normal' or 'urgent'"),
         (ErrorCode.INVALID_ARGUMENT, "status must be one of active, idle, blocked, done"),
-        (ErrorCode.INVALID_ARGUMENT, "ttl_s must be a positive, finite number of seconds"),
+        (ErrorCode.INVALID_ARGUMENT, "ttl_s is a number of seconds above 0 and at most 31536000"),
+        (ErrorCode.INVALID_ARGUMENT, "ttl_s is a number of seconds above 0 and at most 31536000"),
         (ErrorCode.INVALID_ARGUMENT, "due must be a time in Unix seconds"),
         (ErrorCode.INVALID_ARGUMENT, "ttl_s is a number of seconds above 0 and at most 604800"),
         (ErrorCode.INVALID_ARGUMENT, "ttl_s is a number of seconds above 0 and at most 604800"),

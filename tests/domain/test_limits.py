@@ -151,6 +151,15 @@ def test_a_ttl_must_be_a_positive_number(ttl: object) -> None:
     assert refusal(rules.check_ttl, ttl).code is ErrorCode.INVALID_ARGUMENT
 
 
+@pytest.mark.parametrize("ttl", [rules.MAX_MAIL_TTL_S + 1, 1e300, float("inf"), float("nan")])
+def test_a_ttl_past_a_year_is_refused_naming_the_bound(ttl: float) -> None:
+    """`1e300` was stored as the message's expiry, a time no clock reaches."""
+    err = refusal(rules.check_ttl, ttl)
+    assert err.code is ErrorCode.INVALID_ARGUMENT
+    assert err.message == "ttl_s is a number of seconds above 0 and at most 31536000"
+    assert rules.check_ttl(rules.MAX_MAIL_TTL_S) == 365 * 86_400
+
+
 def test_no_ttl_means_none_and_a_ttl_becomes_seconds() -> None:
     assert rules.check_ttl(None) is None
     assert rules.check_ttl(30) == 30.0

@@ -433,3 +433,20 @@ async def test_an_address_holds_a_bounded_number_of_requests_still_arriving(
                 return False
 
         await eventually(served)  # they closed: the address is served again
+
+
+async def test_a_ttl_past_a_year_is_refused_naming_the_bound_and_sends_nothing(
+    service: Service,
+) -> None:
+    """`1e300` was taken and stored as the message's expiry, where a reservation's TTL and a
+    task's due are bounded."""
+    alice = await service.agent("alice")
+    bob = await service.agent("bob")
+    answer = await alice.post("/v1/messages", json={"to": "bob", "body": "x", "ttl_s": 1e300})
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["code"] == "invalid_argument"
+    assert error["message"] == "ttl_s is a number of seconds above 0 and at most 31536000"
+    assert (await bob.get("/v1/inbox")).json()["messages"] == []
+    year = {"to": "bob", "body": "x", "ttl_s": 365 * 86_400}
+    assert (await alice.post("/v1/messages", json=year)).status_code == 201

@@ -41,6 +41,7 @@ def refusals(mid: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("invalid_argument", "send", {"to": ["alice", "#ops"], "body": "hi"}),
         ("invalid_argument", "send", {"to": "alice", "body": "hi", "priority": "asap"}),
         ("invalid_argument", "send", {"to": "alice", "body": "hi", "ttl_s": 0}),
+        ("invalid_argument", "send", {"to": "alice", "body": "hi", "ttl_s": 1e300}),
         ("invalid_argument", "send", {"to": "alice", "body": "hi", "subject": "two\nlines"}),
         ("invalid_argument", "send", {"to": "alice", "body": "hi", "thread_id": "t" * 65}),
         (

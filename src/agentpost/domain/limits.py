@@ -20,6 +20,9 @@ IDEMPOTENCY_S = 86_400.0
 QUOTED_CHARS = 40
 """The most of a refused value a refusal quotes: enough to tell which value it was, however
 much was sent."""
+MAX_MAIL_TTL_S = 365 * 86_400.0
+"""The longest a message may wait to be read before it expires (`ttl_s`, `default_ttl_s`): a
+year, far past any use; mail meant to last has none."""
 MAX_DATA_DEPTH = 64
 """How deeply `data` may nest: far beyond any real document, and far below the depth at
 which a JSON serializer on the way out (pydantic's, in every face) would refuse it."""
@@ -256,14 +259,22 @@ def check_timeout(timeout_s: float, limits: Limits) -> float:
     return min(check_wait_seconds(timeout_s), float(limits.max_wait_s))
 
 
-def check_ttl(ttl_s: float | None) -> float | None:
-    if ttl_s is None:
-        return None
+def check_seconds(value: object, what: str, *, at_most: float) -> float:
+    """A lifetime in seconds, above 0 and bounded: an unbounded one (`1e300`) would be stored
+    as a time no clock reaches and no date can spell."""
     if (
-        isinstance(ttl_s, bool)
-        or not isinstance(ttl_s, int | float)
-        or not math.isfinite(ttl_s)
-        or ttl_s <= 0
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= at_most
     ):
-        raise invalid("ttl_s must be a positive, finite number of seconds")
-    return float(ttl_s)
+        raise invalid(
+            f"{what} is a number of seconds above 0 and at most {at_most:.0f}",
+            **{what: repr(value), "max": at_most},
+        )
+    return float(value)
+
+
+def check_ttl(ttl_s: float | None) -> float | None:
+    """A message's time to live, if it has one."""
+    return None if ttl_s is None else check_seconds(ttl_s, "ttl_s", at_most=MAX_MAIL_TTL_S)

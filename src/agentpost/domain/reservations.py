@@ -9,7 +9,6 @@ matches the other as a path, or a tracked file matches both; without the list of
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from bisect import bisect_left
@@ -18,7 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentpost.domain.errors import invalid
-from agentpost.domain.limits import check_cap, check_text, is_one_line, quoted, too_large
+from agentpost.domain.limits import (
+    check_cap,
+    check_seconds,
+    check_text,
+    is_one_line,
+    quoted,
+    too_large,
+)
 from agentpost.domain.models import Trust, trust_read
 from agentpost.domain.wildmatch import Glob
 
@@ -102,16 +108,7 @@ def check_paths(paths: Sequence[str] | str) -> list[str]:
 
 
 def check_ttl(ttl_s: float) -> float:
-    if (
-        isinstance(ttl_s, bool)
-        or not isinstance(ttl_s, int | float)
-        or not math.isfinite(ttl_s)
-        or not 0 < ttl_s <= MAX_TTL_S
-    ):
-        raise invalid(
-            f"ttl_s is a number of seconds above 0 and at most {MAX_TTL_S:g}", ttl_s=repr(ttl_s)
-        )
-    return float(ttl_s)
+    return check_seconds(ttl_s, "ttl_s", at_most=MAX_TTL_S)
 
 
 def check_reason(reason: str | None) -> str:
