@@ -12,6 +12,10 @@ counts (Python's takes the last, others the first), so a proxy or a log could re
 (The MCP adapter refuses it in any tool's arguments; the domain's text rules and the store,
 which refuses any text it cannot bind, stand behind both.)
 
+A route that takes no body (`PUT /v1/blocks/bob`, `DELETE /v1/channels/dev/members/me`, any
+`GET`) refuses one but `{}`, as a body's unknown field is refused: ignored, `{"peek": true}`
+on `GET /v1/inbox` would read the mail it meant to peek at. No body and `{}` both mean none.
+
 A query parameter a route does not take is refused too, as a body's unknown field is and as
 an MCP tool refuses an argument it does not declare: dropped, `GET /v1/inbox?peak=true` read
 (and marked read) the mail it meant to peek at. So is a parameter given twice, of which
@@ -99,6 +103,23 @@ class UnicodeJsonRequest(Request):
         return self._json
 
 
+async def check_no_body(request: UnicodeJsonRequest) -> None:
+    """A route that takes no body is sent none, or `{}` (what a client that always sends JSON
+    sends when it has no fields)."""
+    if not (await request.body()).strip():
+        return
+    try:
+        value = await request.json()
+    except json.JSONDecodeError:
+        value = None
+    if value != {}:
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{request.method} {request.url.path} takes no body: send none (or {{}})",
+            details={"fields": [{"field": "body", "problem": "this operation takes no body"}]},
+        )
+
+
 def _query_names(dependant: Dependant) -> set[str]:
     """The query parameters a route takes, its dependencies' (the caller's session…) too."""
     names = {param.alias for param in dependant.query_params}
@@ -175,14 +196,18 @@ class UnicodeJsonRoute(APIRoute):
         # what a monitor or a browser adds.
         api = self.include_in_schema and self.path.startswith("/v1/")
         taken = _query_names(self.dependant) if api else None
+        bodyless = api and self.body_field is None
         gate = self.gate
 
         async def with_unicode_json(request: Request) -> Response:
             restore_line_feeds(request.scope)
+            unicode_json = UnicodeJsonRequest(request.scope, request.receive)
             try:
                 if taken is not None:
                     check_query_string(request, taken)
-                return await handler(UnicodeJsonRequest(request.scope, request.receive))
+                if bodyless:
+                    await check_no_body(unicode_json)
+                return await handler(unicode_json)
             except (RequestValidationError, HTTPException, AgentpostError) as refused:
                 malformed = not isinstance(refused, AgentpostError) or (
                     refused.code is ErrorCode.INVALID_ARGUMENT
