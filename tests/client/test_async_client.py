@@ -70,7 +70,7 @@ async def test_any_thread_id_a_send_takes_reads_back_through_the_client(
 
 async def test_what_no_url_can_hold_is_refused_before_it_is_sent(office: Office) -> None:
     alice = await office.agent("alice")
-    for call in (alice.thread(""), alice.get_message(""), alice.directory("x" * 70_000)):
+    for call in (alice.thread(""), alice.get_message(""), alice.directory(project="x" * 70_000)):
         with pytest.raises(AgentpostError) as refused:
             await call
         assert refused.value.code is ErrorCode.INVALID_ARGUMENT

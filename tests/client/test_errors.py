@@ -91,6 +91,7 @@ async def test_what_the_services_would_refuse_is_refused_before_it_is_sent_in_th
             alice.thread("m_1", limit=501),
             alice.search("x" * 100_000),
             alice.search("  "),
+            alice.directory("x" * 201),
             alice.ack([f"m_{i}" for i in range(501)]),
             alice.wait(timeout_s=-1),
             alice.request("bob", "?", timeout_s=float("nan")),
@@ -116,6 +117,10 @@ async def test_what_the_services_would_refuse_is_refused_before_it_is_sent_in_th
             "the query is 100000 characters, over the limit of 500 characters",
         ),
         (ErrorCode.INVALID_ARGUMENT, "query must contain at least one word"),
+        (
+            ErrorCode.TOO_LARGE,
+            "the query is 201 characters, over the limit of 200 characters",
+        ),
         (ErrorCode.INVALID_ARGUMENT, "at most 500 ids per ack"),
         (ErrorCode.INVALID_ARGUMENT, "timeout_s must be a finite number of seconds, 0 or more"),
         (ErrorCode.INVALID_ARGUMENT, "timeout_s must be a finite number of seconds, 0 or more"),

@@ -450,3 +450,21 @@ async def test_a_ttl_past_a_year_is_refused_naming_the_bound_and_sends_nothing(
     assert (await bob.get("/v1/inbox")).json()["messages"] == []
     year = {"to": "bob", "body": "x", "ttl_s": 365 * 86_400}
     assert (await alice.post("/v1/messages", json=year)).status_code == 201
+
+
+async def test_a_query_over_its_length_is_too_large_in_the_directory_as_in_search(
+    service: Service,
+) -> None:
+    """The directory's `q` over 200 was a 400 `invalid_argument`, search's over 500 a 413
+    `too_large`: a field over its limit is `too_large` (DESIGN's table), both ways."""
+    alice = await service.agent("alice")
+    for path, limit, at_limit in (
+        ("/v1/agents", 200, "a" * 100 + " " + "b" * 99),
+        ("/v1/search", 500, "a" * 500),
+    ):
+        answer = await alice.get(path, params={"q": at_limit + "c"})
+        assert answer.status_code == 413, (path, answer.text)
+        error = answer.json()["error"]
+        assert error["code"] == "too_large"
+        assert error["details"] == {"limit": limit, "size": limit + 1}
+        assert (await alice.get(path, params={"q": at_limit})).status_code == 200

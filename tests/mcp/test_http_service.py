@@ -299,6 +299,30 @@ async def test_the_directory_answers_over_mcp_as_over_rest(service: Service, rev
         assert by_rest == [("alice", "backend, Python")]
 
 
+async def test_a_directory_query_over_its_length_is_refused_as_over_rest(
+    service: Service, revision: str
+) -> None:
+    """`too_large`, as a search's query over its length is (the tool took 10 words of 100
+    characters where REST refused a query over 200 as `invalid_argument`)."""
+    key = await service.create_agent("alice")
+    query = "q" * 201
+    rest = await service.client(key).get("/v1/agents", params={"q": query})
+    assert rest.json()["error"]["code"] == "too_large"
+    async with connect(service, key, revision) as alice:
+        for tool, query in (
+            ("directory", "q" * 201),
+            ("directory", "w" * 101),
+            ("search", "q" * 501),
+        ):
+            result = await alice.client.call_tool(tool, {"query": query})
+            assert result.is_error, (tool, query)
+            assert result.structured_content is not None
+            assert result.structured_content["error"]["code"] == "too_large", (tool, query)
+        words = await alice.client.call_tool("directory", {"query": " ".join(["w"] * 11)})
+        assert words.structured_content is not None
+        assert words.structured_content["error"]["code"] == "invalid_argument"
+
+
 async def test_the_directory_quotes_each_description_an_agent_wrote_of_itself(
     service: Service, revision: str
 ) -> None:

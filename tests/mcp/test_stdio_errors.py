@@ -82,6 +82,7 @@ def refusals(mid: str) -> list[tuple[str, str, dict[str, Any]]]:
         ("too_large", "send", {"to": "alice", "body": "hi", "subject": SUBJECT_OVER_DEFAULT}),
         ("too_large", "set_status", {"objective": "o" * 2001}),
         ("too_large", "register", {"description": "d" * 2001}),
+        ("too_large", "search", {"query": "q" * 501}),
     ]
 
 

@@ -125,7 +125,6 @@ async def test_a_local_session_whose_process_is_gone_is_offline_at_once(
 @pytest.mark.parametrize(
     "options",
     [
-        {"query": "x" * 101},
         {"query": " ".join(["w"] * 11)},
         {"project": "Not A Project"},
         {"limit": 0},
@@ -138,6 +137,18 @@ async def test_a_bad_search_is_an_invalid_argument(
     (reader,) = await keyed_agents(office, "reader")
     await refused_without_change(
         office, ErrorCode.INVALID_ARGUMENT, office.directory.search(reader, **options)
+    )
+
+
+@pytest.mark.parametrize("query", ["x" * 101, "x " * 100 + "x"])
+async def test_a_search_over_its_length_is_too_large_as_any_text_over_its_limit(
+    office: PostOffice, query: str
+) -> None:
+    """It was `invalid_argument`, where a search of the mail over its length, a subject or a
+    body over theirs, is `too_large`."""
+    (reader,) = await keyed_agents(office, "reader")
+    await refused_without_change(
+        office, ErrorCode.TOO_LARGE, office.directory.search(reader, query)
     )
 
 

@@ -20,7 +20,13 @@ from agentpost.client.operation import (
 from agentpost.domain.accounts import AgentInfo, Myself, Usage
 from agentpost.domain.desk import PriorityName, StatusName
 from agentpost.domain.events import Webhook, WebhookDelivery
-from agentpost.domain.limits import check_ack_ids, check_query, check_ttl, check_wait_seconds
+from agentpost.domain.limits import (
+    check_ack_ids,
+    check_query,
+    check_ttl,
+    check_wait_seconds,
+    directory_words,
+)
 from agentpost.domain.models import (
     AckResult,
     ChannelInfo,
@@ -145,6 +151,7 @@ def directory(
     q: str | None = None, *, project: str | None = None, limit: int = 50
 ) -> Request[list[AgentInfo]]:
     """The address book: search by name, description, project or capability."""
+    directory_words(q)  # refused as the services refuse it: too long, too many words
     return Request(
         lambda a: [AgentInfo.from_dict(x) for x in a["agents"]],
         params={"q": q, "project": project, "limit": limit},

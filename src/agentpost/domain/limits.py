@@ -15,6 +15,10 @@ MAX_LIMIT = 500
 """The largest page any listing returns."""
 MAX_QUERY_CHARS = 500
 """The longest full-text search query."""
+MAX_DIRECTORY_QUERY_CHARS = 200
+MAX_DIRECTORY_WORDS = 10
+MAX_DIRECTORY_WORD = 100
+"""A directory search: each word is matched against every agent's profile."""
 IDEMPOTENCY_S = 86_400.0
 """How long the answer to a request made under an idempotency key is kept for a retry."""
 QUOTED_CHARS = 40
@@ -228,6 +232,24 @@ def check_query(query: object) -> str:
     if not any(c.isalnum() for c in query):
         raise invalid("query must contain at least one word")
     return query
+
+
+def directory_words(query: object) -> list[str]:
+    """A directory search's words. Text over its limit is `too_large`, as a search's query or
+    a subject is; too many words, a count, `invalid_argument`, as too many ids to ack are."""
+    if query is None:
+        return []
+    if not isinstance(query, str):
+        raise invalid("query must be text")
+    if len(query) > MAX_DIRECTORY_QUERY_CHARS:
+        raise too_large("the query", len(query), MAX_DIRECTORY_QUERY_CHARS, "characters")
+    words = query.split()
+    if len(words) > MAX_DIRECTORY_WORDS:
+        raise invalid(f"query takes at most {MAX_DIRECTORY_WORDS} words")
+    longest = max(map(len, words), default=0)
+    if longest > MAX_DIRECTORY_WORD:
+        raise too_large("a word of the query", longest, MAX_DIRECTORY_WORD, "characters")
+    return words
 
 
 def check_ack_ids(ids: object) -> list[str]:

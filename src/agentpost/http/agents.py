@@ -29,7 +29,7 @@ _NO_MOVE = HeartbeatBody()
 async def directory(
     office: Office,
     me: Me,
-    q: Annotated[str | None, Query(max_length=200)] = None,
+    q: str | None = None,
     project: str | None = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
 ) -> dict[str, Any]:

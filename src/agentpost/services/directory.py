@@ -17,8 +17,8 @@ from agentpost.domain.accounts import (
     check_capabilities,
     check_description,
 )
-from agentpost.domain.errors import forbidden, invalid
-from agentpost.domain.limits import check_limit
+from agentpost.domain.errors import forbidden
+from agentpost.domain.limits import check_limit, directory_words
 from agentpost.domain.models import Caller
 from agentpost.domain.names import RESERVED, check_name
 from agentpost.services import accounts, addressing
@@ -28,20 +28,6 @@ from agentpost.store import audit
 from agentpost.store import blocks as block_rows
 from agentpost.store import keys as key_rows
 from agentpost.store.database import Connection, Store
-
-MAX_QUERY_WORDS = 10
-MAX_WORD = 100
-
-
-def _words(query: str | None) -> list[str]:
-    if query is None:
-        return []
-    if not isinstance(query, str):
-        raise invalid("query must be text")
-    words = query.split()
-    if len(words) > MAX_QUERY_WORDS or any(len(w) > MAX_WORD for w in words):
-        raise invalid(f"query takes at most {MAX_QUERY_WORDS} words of {MAX_WORD} characters")
-    return words
 
 
 class Directory:
@@ -60,7 +46,7 @@ class Directory:
     ) -> list[AgentInfo]:
         """Enabled agents whose name, description, project or capabilities hold every word
         of `query` (any case), by name."""
-        words = _words(query)
+        words = directory_words(query)
         accounts.check_project(project)
         check_limit(limit)
         await self._presence.end_dead_local_sessions()  # so `online` is true at once
