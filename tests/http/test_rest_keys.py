@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,44 @@ async def _an_event_stream_ends_saying_why(service: Service, how: str) -> None:
                 pass
     assert refused.value.code.value == "unauthenticated"
     assert refused.value.details == {"reason": how}
+
+
+@TURNED_OFF
+async def test_what_a_key_holds_open_ends_at_once_when_it_is_turned_off_with_no_news(
+    service: Service, how: str
+) -> None:
+    """A wait, a question awaiting its answer, an event stream: each ended only at its next
+    heartbeat (15 s), unless news woke it. Each now ends at once, refused as the key's next
+    request is."""
+    created = (await service.admin.post("/v1/admin/agents", json={"name": "alice"})).json()
+    alice = service.client(created["key"]["key"])
+    await service.agent("bob")
+    answers: list[httpx.Response] = []
+    lines: list[str] = []
+
+    async def events() -> None:
+        async with alice.stream("GET", "/v1/events") as stream:
+            lines.extend([line async for line in stream.aiter_lines()])
+
+    question = {"to": "bob", "question": "ship it?", "timeout_s": 60}
+    with anyio.fail_after(6):  # well within the 15 s heartbeat
+        async with anyio.create_task_group() as tg:
+            wait = alice.get("/v1/inbox/wait", params={"timeout_s": 60})
+            tg.start_soon(answers_of, answers, wait)
+            tg.start_soon(answers_of, answers, alice.post("/v1/requests", json=question))
+            tg.start_soon(events)
+            await anyio.sleep(1)  # all three are held open
+            await turn_off(service, created, how)
+    refused = (await alice.get("/v1/inbox")).json()
+    assert [(a.status_code, a.json()) for a in answers] == [(401, refused)] * 2
+    data = next(line for line in lines if line.startswith("data: "))
+    assert json.loads(data.removeprefix("data: ")) == refused
+
+
+async def answers_of(
+    answers: list[httpx.Response], request: Coroutine[Any, Any, httpx.Response]
+) -> None:
+    answers.append(await request)
 
 
 async def test_an_agent_may_hold_several_keys(service: Service) -> None:

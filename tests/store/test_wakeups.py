@@ -122,6 +122,18 @@ async def test_after_another_processs_commit_a_watch_cannot_tell_whom_it_concern
     assert anyone.reach() == {"carol": 1}
 
 
+async def test_a_roused_agents_watches_wake_and_a_watch_of_any_news_hears_no_news() -> None:
+    """A key revoked wakes what its agent holds open, to look at its standing; push and the
+    webhooks, watching everyone's news, would else tell of news there is none of."""
+    hub = Wakeups()
+    alice, anyone = hub.watch("alice"), hub.watch(None)
+    hub.publish({"alice": 0})  # what `rouse` notes
+    assert await alice.wait(0) is True
+    assert await anyone.wait(0) is False
+    hub.publish({"alice": 0, "bob": 4})
+    assert anyone.reach() == {"bob": 4}
+
+
 async def test_a_closed_watch_is_forgotten() -> None:
     hub = Wakeups()
     with hub.watch("bob") as news:

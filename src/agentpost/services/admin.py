@@ -32,7 +32,7 @@ from agentpost.services.mailbox import Mailbox
 from agentpost.services.presence import PresenceService
 from agentpost.services.seats import DISABLED, unseat
 from agentpost.store import agents as agent_rows
-from agentpost.store import audit
+from agentpost.store import audit, wakeups
 from agentpost.store import limits as limit_rows
 from agentpost.store.database import Connection, Row, Store
 
@@ -122,6 +122,7 @@ class Admin:
                     if freed:
                         detail["seats_freed"] = freed
                     agent_rows.end_agent_sessions(conn, name, now)
+                    wakeups.rouse(conn, [name])
                 self._record(conn, admin, action, name, **detail)
             return self._info(conn, name)
 

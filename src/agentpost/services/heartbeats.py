@@ -40,7 +40,10 @@ class Heartbeat:
     The waiter asks `timeout()` how long it may sleep, and calls `beat()` when it wakes: every
     `every_s` the session's heartbeat moves to now (in a batch with the other waiters'), so a
     long-poll of five minutes keeps its agent online without a request of its own; and the key
-    is looked at, so a revoked one ends what it holds open within `every_s`.
+    is looked at, so a revoked one ends what it holds open within `every_s`. It is looked at
+    sooner, at any wake, once accounts may have changed (`Store.accounts_version` moved, or
+    cannot tell): revoking a key or disabling an agent wakes the agent's waiters
+    (`wakeups.rouse`), so what they hold ends at once.
     """
 
     def __init__(self, store: Store, caller: Caller, every_s: float) -> None:
@@ -49,6 +52,7 @@ class Heartbeat:
         self._session_id = caller.session_id
         self._every_s = every_s
         self._due = anyio.current_time() + every_s
+        self._accounts = store.accounts_version()  # as the request was let in
 
     def follow(self, session_id: str | None) -> None:
         """Beat `session_id` from now on: the session the stream speaks for has changed (a
@@ -63,12 +67,15 @@ class Heartbeat:
         return until_due if remaining is None else min(remaining, until_due)
 
     async def beat(self) -> None:
-        """When due: `unauthenticated` once the key no longer stands, else the heartbeat."""
+        """When due: `unauthenticated` once the key no longer stands, else the heartbeat;
+        before then, the standing alone, once accounts may have changed."""
         session_id = self._session_id
         if session_id is None or anyio.current_time() < self._due:
+            await self._standing_if_changed()
             return
         now = anyio.current_time()
         self._due = now + self._every_s
+        self._accounts = self._store.accounts_version()
         await check_standing(self._store, self._caller)
         beats = _beats.setdefault(self._store, _Beats())
         beats.pending.add(session_id)
@@ -77,6 +84,15 @@ class Heartbeat:
         due, beats.pending = sorted(beats.pending), set()
         beats.next_write = now + self._every_s
         await self._store.write(lambda conn: rows.beat_sessions(conn, due, self._store.clock()))
+
+    async def _standing_if_changed(self) -> None:
+        if self._caller.key_id is None:
+            return  # a local session: the OS user is the boundary
+        version = self._store.accounts_version()
+        if version is not None and version == self._accounts:
+            return
+        self._accounts = version
+        await check_standing(self._store, self._caller)
 
 
 def beat_asking(conn: Connection, session_id: str | None, now: float) -> None:

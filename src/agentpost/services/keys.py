@@ -56,7 +56,7 @@ from agentpost.services.client_address import counted as _counted
 from agentpost.services.client_address import spelt as _address
 from agentpost.services.presence import http_session
 from agentpost.store import agents as agent_rows
-from agentpost.store import audit, lockouts, rates
+from agentpost.store import audit, lockouts, rates, wakeups
 from agentpost.store import keys as key_rows
 from agentpost.store import webhooks as webhook_rows
 from agentpost.store.database import Connection, Row, Store
@@ -485,6 +485,7 @@ class Keys:
                     "this is the last admin key; issue another before revoking it",
                 )
             key_rows.revoke(conn, key_id, now)
+            wakeups.rouse(conn, [row.agent])
             hooks = webhook_rows.delete_made_with(conn, key_id, now)
             audit.record(
                 conn,

@@ -49,6 +49,15 @@ def concern(conn: Connection, news: Iterable[tuple[str, int]]) -> None:
     found.extend((agent, seq) for agent, seq in news)
 
 
+def rouse(conn: Connection, agents: Iterable[str]) -> None:
+    """Wake these agents' waiters once this transaction commits, though it wrote them no news:
+    their standing changed (a key revoked, the agent disabled), which a waiter looks at when
+    it wakes (`services.heartbeats`), so what it holds open ends at once, not at its next
+    heartbeat. (At seq 0, which no event has: a watcher of everyone's news, push or webhooks,
+    is not woken, and tells nobody of news there is none of.)"""
+    concern(conn, ((agent, 0) for agent in agents))
+
+
 def noted(conn: Connection) -> int:
     """A mark to undo back to (`forget_since`) when a savepoint rolls back."""
     return len(conn.info.get(_KEY, ()))
@@ -200,8 +209,9 @@ class Wakeups:
         for agent in concerned:
             for watch in self._by_agent.get(agent, ()):
                 watch.wake()
-        for watch in self._news:
-            watch._concerned(concerned)
+        news = {agent: seq for agent, seq in concerned.items() if seq > 0}  # not `rouse`'s
+        for watch in self._news if news else ():
+            watch._concerned(news)
         for watch in self._following:
             assert watch.agent_of is not None
             try:
