@@ -31,7 +31,6 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "replica_wake": ("bench.replica_wake", "scale-out: a long-poll told of another replica's send"),
     "hidden_reads": ("bench.hidden_reads", "reads past 5,000 expired or blocked messages each"),
     "purge": ("bench.purge", "wiped words purged from a 200,000-message index, sends beside"),
-    "retention": ("bench.retention", "retention's sweep of 200,000 old messages, sends beside"),
     "pg_search": ("bench.pg_search", "scale-out: a search among 50,000 messages on PostgreSQL"),
     "waiters": ("bench.waiters", "service: 1,000 waiting connections: memory, broadcast wake"),
     "channel": ("bench.channel", "issue 4: a Claude Code channel notification after a send"),

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from sqlalchemy import Connection, create_engine, text
 
-from agentpost.store import clearing, database, fulltext, mail, migrate, retention, sqlite
+from agentpost.store import clearing, database, fulltext, mail, migrate, sqlite
 from agentpost.store.database import Store
 from store.test_mail import insert, put, search
 
@@ -84,8 +84,7 @@ async def test_mail_stored_after_every_message_was_purged_is_indexed(
     mid, seq = await put(lite, "alice", ["bob"], "purged words")
     await lite.index_for_search()
     await lite.write(lambda c: mail.ack(c, "bob", [mid], time.time()))
-    now = time.time()
-    assert await lite.write(lambda c: retention.purge_handled(c, now + 1, 100, now).count) == 1
+    assert await lite.write(lambda c: mail.purge_handled(c, time.time() + 1, 100, time.time())) == 1
     _, again = await put(lite, "alice", ["bob"], "words after the purge")
     assert again > seq  # never handed out again
     assert [r.body for r in await search(lite, "bob", ["words"])] == ["words after the purge"]
@@ -203,7 +202,7 @@ async def test_words_of_wiped_and_purged_mail_leave_the_database_file(tmp_path: 
         await store.index_for_search()
         now = time.time()
         await store.write(lambda c: mail.ack(c, "bob", [purged], now))
-        assert await store.write(lambda c: retention.purge_handled(c, now + 1, 10, now).count) == 1
+        assert await store.write(lambda c: mail.purge_handled(c, now + 1, 10, now)) == 1
         await store.write(lambda c: mail.ack(c, "bob", [wiped], now))
         assert await store.write(lambda c: clearing.clear_handled(c, [wiped], now)) == 1
         assert await search(store, "bob", ["zanzibarwiped"]) == []

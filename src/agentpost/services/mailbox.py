@@ -42,7 +42,6 @@ from agentpost.services.history import seen_seq
 from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
 from agentpost.store import blocks, clearing, expiry, mail, reading
-from agentpost.store import retention as retention_rows
 from agentpost.store.database import Connection, Store
 
 
@@ -414,28 +413,25 @@ class Mailbox:
         """Purge mail older than `retention_days` that every recipient acked (or let expire).
 
         Unread past-TTL mail is turned into tombstones first, so it counts as expired. Each
-        batch walks the next `batch` messages in its own short transaction: a big sweep never
-        holds the writer for long, nor walks twice past the mail it keeps.
+        batch is its own short transaction: a big sweep never holds the writer for long.
         Returns how many messages were purged.
         """
         rules.check_limit(batch, name="batch")
         keep_s = self.settings.retention_days * 86_400
         total = 0
-        after = 0
         while True:
 
-            def tx(conn: Connection, after: int = after) -> retention_rows.Purged:
+            def tx(conn: Connection) -> int:
                 now = self.store.clock()
                 self.expire_due_in(conn, now)
-                return retention_rows.purge_handled(conn, now - keep_s, batch, now, after)
+                return mail.purge_handled(conn, now - keep_s, batch, now)
 
             purged = await self.store.write(tx, lengthy=True)
-            total += purged.count
-            if purged.after is None:
+            total += purged
+            if purged < batch:
                 await retention.forget_all_but_mail(self.store, self.settings, batch)
                 await self.store.purge_wiped()  # the purged mail's words leave the file too
                 return total
-            after = purged.after
 
     async def expire_due(self) -> float | None:
         """Turn everyone's unread mail past its TTL into tombstones now (their senders' events

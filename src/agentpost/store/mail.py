@@ -20,6 +20,8 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    delete,
+    exists,
     func,
     insert,
     or_,
@@ -39,7 +41,7 @@ from agentpost.domain.models import (
     Receipt,
     Trust,
 )
-from agentpost.store import events
+from agentpost.store import events, withheld
 from agentpost.store.prepared import (
     NUMBERED_UP_TO,
     Prepared,
@@ -53,6 +55,7 @@ from agentpost.store.schema import (
     deliveries,
     messages,
     sessions,
+    silent_expiries,
 )
 
 OPEN_STATES = (DeliveryState.QUEUED.value, DeliveryState.READ.value)
@@ -523,3 +526,50 @@ def cursor_before_newest(conn: Connection, count: int) -> int:
     are no more): counted in messages, since retention leaves gaps in the `seq`s."""
     query = select(messages.c.seq).order_by(messages.c.seq.desc()).limit(1).offset(count)
     return int(conn.execute(query).scalar() or 0)
+
+
+def _answers_a_kept_request() -> Any:
+    """Whether a message (a condition on `messages`) is the response to a request someone
+    still has open: it stays while the request does, or the request would read unanswered,
+    and could be answered again."""
+    request = messages.alias("request")
+    request_open = exists().where(
+        deliveries.c.message_seq == request.c.seq, deliveries.c.state.in_(OPEN_STATES)
+    )
+    return and_(
+        messages.c.kind == Kind.RESPONSE.value,
+        exists().where(request.c.id == messages.c.reply_to, request_open),
+    )
+
+
+def purge_handled(conn: Connection, before: float, limit: int, now: float) -> int:
+    """Retention: delete up to `limit` messages created before `before` that nobody still has
+    to handle (every delivery acked or expired, or none at all); returns how many went.
+
+    Unread and read-but-unacked mail stays, so must_read mail stays until it is acked. So does
+    mail withheld by a block until its TTL (if any) has passed: its sender's receipt shows it
+    unread till then, and it must stay for as long as unread mail would; and the answer to a
+    request that stays. On SQLite the full-text index follows through its delete trigger.
+    """
+    still_open = exists().where(
+        deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
+    )
+    seqs = list(
+        conn.execute(
+            select(messages.c.seq)
+            .where(
+                messages.c.created_at < before,
+                ~still_open,
+                ~withheld.still_withheld(now),
+                ~_answers_a_kept_request(),
+            )
+            .order_by(messages.c.seq)
+            .limit(limit)
+        ).scalars()
+    )
+    if seqs:
+        conn.execute(delete(deliveries).where(deliveries.c.message_seq.in_(seqs)))
+        conn.execute(delete(silent_expiries).where(silent_expiries.c.message_seq.in_(seqs)))
+        withheld.forget(conn, seqs)
+        conn.execute(delete(messages).where(messages.c.seq.in_(seqs)))
+    return len(seqs)

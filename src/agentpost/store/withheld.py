@@ -5,7 +5,7 @@ a record; a broadcast names only its channel, whose members change. These rows k
 blockers of each broadcast, so that its receipts tell the sender no more than a member who
 never reads would (`services.outbox.with_silent_receipts`). Direct mail's blockers are kept
 too, for retention: mail withheld from someone stays as long as mail they never read would
-(`store.retention.purge_handled`), or its vanishing would give the block away.
+(`store.mail.purge_handled`), or its vanishing would give the block away.
 """
 
 from __future__ import annotations
