@@ -11,12 +11,13 @@ process is told to stop; a session the service ends or forgets meanwhile is mint
 the same branch, status and objective, by the next call that hears of it. As with a local
 session, mail that comes before Claude Code's `initialize` is pushed once it has connected (the
 newest `HELD` of it, if ever that many). Once the service refuses the key (revoked, or its agent
-disabled), the process exits with `unauthenticated`, as it does when the key is refused at the
-start. A service that cannot be reached at the start does not stop it: an agent session may
-start before the service does (at login, say, alongside it), so the process waits a few
-seconds for it, then serves the tools all the same (each answering `unavailable` meanwhile,
-the instructions naming no agent: `whoami` does), and the session is minted by whatever
-reaches the service first: a call, the heartbeat, or the event stream, which tries every 5 s.
+disabled), the process tells the calls of the next `TELL_S` seconds so, then exits with
+`unauthenticated`, as it does when the key is refused at the start. A service that cannot be
+reached at the start does not stop it: an agent session may start before the service does
+(at login, say, alongside it), so the process waits a few seconds for it, then serves the tools
+all the same (each answering `unavailable` meanwhile, the instructions naming no agent:
+`whoami` does), and the session is minted by whatever reaches the service first: a call, the
+heartbeat, or the event stream, which tries every 5 s.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ LISTEN_S = 10
 until the stream opens (the tools, `wait` and the piggyback still work)."""
 GOODBYE_S = 5
 """How long ending the session may take when the process stops (the service may be gone)."""
+TELL_S = 10
+"""How long the process serves on once the event stream or the heartbeat heard the key
+refused: the service ends a revoked key's stream at once, and an agent's next call should
+learn why (`unauthenticated`, answered here without a request) rather than find the server
+gone."""
 HELD = 1000
 """New mail's ids kept for the channel until a 2025-era client has connected: a client that
 never takes the channel (a 2026-era one) must not make the list grow for ever."""
@@ -98,13 +104,14 @@ class _KeyWatch:
         self.refused: AgentpostError | None = None
 
     async def checked(self, action: Callable[[], Awaitable[None]]) -> None:
-        """`action`; a refusal of the key stops the session (and still raises)."""
+        """`action`; a refusal of the key stops the session `TELL_S` later (and still
+        raises). Meanwhile nothing knocks with the key: the desk refuses every call itself."""
         try:
             await action()
         except AgentpostError as err:
             if err.code is ErrorCode.UNAUTHENTICATED and self.refused is None:
                 self.refused = err
-                self.scope.cancel()
+                self.scope.deadline = min(self.scope.deadline, anyio.current_time() + TELL_S)
             raise
 
 
