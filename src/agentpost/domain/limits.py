@@ -292,7 +292,7 @@ def check_seconds(value: object, what: str, *, at_most: float) -> float:
     ):
         raise invalid(
             f"{what} is a number of seconds above 0 and at most {at_most:.0f}",
-            **{what: repr(value), "max": at_most},
+            **{what: quoted(repr(value)), "max": at_most},
         )
     return float(value)
 
