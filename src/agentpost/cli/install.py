@@ -41,10 +41,10 @@ from typing import Annotated, Any
 
 import typer
 
+from agentpost.cli.claude_servers import SERVER
 from agentpost.cli.literal import visible
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
-SERVER = "agentpost"
 HOOK_EVENTS = ("SessionStart", "UserPromptSubmit", "PostToolUse")
 HOOK_TIMEOUT_S = 10
 
