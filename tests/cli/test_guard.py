@@ -505,6 +505,90 @@ def test_a_local_agentpost_entry_keeps_the_local_post_office(repo: Path) -> None
     assert "src/app.py: held by bob" in done.stderr
 
 
+# -- the post office Codex's settings name -------------------------------------------------------
+
+
+def name_codex_server(file: Path, table: str) -> None:
+    """Write `[mcp_servers.agentpost]` with `table` (its lines of TOML) into Codex's `file`,
+    beside a server of another name."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    other = '[mcp_servers.docs]\ncommand = "docs-mcp"\n'
+    file.write_text(f"{other}\n[mcp_servers.agentpost]\n{table}\n")
+
+
+def codex_config() -> Path:
+    return Path(os.environ["CODEX_HOME"]) / "config.toml"
+
+
+@pytest.mark.anyio
+async def test_a_remote_post_office_named_only_in_codexs_settings_holds_the_commit(
+    repo: Path, service: Service, tmp_path: Path
+) -> None:
+    """Only Claude Code's settings were read: a post office that Codex's agents alone were
+    given went unseen, and every commit went through."""
+    alice_key = await held_by_bob(repo, service)
+    env = f'AGENTPOST_URL = "{service.url}"\nAGENTPOST_KEY = "{alice_key}"'
+    name_codex_server(
+        codex_config(), f'command = "agentpost"\nargs = ["mcp"]\n[mcp_servers.agentpost.env]\n{env}'
+    )
+    done = await try_commit(repo, "src/app.py", **elsewhere(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob as 'src/*.py'" in done.stderr
+    assert alice_key not in done.stderr
+    git(repo, "restore", "--staged", "src/app.py")
+    done = await try_commit(repo, "docs/guide.md", **elsewhere(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+
+
+@pytest.mark.anyio
+async def test_the_projects_codex_url_names_the_service_and_the_variable_of_its_bearer_key(
+    repo: Path, service: Service, tmp_path: Path
+) -> None:
+    alice_key = await held_by_bob(repo, service)
+    table = f'url = "{service.url}/mcp"\nbearer_token_env_var = "ALICE_KEY"'
+    name_codex_server(repo / ".codex" / "config.toml", table)
+    name_codex_server(codex_config(), 'command = "agentpost"\nargs = ["mcp"]')  # outranked
+    done = await try_commit(repo, "src/app.py", ALICE_KEY=alice_key, **elsewhere(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob" in done.stderr
+
+
+def test_a_codex_key_variable_unset_for_the_committer_refuses_the_commit_by_its_name(
+    repo: Path,
+) -> None:
+    installed(repo)
+    table = 'url = "http://127.0.0.1:9/mcp"\nbearer_token_env_var = "AP_KEY"'
+    name_codex_server(repo / ".codex" / "config.toml", table)
+    done = commit(repo, "docs/guide.md")
+    assert done.returncode == 1, done.stderr
+    assert "takes its key from the variable 'AP_KEY' (its bearer_token_env_var)" in done.stderr
+    assert "commit refused" in done.stderr
+
+
+def test_a_codex_file_that_is_not_toml_is_said_and_the_commit_goes_through(repo: Path) -> None:
+    """Codex cannot read it either: no agent uses a post office it names."""
+    installed(repo)
+    codex_config().parent.mkdir(parents=True, exist_ok=True)
+    codex_config().write_text("[mcp_servers.agentpost\n")
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 0, done.stderr
+    assert f"reservations not checked (invalid_argument: {codex_config()} is not TOML" in (
+        done.stderr
+    )
+
+
+def test_claude_codes_local_agentpost_entry_outranks_codexs(repo: Path) -> None:
+    """Claude Code's scopes come first: its agents use the local post office, which is read."""
+    installed(repo)
+    name_server(repo / ".mcp.json", {"command": "agentpost", "args": ["mcp"]})
+    name_codex_server(codex_config(), 'url = "http://127.0.0.1:9/mcp"\nbearer_token_env_var = "AP"')
+    reserve("bob", ["src/**"])
+    done = commit(repo, "src/app.py")
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob" in done.stderr
+
+
 # -- installing and removing ----------------------------------------------------------------------
 
 

@@ -15,9 +15,10 @@ two agents sharing a worktree are held to each other's reservations; only when n
 are the reservations made from this worktree yours. The project is `AGENTPOST_PROJECT`, else that
 session's (an `env` of the client's settings for the server names it there alone), else the
 worktree's. It reads the post office the agents working here use: the one Claude Code's
-`agentpost` server names for this worktree (see `claude_servers`: the hook's environment is not
-the one Claude Code gives that server), else the one of the committer's own settings: the local
-file, or the service of `AGENTPOST_URL`/`AGENTPOST_KEY`. A service knows no local processes:
+`agentpost` server names for this worktree, else Codex's `[mcp_servers.agentpost]` (see
+`agent_servers`: the hook's environment is not the one the client gives that server), else the
+one of the committer's own settings: the local file, or the service of
+`AGENTPOST_URL`/`AGENTPOST_KEY`. A service knows no local processes:
 there the committer is `AGENTPOST_AGENT`, else the key's agent (an admin key's owner names none).
 A service named without a key for it here refuses the commit, saying what to set: checking
 another post office in its place, or none, would pass as checked a commit nobody checked. When
@@ -270,11 +271,11 @@ def _the_agents_office(
     settings: Settings, context: LocalContext, environ: Mapping[str, str]
 ) -> tuple[Settings, LocalContext]:
     """The settings and context of the post office the agents committing here use, as Claude
-    Code's settings name it for the worktree (see `claude_servers`): its project too, when the
-    entry gives its server one."""
+    Code's or Codex's settings name it for the worktree (see `agent_servers`): its project too,
+    when the entry gives its server one."""
     from dataclasses import replace
 
-    from agentpost.cli.claude_servers import office_settings
+    from agentpost.cli.agent_servers import office_settings
     from agentpost.domain.names import slugify
 
     folder = Path(context.folder or context.worktree)
@@ -290,7 +291,7 @@ def check(environ: Mapping[str, str]) -> int:
         return 0
     import anyio
 
-    from agentpost.cli.claude_servers import MissingHere
+    from agentpost.cli.agent_servers import MissingHere
     from agentpost.config import load_settings
     from agentpost.domain.reservations import held_against
     from agentpost.services.local_identity import detect

@@ -34,14 +34,14 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from agentpost.cli.claude_servers import SERVER
+from agentpost.cli.agent_servers import SERVER, codex_config_path
 from agentpost.cli.literal import visible
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
@@ -305,11 +305,6 @@ def claude_removals(project: Path) -> list[Change]:
         _json_change(project / ".mcp.json", remove_server, removing=True),
         replace(settings, folder=project / ".claude"),
     ]
-
-
-def codex_config_path(environ: Mapping[str, str]) -> Path:
-    home = environ.get("CODEX_HOME")
-    return (Path(home) if home else Path.home() / ".codex") / "config.toml"
 
 
 def codex_change(path: Path, command: str) -> Change:
