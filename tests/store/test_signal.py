@@ -187,6 +187,36 @@ async def test_an_owners_own_commit_wakes_at_once_and_is_told_once_as_likely_its
 
 @pytest.mark.anyio
 @pytest.mark.skipif(not HAS_INOTIFY, reason="file events come from Linux's inotify")
+async def test_the_event_of_an_owners_own_write_is_read_only_by_a_later_re_check(
+    db: Path,
+) -> None:
+    """Its reading could not tell that commit from another process's (the owner's writer
+    can), and taken at the event it would fall between a send's commit and its answer: the
+    re-checks read it, a few ms on, one reading for the commits meanwhile."""
+    writes = [0]
+    told = anyio.Event()
+    told_after: list[float] = []
+
+    def on_change(own: bool) -> None:
+        assert own
+        told_after.append(time.monotonic() - committed)
+        told.set()
+
+    async with ChangeSignal(
+        db, fallback_poll_s=NO_POLL_S, on_change=on_change, own_writes=lambda: writes[0]
+    ):
+        writes[0] += 1
+        commit_here(db)
+        committed = time.monotonic()
+        with anyio.fail_after(10):
+            await told.wait()
+        await anyio.sleep(0.05)  # the re-checks that follow find nothing more
+    assert len(told_after) == 1
+    assert told_after[0] >= 0.003  # the first own re-check is 4 ms after the event
+
+
+@pytest.mark.anyio
+@pytest.mark.skipif(not HAS_INOTIFY, reason="file events come from Linux's inotify")
 async def test_a_commit_elsewhere_while_events_are_held_is_heard_once_they_are_released(
     db: Path,
 ) -> None:

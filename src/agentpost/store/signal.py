@@ -27,7 +27,10 @@ between their read and their wait is never lost.
 
 The store (`on_change`) asks its writer connection whose commit a change was, and wakes its
 waiters itself: all of them for another process's commit (`changed_elsewhere`), only those a
-commit of its own concerns otherwise (`store.wakeups`).
+commit of its own concerns otherwise (`store.wakeups`). An event that follows a write of this
+process is not read at once, only by the re-checks from 4 ms on: it is most likely that
+commit, which the reading could not tell from another's anyway, and one reading then covers the
+commits of those few ms, after their answers, not between a commit and its answer.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ _POLL_WITHOUT_INOTIFY_S = 0.05
 # Gaps between re-checks after an inotify event (cumulative ≈ 1, 5, 20, 100, 400 ms); they span
 # the window between a WAL write and the wal-index publish, fsync included.
 _SETTLE_DELAYS_S = (0.001, 0.004, 0.015, 0.08, 0.3)
-_OWN_FIRST_STEP = 2  # after this process's own write: from 15 ms on
+_OWN_FIRST_STEP = 1  # after this process's own write: from 4 ms on, the event itself unread
 # data_version can be briefly busy (wal-index recovery); we never block the loop waiting for it.
 _BUSY_RETRY_S = 0.005
 _IN_MODIFY = 0x002
@@ -93,10 +96,12 @@ class ChangeSignal:
         who then wait for `notify_local` or `changed_elsewhere`.
 
         `own_writes`, if given, counts this process's write transactions begun. A file event
-        (or a poll) that comes after it grew most likely reads this process's commit:
-        `on_change` hears True, and the re-checks start at 15 ms, not 1 ms. They stay for
-        another process's commit that came with it, published late; the owner's writer looks
-        for such commits too."""
+        that comes after it grew is most likely this process's commit: the file is not read
+        then, but by the re-checks, from 4 ms on, and `on_change` hears True of the change
+        they find (and of a poll's after such a write). One reading then covers the commits of
+        those few ms, and it comes after the send's answer, not on its way. The re-checks
+        stay for another process's commit that came with it; the owner's writer looks for
+        such commits too, in each of its transactions."""
         if fallback_poll_s is not None and fallback_poll_s <= 0:
             raise ValueError("fallback_poll_s must be positive")
         self._db_path = Path(db_path)
@@ -105,6 +110,7 @@ class ChangeSignal:
         self._on_change = on_change
         self._own_writes = own_writes
         self._own_writes_seen = 0
+        self._own_unread = False  # an event of this process's write, its change not read yet
         self._version = 0
         self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -280,20 +286,18 @@ class ChangeSignal:
     def _on_inotify(self) -> None:
         relevant = False
         lost_watch = False
-        fd = self._inotify.fileno()
-        while True:  # drain everything queued, so one wake-up covers a burst of writes
-            try:
-                data = os.read(fd, 65536)
-            except BlockingIOError:
-                break
-            if not data:
-                break
-            for event in inotify_simple.parse_events(data):
-                mask: int = event.mask
-                if mask & _IN_IGNORED:
-                    lost_watch = True
-                elif mask & _IN_Q_OVERFLOW or event.name in self._watched_names:
-                    relevant = True
+        try:
+            # One read takes all that is queued (a burst of writes, too): up to 64 KiB of
+            # events. Any left keep the descriptor readable, and the loop calls again.
+            data = os.read(self._inotify.fileno(), 65536)
+        except BlockingIOError:
+            return
+        for event in inotify_simple.parse_events(data):
+            mask: int = event.mask
+            if mask & _IN_IGNORED:
+                lost_watch = True
+            elif mask & _IN_Q_OVERFLOW or event.name in self._watched_names:
+                relevant = True
         if lost_watch:
             # The directory went away or was moved: inotify can tell us nothing more.
             log.warning("inotify watch on %s lost; polling instead", self._db_path.parent)
@@ -304,12 +308,17 @@ class ChangeSignal:
             relevant = True
         if relevant:
             own = self._after_own_write()
-            self._check(after_own_write=own)
-            first = _OWN_FIRST_STEP if own else 0
-            # A re-check due within a few ms already covers this event's publish window; at a
-            # steady stream of commits, restarting the series on each would only add timers.
-            if self._settle_handle is None or self._settle_step > first + 1:
-                self._settle_step = first
+            if own:
+                # Most likely our own commit, which this connection's reading cannot tell
+                # from another process's (the owner's writer can): read it a little later.
+                self._own_unread = True
+            else:
+                self._check(own=False)
+            # A re-check due within 4 ms already covers this event; at a steady stream of
+            # commits, restarting the series on each would only add timers.
+            due = self._settle_handle is not None and self._settle_step <= _OWN_FIRST_STEP
+            if not due:
+                self._settle_step = _OWN_FIRST_STEP if own else 0
                 self._arm_settle()
 
     def _after_own_write(self) -> bool:
@@ -341,7 +350,7 @@ class ChangeSignal:
 
     def _poll_tick(self) -> None:
         self._poll_handle = None
-        self._check(after_own_write=self._after_own_write())
+        self._check(own=self._after_own_write() or self._own_unread)
         self._arm_poll()
 
     def _read_data_version(self) -> int | None:
@@ -361,22 +370,29 @@ class ChangeSignal:
         self._retry_handle = None
         self._check()
 
-    def _check(self, *, after_own_write: bool = False) -> None:
+    def _check(self, *, own: bool | None = None) -> None:
+        """Read the file, and tell of a change. `own`: whether the reading most likely holds
+        this process's commit; by default, whether an event of its write was left unread."""
         current = self._read_data_version()
-        if current is None or current == self._data_version:
+        if current is None:
+            return
+        if own is None:
+            own = self._own_unread
+        self._own_unread = False
+        if current == self._data_version:
             return
         self._data_version = current
         if self._on_change is not None:
-            self._on_change(after_own_write)
+            self._on_change(own)
         else:
             self._bump()
 
     def _local_change(self) -> None:
         # Without `on_change`, absorb our own commit into the baseline so it does not wake
         # everyone a second time; anything else absorbed here committed before the bump, so
-        # woken readers still see it. With it, the reading is left to the file event the commit
-        # raised (or the next poll), whose owner hears "most likely our own" then: one reading
-        # of the file a commit, not two.
+        # woken readers still see it. With it, the reading is left to the re-checks after the
+        # file event the commit raised (or the next poll), whose owner hears "most likely our
+        # own" then: at most one reading of the file a commit, not two.
         if self._on_change is None:
             current = self._read_data_version()
             if current is not None:
