@@ -11,6 +11,7 @@ import pytest
 from account_helpers import ADDRESS, keyed, owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
 from agentpost.domain.models import Caller, Presence, Status
+from agentpost.domain.reservations import MAX_LIVE, MAX_PATHS
 from agentpost.services import PostOffice
 from agentpost.services.presence import MAX_HTTP_SESSIONS, SILENT_FOR_S
 from backends import (
@@ -749,3 +750,26 @@ async def test_the_sweep_keeps_a_silent_local_session_whose_process_may_be_aslee
     assert await still_there(office, [asleep.session_id or "", minted.id]) == [asleep.session_id]
     await office.presence.heartbeat(asleep.session_id or "")  # it wakes
     assert (await office.presence.session(asleep.session_id or "")).heartbeat_at == clock.now
+
+
+async def test_a_rename_that_would_hold_more_than_the_cap_of_claims_changes_nothing(
+    office: PostOffice,
+) -> None:
+    """The name's own claims, still unreleased, come alive again with the session that takes
+    it: with the session's own taken along, it would hold more than an agent may."""
+    parser = await session_caller(office, "parser")
+    await office.reservations.reserve(parser, [f"lib/{n}.py" for n in range(MAX_PATHS)])
+    await office.presence.end_session(parser.session_id or "")
+    dev = await session_caller(office, "dev")
+    mine = [f"src/{n}.py" for n in range(MAX_PATHS)]
+    await office.reservations.reserve(dev, mine)
+    await office.reservations.reserve(dev, ["docs/index.md"])
+    with pytest.raises(AgentpostError) as refused:
+        await office.presence.rename_session(dev, "parser")
+    assert refused.value.code is ErrorCode.CONFLICT
+    assert refused.value.details == {"limit": MAX_LIVE}
+    assert "release some first" in refused.value.message
+    assert (await office.presence.session(dev.session_id or "")).agent == "dev"
+    held = await office.reservations.reservations(dev)  # the project's, whoever holds them
+    assert sorted(c.path for c in held if c.agent == "dev") == sorted([*mine, "docs/index.md"])
+    assert len([c for c in held if c.agent == "parser"]) == MAX_PATHS

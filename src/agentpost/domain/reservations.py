@@ -141,6 +141,19 @@ def check_room(holding: int, adding: int) -> None:
     )
 
 
+def check_claims_taken_along(holding: int, name: str) -> None:
+    """Refuse (`conflict`, `details.limit`) a rename that would leave `name` holding more than
+    `MAX_LIVE` live reservations: the session's own, taken along, and those `name` still held
+    unreleased, which come alive again with a session of it."""
+    check_cap(
+        holding,
+        MAX_LIVE,
+        f"{name!r} would hold {holding} live reservations with the ones this session "
+        f"takes along, over the {MAX_LIVE} an agent may hold: release some first",
+        adding=0,
+    )
+
+
 def is_glob(path: str) -> bool:
     return _GLOB.search(path) is not None
 

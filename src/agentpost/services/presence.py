@@ -27,6 +27,7 @@ from agentpost.domain.models import (
     check_session_status,
 )
 from agentpost.domain.names import POST_OFFICE, RESERVED, SYSTEM, check_name
+from agentpost.domain.reservations import check_claims_taken_along
 from agentpost.retries import RetryLog
 from agentpost.services.accounts import check_identity, check_project
 from agentpost.services.heartbeats import Heartbeat
@@ -301,6 +302,8 @@ class PresenceService:
             )
             if name != caller.agent:
                 claims.follow_name(conn, caller.agent, name, now, self.settings.offline_after_s)
+                held = claims.live_count(conn, name, now, self.settings.offline_after_s)
+                check_claims_taken_along(held, name)
             if self.renamed is not None and name != caller.agent:
                 self.renamed(conn, renamed, caller.agent)
 
