@@ -218,3 +218,11 @@ def test_any_line_break_makes_two_lines(text: str) -> None:
 )
 def test_a_refusal_quotes_at_most_a_short_prefix_of_a_value(value: object, shown: str) -> None:
     assert rules.quoted(value) == shown
+
+
+def test_an_id_longer_than_any_made_is_refused_without_being_handed_back() -> None:
+    with pytest.raises(AgentpostError) as caught:
+        rules.check_id("m_" + "x" * 100_000, "reply_to")
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    assert caught.value.message == "reply_to must be a message id, at most 64 characters"
+    assert rules.check_id("m_" + "x" * (rules.MAX_ID_CHARS - 2), "reply_to")

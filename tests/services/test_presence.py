@@ -10,6 +10,7 @@ import pytest
 
 from account_helpers import ADDRESS, keyed, owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.limits import QUOTED_CHARS
 from agentpost.domain.models import Caller, Presence, Status
 from agentpost.domain.reservations import MAX_LIVE, MAX_PATHS
 from agentpost.services import PostOffice
@@ -773,3 +774,14 @@ async def test_a_rename_that_would_hold_more_than_the_cap_of_claims_changes_noth
     held = await office.reservations.reservations(dev)  # the project's, whoever holds them
     assert sorted(c.path for c in held if c.agent == "dev") == sorted([*mine, "docs/index.md"])
     assert len([c for c in held if c.agent == "parser"]) == MAX_PATHS
+
+
+async def test_an_unknown_session_is_named_in_its_refusal_by_at_most_40_characters(
+    office: PostOffice,
+) -> None:
+    dev = await session_caller(office, "dev")
+    with pytest.raises(AgentpostError) as refused:
+        await office.presence.end_session_of(dev, "s_" + "x" * 100_000)
+    assert refused.value.code is ErrorCode.NOT_FOUND
+    assert refused.value.details == {"session": "s_" + "x" * (QUOTED_CHARS - 2) + "…"}
+    assert len(refused.value.message) < 100

@@ -77,11 +77,18 @@ def check_text(text: str, what: str) -> str:
     return text
 
 
+MAX_ID_CHARS = 64
+"""The longest id an argument may name: the ids agentpost makes are far shorter (a message's is
+28 characters), and a refusal that named a longer one would hand it back whole."""
+
+
 def check_id(value: object, what: str, kind: str = "message") -> str:
     """The id of a message, a task or a request that an argument names: blank names none, so
     it is a bad argument rather than one that is not there (as a blank thread id is)."""
     if not isinstance(value, str) or not value.strip():
         raise invalid(f"{what} must be a {kind} id")
+    if len(value) > MAX_ID_CHARS:  # no id is that long: said without quoting it back
+        raise invalid(f"{what} must be a {kind} id, at most {MAX_ID_CHARS} characters")
     return value
 
 

@@ -47,6 +47,7 @@ from agentpost.domain.errors import (
     not_found,
 )
 from agentpost.domain.ids import key_id as new_key_id
+from agentpost.domain.limits import quoted
 from agentpost.domain.models import Caller, Trust
 from agentpost.domain.names import OWNER, POST_OFFICE, check_name
 from agentpost.services import accounts
@@ -363,7 +364,9 @@ class Keys:
             # is its own, and may do what only a local session may (force leadership).
             or found.transport != "http"
         ):
-            raise not_found(f"no live session {named!r} of {key.agent}", session=named)
+            raise not_found(
+                f"no live session {quoted(named)!r} of {key.agent}", session=quoted(named)
+            )
         session_id = named or default_session_id(key.id)
         now = self.store.clock()
         due = self.settings.heartbeat_s / 3
@@ -476,7 +479,7 @@ class Keys:
             now = self.store.clock()
             row = key_rows.get_key(conn, key_id) if isinstance(key_id, str) else None
             if row is None:
-                raise not_found(f"no key {key_id!r}", key_id=key_id)
+                raise not_found(f"no key {quoted(key_id)!r}", key_id=quoted(key_id))
             if row.revoked_at is not None:
                 return accounts.key_info(row)
             if row.admin and key_rows.live_admin_keys(conn) <= 1:

@@ -17,7 +17,7 @@ import anyio
 from agentpost.config import Settings
 from agentpost.domain.errors import AgentpostError, ErrorCode, forbidden, invalid, not_found
 from agentpost.domain.ids import session_id as new_session_id
-from agentpost.domain.limits import check_text, is_one_line, too_large
+from agentpost.domain.limits import check_text, is_one_line, quoted, too_large
 from agentpost.domain.models import (
     Caller,
     Presence,
@@ -388,7 +388,9 @@ class PresenceService:
         """A session of the caller's own; another agent's is as unknown as a missing one."""
         row = rows.get_session(conn, session_id) if isinstance(session_id, str) else None
         if row is None or row.agent != caller.agent:
-            raise not_found(f"no session {session_id!r} of yours", session=session_id)
+            raise not_found(
+                f"no session {quoted(session_id)!r} of yours", session=quoted(session_id)
+            )
         return row
 
     @asynccontextmanager
@@ -466,7 +468,9 @@ class PresenceService:
         def tx(conn: Connection) -> bool:
             session = self._own_session(conn, caller, session_id)
             if session.ended_at is not None:
-                raise not_found(f"session {session_id!r} has ended", session=session_id)
+                raise not_found(
+                    f"session {quoted(session_id)!r} has ended", session=quoted(session_id)
+                )
             rows.update_session(conn, session_id, heartbeat_at=self.store.clock(), **values)
             return branch is not None and branch != session.branch
 
@@ -486,7 +490,7 @@ class PresenceService:
     async def session(self, session_id: str) -> SessionInfo:
         row = await self.store.read(lambda conn: rows.get_session(conn, session_id))
         if row is None:
-            raise not_found(f"no session {session_id!r}")
+            raise not_found(f"no session {quoted(session_id)!r}")
         return _session_info(row)
 
     async def who(

@@ -41,7 +41,9 @@ def _request_row(conn: Connection, request_id: str, caller: Caller) -> Row[Any]:
         or row.kind != Kind.REQUEST.value
         or caller.agent not in (row.sender, *json.loads(row.recipients))
     ):
-        raise not_found(f"no request {request_id!r}", request_id=request_id)
+        raise not_found(
+            f"no request {rules.quoted(request_id)!r}", request_id=rules.quoted(request_id)
+        )
     return row
 
 

@@ -349,7 +349,7 @@ class Tasks:
             )
         )
         if row is None or hidden:
-            raise not_found(f"no task {task_id!r}", task_id=task_id)
+            raise not_found(f"no task {rules.quoted(task_id)!r}", task_id=rules.quoted(task_id))
         return row
 
     def _one(self, conn: Connection, task_id: str, viewer: Caller) -> Task:

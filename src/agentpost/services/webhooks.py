@@ -347,4 +347,6 @@ def _check_agent(conn: Connection, caller: Caller) -> None:
 
 
 def _no_webhook(webhook_id: str) -> AgentpostError:
-    return not_found(f"you have no webhook {webhook_id!r}", webhook_id=webhook_id)
+    return not_found(
+        f"you have no webhook {rules.quoted(webhook_id)!r}", webhook_id=rules.quoted(webhook_id)
+    )
