@@ -118,6 +118,7 @@ def _data(stored: str) -> Any:
 
 
 _MESSAGE_COLUMNS = [c.key for c in messages.c if c.key != "seq"]
+_MESSAGE_COLUMN_SET = frozenset(_MESSAGE_COLUMNS)
 _INSERT_MESSAGE = Prepared(insert(messages).returning(messages.c.seq), keys=_MESSAGE_COLUMNS)
 _INSERT_DELIVERIES = Prepared(
     insert(deliveries), keys=["recipient", "message_seq", "state", "urgent", "expires_at"]
@@ -136,7 +137,7 @@ _MESSAGE_OPTIONAL: dict[str, Any] = {
 def insert_message(conn: Connection, **values: Any) -> int:
     """Store a message (its columns but `seq`; the optional ones may be left out); returns
     its `seq`."""
-    unknown = values.keys() - _MESSAGE_COLUMNS
+    unknown = values.keys() - _MESSAGE_COLUMN_SET
     if unknown:
         raise TypeError(f"messages have no column {', '.join(sorted(unknown))}")
     return int(_INSERT_MESSAGE.scalar(conn, {**_MESSAGE_OPTIONAL, **values}))

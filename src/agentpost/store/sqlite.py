@@ -127,12 +127,19 @@ class OpenedFile:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._files = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
-        self._identities = [self._now(file) for file in self._files]
+        files = [path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")]
+        identities = [self._now(str(file)) for file in files]
+        # A log never seen is not watched. Paths as text: each check stats all three, on
+        # every transaction, and a Path would be turned into text each time.
+        self._watched = [
+            (str(file), identity)
+            for file, identity in zip(files, identities, strict=True)
+            if identity is not None or file is path
+        ]
         self._told = False
 
     @staticmethod
-    def _now(file: Path) -> tuple[int, int] | None:
+    def _now(file: str) -> tuple[int, int] | None:
         try:
             found = os.stat(file)
         except OSError:
@@ -141,10 +148,9 @@ class OpenedFile:
 
     def check(self) -> None:
         """`unavailable`, naming the file, once its path no longer names the file opened."""
-        for file, identity in zip(self._files, self._identities, strict=True):
-            watched = identity is not None or file is self.path  # a log never seen is not
-            if watched and self._now(file) != identity:
-                self._refuse(file)
+        for file, identity in self._watched:
+            if self._now(file) != identity:
+                self._refuse(Path(file))
 
     def _refuse(self, file: Path) -> None:
         refusal = AgentpostError(
@@ -213,6 +219,15 @@ def transaction(conn: Connection, *, immediate: bool = False) -> Iterator[None]:
         yield
 
 
+def driver_of(conn: Connection) -> sqlite3.Connection:
+    """The sqlite3 connection under `conn`: for a driver like sqlite3 the pool's
+    `dbapi_connection` is it, one attribute away where `driver_connection` is three
+    properties, on every statement."""
+    driver: sqlite3.Connection | None = conn.connection.dbapi_connection  # type: ignore[assignment]
+    assert driver is not None
+    return driver
+
+
 def raw(conn: Connection, sql: str) -> None:
     """Transaction control straight on the sqlite3 connection: through SQLAlchemy's execution
     machinery it costs ten times the statement, on every transaction and every job."""
@@ -224,8 +239,7 @@ def _execute(
 ) -> tuple[list[tuple[Any, ...]], Any]:
     """Run `sql` on the sqlite3 connection (`many`: once per row of `values`, no results): its
     rows, and the cursor's description of them."""
-    driver: sqlite3.Connection | None = conn.connection.driver_connection
-    assert driver is not None
+    driver = driver_of(conn)
     try:
         if many:
             driver.executemany(sql, values)
@@ -246,13 +260,16 @@ class Compiled:
     connection under the caller's transaction (see `store.prepared`). Rows come back as named
     tuples, read by position or by column name as SQLAlchemy's rows are."""
 
-    __slots__ = ("_row", "slots", "sql")
+    __slots__ = ("_converts", "_defaults", "_names", "_required", "_row", "sql")
 
     def __init__(self, sql: str, slots: list[tuple[str, Any, Callable[[Any], Any] | None]]):
+        """`slots`: each `?` in order, as the parameter's name, its value when the caller
+        gives none (`_REQUIRED` where the caller must), and the type's conversion, if any."""
         self.sql = sql
-        self.slots = slots
-        """Each `?` in order: the parameter's name, its value when the caller gives none
-        (`_REQUIRED` where the caller must), and the type's conversion, if it has one."""
+        self._names = [name for name, _, _ in slots]
+        self._defaults = [None if value is _REQUIRED else value for _, value, _ in slots]
+        self._required = frozenset(name for name, value, _ in slots if value is _REQUIRED)
+        self._converts = [(i, convert) for i, (_, _, convert) in enumerate(slots) if convert]
         self._row: Callable[[tuple[Any, ...]], Any] | None = None
 
     @classmethod
@@ -270,15 +287,14 @@ class Compiled:
         return cls(compiled.string, slots)
 
     def _values(self, params: Mapping[str, Any]) -> list[Any]:
-        values = []
-        for name, default, convert in self.slots:
-            if default is _REQUIRED:
-                if name not in params:  # in SQLAlchemy's words
-                    raise InvalidRequestError(f"A value is required for bind parameter {name!r}")
-                value = params[name]
-            else:
-                value = params.get(name, default)
-            values.append(value if convert is None else convert(value))
+        """The parameters in order, converted: one pass in C over the names (a statement
+        of the send path sets up to 15), the few conversions (floats, booleans) after."""
+        if not params.keys() >= self._required:
+            missing = next(n for n in self._names if n in self._required and n not in params)
+            raise InvalidRequestError(f"A value is required for bind parameter {missing!r}")
+        values = list(map(params.get, self._names, self._defaults))
+        for i, convert in self._converts:
+            values[i] = convert(values[i])
         return values
 
     def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
@@ -288,8 +304,7 @@ class Compiled:
         if self._row is None:  # the columns' names, from the first result
             names = [d[0] for d in description]
             self._row = namedtuple("Row", names, rename=True)._make  # type: ignore[attr-defined]
-        make = self._row
-        return [make(row) for row in found]
+        return list(map(self._row, found))
 
     def run_many(self, conn: Connection, many: Sequence[Mapping[str, Any]]) -> None:
         _execute(conn, self.sql, [self._values(params) for params in many], many=True)

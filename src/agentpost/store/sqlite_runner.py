@@ -35,6 +35,7 @@ from agentpost.store.sqlite import (
     BUSY_TIMEOUT_MS,
     OpenedFile,
     busy,
+    driver_of,
     make_engine,
     raw,
     transaction,
@@ -264,9 +265,7 @@ class SqliteRunner:
 
     @staticmethod
     def _driver(conn: Connection) -> sqlite3.Connection:
-        driver: sqlite3.Connection | None = conn.connection.driver_connection
-        assert driver is not None
-        return driver
+        return driver_of(conn)
 
     def look_here(self) -> bool | None:
         """Look right now, on the calling thread, whether another process committed since the
