@@ -9,12 +9,13 @@ import time
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 
 
+_PAIRS = [high + low for high in _ALPHABET for low in _ALPHABET]
+"""Every 10 bits as their two digits: an id costs half the steps of one digit at a time."""
+
+
 def _b32(value: int, length: int) -> str:
-    chars = []
-    for _ in range(length):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(chars))
+    """The lowest `length` (even) base32 digits of `value`, most significant first."""
+    return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(5 * length - 10, -1, -10)])
 
 
 _RANDOM_BITS = 80
@@ -37,7 +38,7 @@ def sortable_id(prefix: str, *, now: float | None = None) -> str:
         else:
             random = secrets.randbits(_RANDOM_BITS)
         _last = (ms, random)
-    return f"{prefix}_{_b32(ms, 10)}{_b32(random, 16)}"
+    return f"{prefix}_{_b32(ms << _RANDOM_BITS | random, 26)}"  # 10 digits of time, 16 random
 
 
 def message_id(now: float | None = None) -> str:

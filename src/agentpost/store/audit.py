@@ -16,6 +16,8 @@ _INSERT = Prepared(insert(audit), keys=["at", "actor", "action", "target", "ip",
 IP_CHARS: int = audit.c.ip.type.length  # type: ignore[attr-defined]
 """An address is the client's to write (a proxy's header): kept to what the column holds,
 as PostgreSQL would otherwise refuse the row, and with it the failure it records."""
+_COMPACT = json.JSONEncoder(separators=(",", ":")).encode
+"""`json.dumps` with separators builds an encoder on each call: every send writes a row."""
 
 
 def record(
@@ -36,7 +38,7 @@ def record(
             "action": action,
             "target": target,
             "ip": None if ip is None else ip[:IP_CHARS],
-            "detail": None if detail is None else json.dumps(detail, separators=(",", ":")),
+            "detail": None if detail is None else _COMPACT(detail),
         },
     )
 
