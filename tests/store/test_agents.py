@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import Connection
 
-from agentpost.domain.models import SessionInfo, Status, Trust
+from agentpost.domain.models import SessionInfo, Status
 from agentpost.store import agents
 from agentpost.store.database import Store
 from backends import FakeClock
@@ -63,27 +63,6 @@ async def test_existing_names_tells_enabled_from_disabled_and_omits_unknown(
     found = await store.read(lambda c: agents.existing_names(c, ["alice", "bob", "carol"]))
     assert found == {"alice": True, "bob": False}
     assert await store.read(agents.enabled_agent_names) == ["alice"]
-
-
-async def test_a_senders_trust_comes_with_the_names_a_send_looks_up(
-    store: Store, clock: FakeClock
-) -> None:
-    """A send stamps its message with the sender's trust: read in the statement that finds
-    the recipients, not in one more."""
-    await add(store, "alice")
-    await add(store, "drifter")
-    await store.write(lambda c: agents.update_agent(c, "drifter", trust="untrusted"))
-    await store.write(lambda c: agents.update_agent(c, "alice", disabled_at=clock()))
-
-    async def look(sender: str, *names: str) -> tuple[dict[str, bool], Trust | None]:
-        return await store.read(lambda c: agents.sender_and_names(c, sender, names))
-
-    assert await look("drifter", "alice", "carol") == (
-        {"drifter": True, "alice": False},
-        Trust.UNTRUSTED,
-    )
-    assert await look("alice", "drifter") == ({"alice": False, "drifter": True}, Trust.VERIFIED)
-    assert await look("carol", "alice") == ({"alice": False}, None)
 
 
 async def test_a_session_is_live_until_it_ends_or_its_heartbeat_is_too_old(

@@ -200,7 +200,13 @@ def limits_in_effect(
     conn: Connection, settings: Settings, names: Sequence[str]
 ) -> dict[str, AgentLimits]:
     """Each agent's limits: the owner's overrides where set, the settings' elsewhere."""
-    overrides = limit_rows.overrides(conn, names)
+    return limits_from(settings, names, limit_rows.overrides(conn, names))
+
+
+def limits_from(
+    settings: Settings, names: Sequence[str], overrides: dict[str, limit_rows.Override]
+) -> dict[str, AgentLimits]:
+    """As `limits_in_effect`, the overrides read already (with other columns)."""
     return {
         name: _in_effect(settings, name, overrides.get(name, limit_rows.NONE)) for name in names
     }

@@ -7,7 +7,7 @@ sender. A refusal is raised before anything is written, or rolls its transaction
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from functools import partial
 from typing import Any
 
@@ -42,6 +42,7 @@ from agentpost.services.history import seen_seq
 from agentpost.services.waiting import held_watch
 from agentpost.store import agents as agent_rows
 from agentpost.store import blocks, clearing, expiry, mail, reading
+from agentpost.store import parties as party_rows
 from agentpost.store.database import Connection, Store
 
 
@@ -245,11 +246,12 @@ class Mailbox:
         (a `notice`, an `awaited` message: see `send_in`; `create_sender`: see `send`)."""
         now = self.store.clock()
         names, channel = message.names, message.channel
-        known, stored = agent_rows.sender_and_names(conn, caller.agent, names)
+        parties = party_rows.of_send(conn, caller.agent, names)
+        known = parties.known
         addressing.admit_sender(conn, caller, known, create=create_sender, now=now)
         # Stamped with the sender's trust: none stored, admit_sender just made it, verified.
-        caller = accounts.with_stored_trust(caller, stored or Trust.VERIFIED)
-        limits_of = accounts.limits_in_effect(conn, self.settings, [caller.agent, *names])
+        caller = accounts.with_stored_trust(caller, parties.trust or Trust.VERIFIED)
+        limits_of = accounts.limits_from(self.settings, [caller.agent, *names], parties.overrides)
         if not notice:
             addressing.count_send(
                 conn,
@@ -270,15 +272,17 @@ class Mailbox:
                     conn, names, known, self.settings.agents, now
                 )
                 display = recipients
+            blocking: Collection[str] = [n for n in recipients if n in parties.blocking]
         else:
             recipients = addressing.channel_recipients(conn, caller.agent, channel)
             display = [f"#{channel}"]
             limits_of = accounts.limits_in_effect(conn, self.settings, recipients)
+            blocking = blocks.blocking(conn, caller.agent, recipients)
         # A recipient who blocks the sender is counted full as any other: whether mail is
         # refused (or skipped) for a full inbox must not tell the sender who blocks it.
         cap = self.limits.max_unacked
         full = [] if awaited else addressing.full_inboxes(conn, recipients, limits_of, cap, now)
-        dropped = sorted(set(blocks.blocking(conn, caller.agent, recipients)) - set(full))
+        dropped = sorted(set(blocking) - set(full))
         deliver = [n for n in recipients if n not in dropped]
         if full and channel is None and not notice:
             raise AgentpostError(

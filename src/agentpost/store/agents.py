@@ -61,21 +61,6 @@ def existing_names(conn: Connection, names: Sequence[str]) -> dict[str, bool]:
     return {name: disabled_at is None for name, disabled_at, _trust in rows}
 
 
-def sender_and_names(
-    conn: Connection, sender: str, names: Sequence[str]
-) -> tuple[dict[str, bool], Trust | None]:
-    """`existing_names` of the sender and `names`, and the sender's trust as the owner last
-    set it (None: no such agent): what a send reads of them, in one statement."""
-    rows = _agents_enabled(len(names) + 1).rows(conn, numbered_values("n", [sender, *names]))
-    known: dict[str, bool] = {}
-    trust = None
-    for name, disabled_at, stored in rows:
-        known[name] = disabled_at is None
-        if name == sender:
-            trust = Trust(stored)
-    return known, trust
-
-
 def create_agent(
     conn: Connection,
     name: str,
