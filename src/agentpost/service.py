@@ -311,7 +311,10 @@ def _sole(exc: BaseException) -> BaseException:
 def _query_value(scope: Scope, name: str) -> str | None:
     """The one value of `name`: given twice (`?tools=core&tools=coord`), the MCP app would
     read the last alone, and a connection would quietly lack the groups named first."""
-    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(name)
+    query: bytes = scope.get("query_string", b"")
+    if not query:  # nearly every request
+        return None
+    values = parse_qs(query.decode("latin-1")).get(name)
     if values and len(values) > 1:
         raise AgentpostError(
             ErrorCode.INVALID_ARGUMENT,
@@ -339,8 +342,11 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     Two counts, as a head arrives in two ways: the bytes read while the head is still open
     (a head trickling in, or one huge header the parser buffers whole), and the request line
-    and headers the parser hands over, checked when the head is complete (a head read in one
-    go ends within the read that takes it over, so the first count never sees it open)."""
+    and headers the parser hands over, counted when the head is complete (a head read in one
+    go ends within the read that takes it over, so the first count never sees it open).
+
+    One timer a connection, not one a request: each request sets its deadline, and the timer,
+    once due, sleeps again until the deadline of the request arriving then, if any."""
 
     request_timeout_s: float = 30.0
     arriving_from: ClassVar[Counter[str]] = Counter()
@@ -348,9 +354,10 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
     (see `serve`)."""
     _in_head = True
     _head_bytes = 0
-    _head_parsed = 0
     _head_refused = False
-    _arriving: asyncio.TimerHandle | None = None
+    _deadline: float | None = None
+    """When the request arriving now is too slow (None: none is arriving)."""
+    _timer: asyncio.TimerHandle | None = None
     _arriving_as: str | None = None
     _address = ""
 
@@ -363,10 +370,13 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._arrived()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
-        if self._arriving is None and not self._arrival_starts():  # kept alive, then again
+        if self._deadline is None and not self._arrival_starts():  # kept alive, then again
             self._head_refused = True  # nothing more of it is read
             self.transport.close()
             return
@@ -379,18 +389,27 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
             return False
         self.arriving_from[address] += 1
         self._arriving_as = address
-        self._arriving = self.loop.call_later(self.request_timeout_s, self._too_slow)
+        self._deadline = self.loop.time() + self.request_timeout_s
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._deadline_due)
         return True
 
     def _arrived(self) -> None:
-        if self._arriving is not None:
-            self._arriving.cancel()
-            self._arriving = None
+        self._deadline = None  # the timer, when due, finds nothing arriving
         if self._arriving_as is not None:
             self.arriving_from[self._arriving_as] -= 1
             if not self.arriving_from[self._arriving_as]:
                 del self.arriving_from[self._arriving_as]
             self._arriving_as = None
+
+    def _deadline_due(self) -> None:
+        self._timer = None
+        if self._deadline is None:
+            return  # what was arriving arrived; the next request arms it again
+        if self.loop.time() < self._deadline:  # a later request's: sleep until then
+            self._timer = self.loop.call_at(self._deadline, self._deadline_due)
+            return
+        self._too_slow()
 
     def _too_slow(self) -> None:
         self._arrived()
@@ -421,17 +440,9 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
             )
             self.transport.close()
 
-    def on_url(self, url: bytes) -> None:
-        self._head_parsed += len(url)
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._head_parsed += len(name) + len(value) + 4  # ": " and the line's end
-        super().on_header(name, value)
-
     def on_headers_complete(self) -> None:
         self._in_head = False
-        if self._head_refused or self._head_parsed > MAX_HEAD_BYTES:
+        if self._head_refused or _head_size(self.url, self.headers) > MAX_HEAD_BYTES:
             self._refuse_head()  # before the app sees the request: no cycle is made for it
             return
         super().on_headers_complete()
@@ -444,8 +455,14 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
         if self._head_refused:
             return
         self._arrived()
-        self._in_head, self._head_bytes, self._head_parsed = True, 0, 0
+        self._in_head, self._head_bytes = True, 0
         super().on_message_complete()
+
+
+def _head_size(target: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    """A head's size as the parser handed it over: the target, and each header with ": " and
+    its line's end."""
+    return len(target) + sum(len(name) + len(value) + 4 for name, value in headers)
 
 
 class _Server(uvicorn.Server):

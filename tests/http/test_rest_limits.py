@@ -395,6 +395,37 @@ async def test_a_request_that_does_not_arrive_in_time_is_cut_and_others_are_serv
         assert (await owner.get("/v1/me")).status_code == 200
 
 
+async def test_a_later_request_on_a_kept_alive_connection_is_cut_in_its_own_time(
+    tmp_path: Path,
+) -> None:
+    """A kept-alive connection's next request is timed from its own first byte: the timer a
+    connection keeps, due at the deadline of the request before, waits on for this one's, so
+    it is neither cut early nor let trickle for good."""
+    async with running_service(tmp_path, {"AGENTPOST_REQUEST_TIMEOUT_S": "1"}) as service:
+        health = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        async with await anyio.connect_tcp("127.0.0.1", service.port) as stream:
+            await stream.send(health + b"\r\n")
+            first = b""
+            with anyio.fail_after(5):
+                while b"\r\n\r\n" not in first:
+                    first += await stream.receive()
+            assert first.startswith(b"HTTP/1.1 200 ")
+            await anyio.sleep(0.6)  # begun well before the first request's deadline
+            began = anyio.current_time()
+            await stream.send(health)  # never ends
+            answer = b""
+            with (
+                anyio.fail_after(5),
+                contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, OSError),
+            ):
+                while True:
+                    answer += await stream.receive()
+            took = anyio.current_time() - began
+        answer = answer[answer.find(b"HTTP/1.1 408") :]  # after the rest of the first answer
+        assert answer.split(b"\r\n")[0] == b"HTTP/1.1 408 Request Timeout"
+        assert 0.9 <= took < 3
+
+
 async def test_an_address_holds_a_bounded_number_of_requests_still_arriving(
     tmp_path: Path,
 ) -> None:
