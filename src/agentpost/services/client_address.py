@@ -4,12 +4,18 @@ and the registration limit count by."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 
 NO_ADDRESS = "-"
 """The address of a caller whose face could not tell one (counted together)."""
+KNOWN_ADDRESSES = 4096
+"""Addresses whose spellings are kept: each request is authenticated by its address, and
+parsing one costs more than the rest of a remembered caller's authentication (a client of
+many addresses only makes this miss)."""
 
 
+@functools.lru_cache(maxsize=KNOWN_ADDRESSES)
 def spelt(ip: str | None) -> str:
     """One spelling per address (`2001:DB8::1` is `2001:db8::1`, and an IPv4 address a
     dual-stack socket shows as `::ffff:192.0.2.1` is `192.0.2.1`), so that a lockout counts
@@ -24,6 +30,7 @@ def spelt(ip: str | None) -> str:
     return ip[:64]
 
 
+@functools.lru_cache(maxsize=KNOWN_ADDRESSES)
 def counted(address: str) -> str:
     """What lockouts and the registration limit count by: an IPv4 address, but an IPv6
     address's /64 (`2001:db8::/64`), since one host is commonly handed a whole /64 and could
