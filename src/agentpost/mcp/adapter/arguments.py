@@ -12,6 +12,7 @@ and so is `"null"` wherever text is taken.
 
 from __future__ import annotations
 
+import functools
 import json
 import types
 from contextlib import suppress
@@ -19,7 +20,8 @@ from typing import Any, Union, get_args, get_origin
 
 from mcp.server.mcpserver.tools import Tool as FunctionTool
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from agentpost.domain.errors import AgentpostError, ErrorCode
 
@@ -54,16 +56,49 @@ def validated(tool: FunctionTool, arguments: dict[str, Any]) -> dict[str, Any]:
     return model.model_dump_one_level()
 
 
+_JSON_SPACE = " \t\n\r"
+_READ_AS_JSON = ("[", "{", "n")
+"""How the JSON of a list, an object or `null` starts (after JSON's white space): no other
+text is read, as `pre_parse_json` keeps any other value it reads as the text it was."""
+
+
 def _pre_parsed(metadata: FuncMetadata, arguments: dict[str, Any]) -> dict[str, Any]:
     """The SDK's `pre_parse_json` (JSON text read as a list or an object), but for the text
-    `null` given to an argument that takes text: as None it would read as left out."""
-    given = metadata.pre_parse_json(arguments)
+    `null` given to an argument that takes text: as None it would read as left out. Text that
+    could be no list, object or null is not read at all (a name, for one: every `send` names
+    its recipients, and a failed parse costs more than the rest of a call's checks)."""
     fields = metadata.arg_model.model_fields
-    for key, value in given.items():
-        raw = arguments[key]
-        if value is None and isinstance(raw, str) and key in fields:
-            given[key] = raw if _takes_text(fields[key].annotation) else None
+    by_key = _fields_by_key(metadata.arg_model)
+    given = dict(arguments)
+    for key, raw in arguments.items():
+        field = by_key.get(key)
+        if field is None or not isinstance(raw, str) or field.annotation is str:
+            continue
+        if not raw.lstrip(_JSON_SPACE).startswith(_READ_AS_JSON):
+            continue
+        try:
+            value = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue  # left for validation to accept or refuse
+        if value is None:
+            if key in fields:
+                given[key] = raw if _takes_text(fields[key].annotation) else None
+            else:
+                given[key] = None
+        elif not isinstance(value, str | int | float):
+            given[key] = value
     return given
+
+
+@functools.lru_cache(maxsize=256)  # one entry a tool
+def _fields_by_key(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A tool's arguments by the names a call may give them: their own, and their aliases."""
+    by_key: dict[str, FieldInfo] = {}
+    for name, field in model.model_fields.items():
+        by_key[name] = field
+        if field.alias:
+            by_key[field.alias] = field
+    return by_key
 
 
 def _takes_text(annotation: Any) -> bool:

@@ -27,6 +27,9 @@ T = TypeVar("T")
 
 LOOPBACK: Final = ("127.0.0.1", "localhost", "[::1]")
 ANY_PORT: Final = "*"
+PASSED_KEPT: Final = 64
+"""`Host` and `Origin` values that passed, kept so that each request need not read its own
+again (every request of a connection names the same); a value not kept is read afresh."""
 NAME: Final = re.compile(r"[a-z0-9._~%!$&'()*+,;=-]+|\[[0-9a-f:.]+\]")
 """A host as a `Host` header can carry it (RFC 3986's reg-name, or an IPv6 literal): no `/`,
 `@`, `?` or space, so `agents.example/mcp` is no name a request could ever send."""
@@ -120,6 +123,8 @@ class RebindingCheck:
     ) -> None:
         self._app = app
         self._hosts, self._origins = allowed_places(allowed_hosts, allowed_origins)
+        self._passed: set[tuple[str, str]] = set()
+        """(`host` or `origin`, value) that passed: the settings do not change while serving."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,15 +151,28 @@ class RebindingCheck:
         await self._app(scope, receive, send)
 
     def _host_passes(self, host: str | None) -> bool:
-        place = None if host is None else _place(host)
-        return place is not None and any(place.matches(p) for p in self._hosts)
+        if host is None:
+            return False
+        if ("host", host) in self._passed:
+            return True
+        place = _place(host)
+        passes = place is not None and any(place.matches(p) for p in self._hosts)
+        return self._kept("host", host, passes)
 
     def _origin_passes(self, origin: str) -> bool:
+        if ("origin", origin) in self._passed:
+            return True
         found = _origin(origin)
         if found is None:
             return False
         scheme, place = found
-        return any(scheme == s and place.matches(p) for s, p in self._origins)
+        passes = any(scheme == s and place.matches(p) for s, p in self._origins)
+        return self._kept("origin", origin, passes)
+
+    def _kept(self, header: str, value: str, passes: bool) -> bool:
+        if passes and len(self._passed) < PASSED_KEPT:
+            self._passed.add((header, value))
+        return passes
 
 
 def _refusal(status: int, why: str, setting: str) -> JSONResponse:

@@ -508,10 +508,10 @@ class MailboxServer:
         if holds_half_pair(params.arguments):
             return _error_result(not_unicode("the arguments"))
         given = params.arguments or {}
-        taken = list(tool.parameters.get("properties", {}))
-        unknown = sorted(set(given) - set(taken))
+        taken = tool.parameters.get("properties", {})
+        unknown = sorted(name for name in given if name not in taken)
         if unknown:
-            return _error_result(unknown_arguments(tool.name, unknown, taken))
+            return _error_result(unknown_arguments(tool.name, unknown, list(taken)))
         try:
             arguments = validated(tool, given)
         except ValidationError as exc:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final, Protocol
 
 import anyio
@@ -46,6 +47,8 @@ class HttpRequest:
         return self.headers.get("mcp-session-id")
 
 
+_NO_QUERY: Mapping[str, str] = MappingProxyType({})
+
 request_in_hand: ContextVar[HttpRequest | None] = ContextVar("mcp_http_request", default=None)
 """Set by the server around each message (`MailboxServer`), read by `current_http_request`."""
 
@@ -58,10 +61,12 @@ def http_request_of(ctx: _Ctx) -> HttpRequest | None:
         return None
     client = scope.get("client")
     # Starlette's own mappings, not copies (this runs for every message): its headers already
-    # answer in any case, its query parameters give the last value of a repeated name.
+    # answer in any case, its query parameters give the last value of a repeated name. Most
+    # requests have no query: theirs costs no parse.
+    query = getattr(request, "query_params", _NO_QUERY) if scope.get("query_string") else _NO_QUERY
     return HttpRequest(
         headers=getattr(request, "headers", {}),
-        query=getattr(request, "query_params", {}),
+        query=query,
         client_ip=client[0] if client else None,
         state=scope.get("state") or {},
     )
