@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import secrets
@@ -192,7 +193,10 @@ class Service:
     async def _check_groups(self, scope: Scope, asked: str | None) -> None:
         """Refuse a connection's groups before MCP: an unknown one, or `admin` asked for by a
         key that cannot use it (offered none of its tools, the connection would look broken
-        rather than refused; the attempt is audited as an admin act's is)."""
+        rather than refused; the attempt is audited as an admin act's is). Nearly every
+        request asks for none: the default groups were checked when the settings were read."""
+        if asked is None:
+            return
         parse_groups(asked, self.settings.tool_groups)
         caller = caller_of(scope.get("state", {}))
         if "admin" in asked_groups(asked) and not caller.admin:
@@ -462,7 +466,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 def _head_size(target: bytes, headers: list[tuple[bytes, bytes]]) -> int:
     """A head's size as the parser handed it over: the target, and each header with ": " and
     its line's end."""
-    return len(target) + sum(len(name) + len(value) + 4 for name, value in headers)
+    return len(target) + 4 * len(headers) + sum(map(len, itertools.chain.from_iterable(headers)))
 
 
 class _Server(uvicorn.Server):
