@@ -28,6 +28,7 @@ from urllib.parse import parse_qs
 import anyio
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from agentpost.config import Settings
 from agentpost.domain.accounts import SECRET_MAX, SECRET_MIN, is_well_formed_secret
@@ -44,6 +45,7 @@ from agentpost.services import PostOffice
 from agentpost.services.client_address import counted, spelt
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("uvicorn.access")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -336,6 +338,42 @@ def check_bind(host: str, allow_remote: bool) -> None:
         )
 
 
+class _LoggedWhenAnswered:
+    """uvicorn's access log line, written once the answer has gone out, not as it starts: the
+    line's formatting and writing (some 30 µs) held up every answer, an MCP `send`'s too. The
+    same logger and arguments, so its handlers and format are uvicorn's (the protocol's own
+    line is off); an event stream is logged when it ends, as nginx logs it."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not access_log.isEnabledFor(logging.INFO):
+            await self._app(scope, receive, send)
+            return
+        status = 0  # none yet: a client that left before any answer is not logged
+
+        async def answering(message: MutableMapping[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self._app(scope, receive, answering)
+        except Exception:
+            status = status or 500  # what uvicorn answers for it
+            raise
+        finally:
+            if status:
+                asked: Any = scope  # an HTTP scope, as uvicorn's helpers take it
+                where, path = get_client_addr(asked), get_path_with_query_string(asked)
+                version = scope["http_version"]
+                access_log.info(
+                    '%s - "%s %s HTTP/%s" %d', where, scope["method"], path, version, status
+                )
+
+
 class _BoundedHeadProtocol(HttpToolsProtocol):
     """uvicorn's HTTP protocol, answering 431 and closing the connection once a request's
     head outgrows MAX_HEAD_BYTES, so a client without a key cannot fill the memory with it;
@@ -367,6 +405,7 @@ class _BoundedHeadProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.access_log = False  # `_LoggedWhenAnswered` writes the line, after the answer
         # Spelt once a connection: a kept-alive one's next requests come from the same place.
         self._address = counted(spelt(self.client[0] if self.client else None))
         if not self._arrival_starts():
@@ -516,7 +555,7 @@ def serve(
     app = Service(settings, on_admin_key=announce)
     proxies = settings.trusted_proxies
     config = uvicorn.Config(
-        app,
+        _LoggedWhenAnswered(app),
         host=host,
         port=port,
         lifespan="on",

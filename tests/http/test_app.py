@@ -20,7 +20,7 @@ import pytest
 
 from agentpost.store.migrate import SCHEMA_HEAD
 from backends import refuse_connections, refuse_writes
-from service_process import Service, running_service
+from service_process import Service, eventually, running_service
 
 pytestmark = pytest.mark.anyio
 
@@ -38,6 +38,26 @@ async def test_health_answers_without_a_key(service: Service) -> None:
     answer = await service.client().get("/health")
     assert answer.status_code == 200
     assert answer.json()["status"] == "ok"
+
+
+async def test_each_answer_is_in_the_access_log_once_with_its_status(service: Service) -> None:
+    """The line is written after the answer went out (not on its way), in uvicorn's own
+    format; the protocol's line, written as an answer starts, is off, so none is doubled."""
+    async with service.client() as http:
+        assert (await http.get("/health?probe=1")).status_code == 200
+        assert (await http.get("/v1/inbox")).status_code == 401
+
+    def lines(request: str) -> list[str]:
+        return [line for line in service.log.read_text().splitlines() if request in line]
+
+    async def logged() -> bool:
+        return bool(lines('"GET /v1/inbox HTTP/1.1"'))
+
+    await eventually(logged)
+    [health] = lines('"GET /health?probe=1 HTTP/1.1"')
+    assert re.search(r'127\.0\.0\.1:\d+ - "GET /health\?probe=1 HTTP/1\.1" 200', health)
+    [inbox] = lines('"GET /v1/inbox HTTP/1.1"')
+    assert " 401" in inbox
 
 
 async def test_health_and_readiness_answer_a_head_check_with_their_status_alone(
