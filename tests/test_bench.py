@@ -30,6 +30,7 @@ def test_a_benchmark_server_imports_the_agentpost_the_benchmark_runs(
 
 
 SAMPLING = Path(__file__).resolve().parents[1] / "bench" / "sampling"
+TRACING = SAMPLING.parent / "tracing"
 BURNS_CPU = """
 import os, signal, time
 
@@ -73,3 +74,31 @@ def _python(code: str, env: dict[str, str], cwd: Path) -> str:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=cwd
     )
     return ran.stdout.strip()
+
+
+@pytest.mark.anyio
+async def test_the_tracer_marks_each_request_from_its_arrival_to_its_answer(
+    tmp_path: Path,
+) -> None:
+    from service_process import running_service
+
+    out = tmp_path / "marks.txt"
+    env = {"PYTHONPATH": str(TRACING), "AGENTPOST_BENCH_MARKS": str(out)}
+    async with running_service(tmp_path, env) as service, service.client() as http:
+        for _ in range(200):  # a batch of marks is written at a time
+            assert (await http.get("/v1/inbox")).status_code == 401
+    names = [line.split()[0] for line in out.read_text().splitlines()]
+    first = names.index("in")
+    request = names[first : names.index("out", first) + 1]
+    assert request[:2] == ["in", "guard0"]
+    assert {"tx0", "tx1"} <= set(names)  # each refusal is audited
+    assert names.count("out") >= 100
+
+
+def test_the_tracer_does_nothing_unless_asked(tmp_path: Path) -> None:
+    env = {**get_default_environment(), "PYTHONPATH": str(TRACING)}
+    untouched = (
+        "from uvicorn.protocols.http import httptools_impl as h; "
+        "print(h.HttpToolsProtocol.data_received.__module__)"
+    )
+    assert _python(untouched, env, tmp_path) == "uvicorn.protocols.http.httptools_impl"
