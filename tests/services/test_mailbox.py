@@ -96,6 +96,25 @@ async def test_a_broadcast_to_general_reaches_every_other_enabled_agent(
     assert await bodies(office, alice) == []  # never back to its sender
 
 
+async def test_a_list_of_one_channel_is_a_broadcast_to_it(office: PostOffice) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    sent = await office.mailbox.send(alice, ["#general"], "hello all")
+    assert (sent.channel, sent.to) == ("general", ["bob"])
+    (message,) = (await office.mailbox.inbox(bob)).messages
+    assert (message.channel, message.to) == ("general", ["#general"])
+
+
+@pytest.mark.parametrize("to", [["#general", "bob"], ["bob", "#general"], ["#general", "#ops"]])
+async def test_a_channel_among_other_recipients_is_refused_and_nothing_is_sent(
+    office: PostOffice, to: list[str]
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    with pytest.raises(AgentpostError) as refused:
+        await office.mailbox.send(alice, to, "hello all")
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert await bodies(office, bob) == []
+
+
 async def test_a_broadcast_to_a_project_reaches_its_agents_and_joiners_only(
     office: PostOffice,
 ) -> None:

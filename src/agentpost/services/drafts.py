@@ -33,6 +33,8 @@ def targets(to: str | Sequence[str]) -> tuple[list[str], str | None]:
         return [check_name(to, "recipient")], None
     if not isinstance(to, Sequence) or not to:
         raise invalid("to must be a name, a list of names or '#channel'")
+    if len(to) == 1 and isinstance(to[0], str) and to[0].startswith("#"):
+        return [], check_channel(to[0])  # a list of one channel names it as well as its name
     names = []
     for name in to:
         if not isinstance(name, str):
