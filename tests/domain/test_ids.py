@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentpost.domain.ids import message_id, session_id, sortable_id
+from agentpost.domain.ids import is_message_id, message_id, session_id, sortable_id
 
 ID = re.compile(r"^[a-z]+_[0-9a-hjkmnp-tv-z]{26}$")
 
@@ -39,3 +39,11 @@ def test_ids_made_in_the_same_millisecond_are_distinct_and_in_the_order_made() -
 def test_without_a_time_an_id_takes_the_current_one() -> None:
     before = message_id(0.0)
     assert message_id() > before
+
+
+def test_the_shape_of_a_message_id_is_told_from_free_text() -> None:
+    assert is_message_id(message_id())
+    assert not is_message_id(session_id())
+    assert not is_message_id("m_release")
+    assert not is_message_id(message_id() + "x")
+    assert not is_message_id(message_id().upper())

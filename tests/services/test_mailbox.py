@@ -15,6 +15,7 @@ import pytest
 
 from account_helpers import owner
 from agentpost.domain.errors import AgentpostError, ErrorCode
+from agentpost.domain.ids import message_id
 from agentpost.domain.models import Caller, DeliveryState, Kind, Message, Priority, Trust
 from agentpost.services import PostOffice
 from agentpost.store import fulltext
@@ -673,17 +674,36 @@ async def test_the_inbox_and_wait_take_a_thread_by_the_id_of_any_of_its_messages
     assert await bodies(office, carol, thread_id=hidden.id, peek=True) == []
 
 
-async def test_a_thread_named_like_a_message_is_that_thread_in_the_inbox_too(
+async def test_a_new_thread_labelled_with_a_replys_id_is_refused_and_nothing_is_sent(
     office: PostOffice,
 ) -> None:
-    """A thread id is free text: one that happens to equal a reply's id still names itself,
-    first, as it does for `thread`."""
+    """Such a thread would stand in for the reply's own wherever the id names a thread (in
+    `thread`, `inbox` and `wait`), before the conversation the reply is part of."""
     alice, bob = await agents(office, "alice", "bob")
     question = await office.mailbox.send(alice, "bob", "question")
     reply = await office.mailbox.send(bob, "alice", "reply", reply_to=question.id)
-    await office.mailbox.send(bob, "alice", "own thread", thread_id=reply.id)
-    assert [m.body for m in await office.history.thread(alice, reply.id)] == ["own thread"]
-    assert await bodies(office, alice, thread_id=reply.id) == ["own thread"]
+    with pytest.raises(AgentpostError) as refused:
+        await office.mailbox.send(bob, "alice", "own thread", thread_id=reply.id)
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    assert refused.value.details == {"thread_id": reply.id}
+    assert [m.body for m in await office.history.thread(alice, reply.id)] == ["question", "reply"]
+    assert await bodies(office, alice, thread_id=reply.id) == ["reply"]
+
+
+async def test_a_thread_id_shaped_like_a_message_id_must_name_a_thread_that_is(
+    office: PostOffice,
+) -> None:
+    alice, bob = await agents(office, "alice", "bob")
+    question = await office.mailbox.send(alice, "bob", "question")  # its thread: its id
+    joined = await office.mailbox.send(bob, "alice", "on it", thread_id=question.id)
+    assert joined.thread_id == question.id
+    made_up = message_id()
+    with pytest.raises(AgentpostError) as refused:
+        await office.mailbox.send(bob, "alice", "nowhere", thread_id=made_up)
+    assert refused.value.code is ErrorCode.INVALID_ARGUMENT
+    labelled = await office.mailbox.send(bob, "alice", "free text", thread_id="m_release")
+    assert labelled.thread_id == "m_release"
+    assert await bodies(office, alice) == ["on it", "free text"]
 
 
 @pytest.mark.parametrize("limit", [0, 501, -1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import time
@@ -43,6 +44,14 @@ def sortable_id(prefix: str, *, now: float | None = None) -> str:
 
 def message_id(now: float | None = None) -> str:
     return sortable_id("m", now=now)
+
+
+_MESSAGE_ID = re.compile(f"m_[{_ALPHABET}]{{26}}")
+
+
+def is_message_id(text: str) -> bool:
+    """Whether `text` has the shape of a message's id (it may name none)."""
+    return _MESSAGE_ID.fullmatch(text) is not None
 
 
 def session_id(now: float | None = None) -> str:

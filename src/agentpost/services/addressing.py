@@ -9,6 +9,7 @@ from typing import Any
 from agentpost.config import Settings
 from agentpost.domain.accounts import AgentLimits
 from agentpost.domain.errors import AgentpostError, ErrorCode, invalid, not_found
+from agentpost.domain.ids import is_message_id
 from agentpost.domain.models import Caller
 from agentpost.domain.names import OWNER, POST_OFFICE, SYSTEM
 from agentpost.services import accounts
@@ -75,6 +76,19 @@ def parent_thread(
         raise invalid("thread_id of a reply can only be its parent's thread; omit it")
     parent_thread: str = parent.thread_id
     return parent_thread
+
+
+def check_thread_label(conn: Connection, thread: str) -> None:
+    """A new message's `thread_id` shaped like a message's id must name a thread that is:
+    labelled with the id of a message (a reply's, say) that is no thread's, a new thread
+    would stand in for that message's own wherever the id names a thread, before the
+    conversation it was part of."""
+    if is_message_id(thread) and not reading.thread_exists(conn, thread):
+        raise invalid(
+            f"thread_id {thread} is a message's id, not a thread's: reply_to that message "
+            "to answer in its thread, or give another thread_id",
+            thread_id=thread,
+        )
 
 
 def full_inboxes(

@@ -106,10 +106,17 @@ class Mailbox:
                 told.append(piggyback.notices_in(conn, caller, self.store.clock()))
             return sent
 
+        def labelled(conn: Connection) -> drafts.Draft:
+            # A thread named by its sender (a reply's is its parent's, which exists).
+            if message.thread is not None and message.reply_to is None:
+                addressing.check_thread_label(conn, message.thread)
+            return message
+
         if retry_key is None:
             sent = await self.store.write(
                 lambda conn: noticed(
-                    conn, self._send_draft(conn, caller, message, create_sender=create_sender)
+                    conn,
+                    self._send_draft(conn, caller, labelled(conn), create_sender=create_sender),
                 ),
                 lengthy=lengthy,
                 touches_accounts=False,
@@ -128,7 +135,7 @@ class Mailbox:
             )
             if first is not None:
                 return noticed(conn, first)
-            result = self._send_draft(conn, caller, message)
+            result = self._send_draft(conn, caller, labelled(conn))
             outbox.remember(conn, self.store, caller.agent, retry_key, fingerprint, result)
             return noticed(conn, result)
 

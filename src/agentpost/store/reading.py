@@ -106,6 +106,12 @@ def visible_message(
     ).first()
 
 
+def thread_exists(conn: Connection, thread_id: str) -> bool:
+    """Whether any message is in the thread `thread_id`, whoever may see it."""
+    found = select(messages.c.seq).where(messages.c.thread_id == thread_id).limit(1)
+    return conn.execute(found).first() is not None
+
+
 def thread_named(
     conn: Connection, reader: str, channels: Iterable[str], named: str, now: float
 ) -> str:
