@@ -200,6 +200,32 @@ def test_claude_refuses_a_settings_file_that_is_not_json_and_leaves_it(tmp_path:
     assert snapshot(*files) == before
 
 
+@pytest.mark.parametrize("entry", [None, "agentpost mcp", {"args": ["mcp"]}, {"command": 7}])
+def test_claude_refuses_an_agentpost_entry_it_cannot_start_and_leaves_it(
+    tmp_path: Path, entry: Any
+) -> None:
+    """Kept as written, it would be "already set up", and Claude Code could start nothing."""
+    root = project(tmp_path)
+    write_json(root / ".mcp.json", {"mcpServers": {"agentpost": entry}})
+    files = (root / ".mcp.json", root / ".claude" / "settings.json")
+    before = snapshot(*files)
+    done = install("claude", cwd=root)
+    assert done.returncode == 2, done.stdout
+    assert "mcpServers.agentpost is neither a command nor a URL" in done.stderr
+    assert snapshot(*files) == before
+
+
+def test_codex_refuses_an_agentpost_table_it_cannot_start_and_leaves_it(tmp_path: Path) -> None:
+    codex_home = tmp_path / "codex"
+    codex_home.mkdir()
+    config = codex_home / "config.toml"
+    config.write_text('[mcp_servers.agentpost]\nargs = ["mcp"]\n')
+    done = install("codex", cwd=tmp_path, codex_home=codex_home)
+    assert done.returncode == 2, done.stdout
+    assert "[mcp_servers.agentpost] is neither a command nor a URL" in done.stderr
+    assert config.read_text() == '[mcp_servers.agentpost]\nargs = ["mcp"]\n'
+
+
 @pytest.mark.parametrize(
     ("text", "says"),
     [

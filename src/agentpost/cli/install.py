@@ -224,6 +224,7 @@ def claude_changes(project: Path, command: str) -> list[Change]:
             entry["command"] = command
             return [f"repaired the MCP server {SERVER!r}: its agentpost is gone, now {command}"]
         if SERVER in servers:
+            _check_startable(entry, f"{project / '.mcp.json'}: mcpServers.{SERVER}")
             return []
         servers[SERVER] = {"command": command, "args": ["mcp"]}
         return [f"added the MCP server {SERVER!r} ({command} mcp)"]
@@ -361,9 +362,8 @@ def _codex_repair(
 
     import tomlkit
 
-    if not isinstance(entry, dict) or not isinstance(entry.get("command"), str):
-        return Change(path, before, before or "", [])
-    if not _gone(entry["command"]):
+    _check_startable(entry, f"{path}: [mcp_servers.{SERVER}]")
+    if not isinstance(entry.get("command"), str) or not _gone(entry["command"]):
         return Change(path, before, before or "", [])
     expected = document.unwrap()
     expected["mcp_servers"][SERVER]["command"] = command
@@ -377,6 +377,18 @@ def _codex_repair(
         )
     repaired = f"repaired [mcp_servers.{SERVER}]: its agentpost is gone, now {command}"
     return Change(path, before, after, [repaired])
+
+
+def _check_startable(entry: Any, where: str) -> None:
+    """An entry kept as written must be one its client can start: else "already set up"."""
+    if not isinstance(entry, dict) or not any(isinstance(entry.get(k), str) for k in _STARTS):
+        raise AgentpostError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{where} is neither a command nor a URL: fix it, or remove it and install again",
+        )
+
+
+_STARTS = ("command", "url")
 
 
 def _parse_toml(path: Path, before: str | None) -> Any:
