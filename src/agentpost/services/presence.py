@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractContextManager, asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -408,12 +408,16 @@ class PresenceService:
         `session_now`, if given, names the session the stream speaks for at each beat (None:
         still the caller's). A `counted` stream is one of the agent's waits held open
         (`max_open_waits`): refused `rate_limited` before it opens when they are all taken,
-        as an event stream is; a stream a client may open without end must be."""
+        as an event stream is; a stream a client may open without end must be.
+        Revoking the key or disabling the agent wakes it (`wakeups.rouse`), so it ends at once,
+        as a REST stream does, not at its next beat."""
         ended: AgentpostError | None = None
-        room: AbstractContextManager[object] = (
+        # Woken by the agent's news and by a change of its standing. A following watch is not
+        # one of the agent's waits (`Store.watching`): only a counted stream takes one.
+        news = (
             held_watch(self.store, caller, self.settings.max_open_waits)
             if counted
-            else nullcontext()
+            else self.store.watch_following(lambda: caller.agent)
         )
 
         async def keep() -> None:
@@ -422,7 +426,7 @@ class PresenceService:
                 return
             beat = Heartbeat(self.store, caller, self.settings.heartbeat_s)
             while True:
-                await anyio.sleep(beat.timeout(None) or self.settings.heartbeat_s)
+                await news.wait(beat.timeout(None) or self.settings.heartbeat_s)
                 if session_now is not None:
                     beat.follow(session_now())
                 try:
@@ -442,7 +446,7 @@ class PresenceService:
             ended = AgentpostError(ErrorCode.UNAVAILABLE, "the server is stopping; open it again")
             group.cancel_scope.cancel()
 
-        with room:
+        with news:
             async with anyio.create_task_group() as group:
                 group.start_soon(keep)
                 group.start_soon(stop)
