@@ -367,6 +367,18 @@ async def held_by_bob(repo: Path, service: Service, project: str = "shop") -> st
     return await service.create_agent("alice", project=project)
 
 
+async def held_there_free_elsewhere(repo: Path, tmp_path: Path, key: str) -> None:
+    """Bob's file's commit is refused, naming him and never the key; another file's goes in."""
+    done = await try_commit(repo, "src/app.py", **elsewhere(tmp_path))
+    assert done.returncode == 1, done.stderr
+    assert "src/app.py: held by bob as 'src/*.py'" in done.stderr
+    assert key not in done.stderr
+    git(repo, "restore", "--staged", "src/app.py")
+    done = await try_commit(repo, "docs/guide.md", **elsewhere(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+
+
 @pytest.mark.anyio
 async def test_a_remote_post_office_named_only_in_mcp_json_holds_the_commit(
     repo: Path, service: Service, tmp_path: Path
@@ -376,14 +388,7 @@ async def test_a_remote_post_office_named_only_in_mcp_json_holds_the_commit(
     alice_key = await held_by_bob(repo, service)
     env = {"AGENTPOST_URL": service.url, "AGENTPOST_KEY": alice_key}
     name_server(repo / ".mcp.json", {"command": "agentpost", "args": ["mcp"], "env": env})
-    done = await try_commit(repo, "src/app.py", **elsewhere(tmp_path))
-    assert done.returncode == 1, done.stderr
-    assert "src/app.py: held by bob as 'src/*.py'" in done.stderr
-    assert alice_key not in done.stderr
-    git(repo, "restore", "--staged", "src/app.py")
-    done = await try_commit(repo, "docs/guide.md", **elsewhere(tmp_path))
-    assert done.returncode == 0, done.stderr
-    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+    await held_there_free_elsewhere(repo, tmp_path, alice_key)
 
 
 @pytest.mark.anyio
@@ -531,14 +536,7 @@ async def test_a_remote_post_office_named_only_in_codexs_settings_holds_the_comm
     name_codex_server(
         codex_config(), f'command = "agentpost"\nargs = ["mcp"]\n[mcp_servers.agentpost.env]\n{env}'
     )
-    done = await try_commit(repo, "src/app.py", **elsewhere(tmp_path))
-    assert done.returncode == 1, done.stderr
-    assert "src/app.py: held by bob as 'src/*.py'" in done.stderr
-    assert alice_key not in done.stderr
-    git(repo, "restore", "--staged", "src/app.py")
-    done = await try_commit(repo, "docs/guide.md", **elsewhere(tmp_path))
-    assert done.returncode == 0, done.stderr
-    assert git(repo, "rev-list", "--count", "HEAD").strip() == "2"
+    await held_there_free_elsewhere(repo, tmp_path, alice_key)
 
 
 @pytest.mark.anyio
