@@ -379,6 +379,10 @@ def _codex_repair(
     return Change(path, before, after, [repaired])
 
 
+_STARTS = ("command", "url")
+"""What an entry starts its server with: a command, or (for an HTTP server) a URL."""
+
+
 def _check_startable(entry: Any, where: str) -> None:
     """An entry kept as written must be one its client can start: else "already set up"."""
     if not isinstance(entry, dict) or not any(isinstance(entry.get(k), str) for k in _STARTS):
@@ -386,9 +390,6 @@ def _check_startable(entry: Any, where: str) -> None:
             ErrorCode.INVALID_ARGUMENT,
             f"{where} is neither a command nor a URL: fix it, or remove it and install again",
         )
-
-
-_STARTS = ("command", "url")
 
 
 def _parse_toml(path: Path, before: str | None) -> Any:
