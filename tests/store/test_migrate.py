@@ -151,7 +151,11 @@ def test_each_partial_index_holds_the_same_rows_on_postgresql() -> None:
     import agentpost.store.postgres  # noqa: F401  (it says the rows for PostgreSQL)
 
     indexes = {str(i.name): i for t in metadata.tables.values() for i in t.indexes}
-    assert set(partial_indexes()) == {"ix_deliveries_expiry", "ux_messages_response"}
+    assert set(partial_indexes()) == {
+        "ix_deliveries_expiry",
+        "ix_messages_channel",
+        "ux_messages_response",
+    }
     for name, (_table, where) in partial_indexes().items():
         ddl = str(CreateIndex(indexes[name]).compile(dialect=postgresql.dialect()))
         assert ddl.endswith(f"WHERE {where}"), ddl

@@ -461,3 +461,32 @@ async def test_0022_marks_the_local_sessions_disabling_ended_and_its_downgrade_k
     await migrate_to(fresh_database_url, "0021", back=True)
     assert len(await inspected(fresh_database_url, _sessions)) == 5
     assert "ended_by_owner" not in await inspected(fresh_database_url, _session_columns)
+
+
+def _indexes_a_send_writes_to(conn: Connection) -> dict[str, str | None]:
+    """The indexes of the tables a send writes a row to: each name, and which rows it holds."""
+    option = "sqlite_where" if conn.dialect.name == "sqlite" else "postgresql_where"
+    found = {}
+    for table in ("messages", "events", "audit"):
+        for index in inspect(conn).get_indexes(table):
+            where = index.get("dialect_options", {}).get(option)
+            found[str(index["name"])] = None if where is None else str(where)
+    return found
+
+
+async def test_0023_drops_the_indexes_by_time_and_keeps_direct_mail_out_of_the_channel_index(
+    fresh_database_url: str,
+) -> None:
+    by_time = {"ix_messages_created", "ix_events_at", "ix_audit_at"}
+    await migrate_to(fresh_database_url, "0022")
+    before = await inspected(fresh_database_url, _indexes_a_send_writes_to)
+    assert by_time <= set(before)
+    assert before["ix_messages_channel"] is None
+
+    await migrate_to(fresh_database_url, "0023")
+    after = await inspected(fresh_database_url, _indexes_a_send_writes_to)
+    assert not by_time & set(after)
+    assert "channel IS NOT NULL" in str(after["ix_messages_channel"])
+
+    await migrate_to(fresh_database_url, "0022", back=True)
+    assert await inspected(fresh_database_url, _indexes_a_send_writes_to) == before

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Row, delete, insert, select
 
 from agentpost.domain.limits import never_stored
 from agentpost.store.prepared import Prepared
+from agentpost.store.retained import written_before
 from agentpost.store.schema import audit
 
 _INSERT = Prepared(insert(audit), keys=["at", "actor", "action", "target", "ip", "detail"])
@@ -68,7 +69,10 @@ def purge_before(conn: Connection, before: float, limit: int) -> int:
     """Delete up to `limit` of the oldest rows older than `before`; returns how many went."""
     seqs = list(
         conn.execute(
-            select(audit.c.seq).where(audit.c.at < before).order_by(audit.c.at).limit(limit)
+            select(audit.c.seq)
+            .where(written_before(audit.c.seq, audit.c.at, before))
+            .order_by(audit.c.seq)
+            .limit(limit)
         ).scalars()
     )
     if seqs:
@@ -78,5 +82,9 @@ def purge_before(conn: Connection, before: float, limit: int) -> int:
 
 def purge(conn: Connection, action: str, before: float) -> int:
     """Delete rows of one action older than `before` (the rows of sends follow retention)."""
-    result = conn.execute(delete(audit).where(audit.c.at < before, audit.c.action == action))
+    result = conn.execute(
+        delete(audit).where(
+            written_before(audit.c.seq, audit.c.at, before), audit.c.action == action
+        )
+    )
     return int(result.rowcount)

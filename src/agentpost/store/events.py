@@ -44,6 +44,7 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
+from agentpost.store.retained import written_before
 from agentpost.store.schema import by_code_point, deliveries, events, messages, webhooks
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
@@ -232,8 +233,8 @@ def purge_before(conn: Connection, before: float, limit: int) -> int:
     seqs = list(
         conn.execute(
             select(events.c.seq)
-            .where(events.c.at < before, ~_AWAITED_BY_A_WEBHOOK)
-            .order_by(events.c.at)
+            .where(written_before(events.c.seq, events.c.at, before), ~_AWAITED_BY_A_WEBHOOK)
+            .order_by(events.c.seq)
             .limit(limit)
         ).scalars()
     )

@@ -49,6 +49,7 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
+from agentpost.store.retained import written_before
 from agentpost.store.schema import (
     ONE_ROW,
     by_code_point,
@@ -559,7 +560,7 @@ def purge_handled(conn: Connection, before: float, limit: int, now: float) -> in
         conn.execute(
             select(messages.c.seq)
             .where(
-                messages.c.created_at < before,
+                written_before(messages.c.seq, messages.c.created_at, before),
                 ~still_open,
                 ~withheld.still_withheld(now),
                 ~_answers_a_kept_request(),

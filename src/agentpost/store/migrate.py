@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-SCHEMA_HEAD = "0022"
+SCHEMA_HEAD = "0023"
 """The newest revision in migrations/versions (a test keeps the two equal)."""
 
 MIGRATIONS = Path(__file__).parent / "migrations"

@@ -91,7 +91,10 @@ WHERE agent = ? AND ended_at IS NULL AND transport = 'stdio' AND host = ? AND st
 LIMIT 1
 """
 _AGENT = "SELECT 1 FROM agents WHERE name = ?"
-_SEQ_BEFORE = "SELECT coalesce(max(seq), 0) FROM messages WHERE created_at <= ?"
+# From the newest back: a session's start is recent, and no index orders messages by time.
+_SEQ_BEFORE = (
+    "SELECT coalesce((SELECT seq FROM messages WHERE created_at <= ? ORDER BY seq DESC LIMIT 1), 0)"
+)
 _NEWEST_SEQ = "SELECT coalesce(max(message_seq), 0) FROM deliveries WHERE recipient = ?"
 _DELIVERED_AFTER = """
 SELECT m.seq, m.id, m.sender, m.kind, m.channel, m.subject, substr(m.body, 1, 400), m.priority,

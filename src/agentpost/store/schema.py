@@ -108,8 +108,8 @@ messages = Table(
     Column("trust", String(16), nullable=False),
     Index("ix_messages_thread", "thread_id", "seq"),
     Index("ix_messages_sender", "sender", "seq"),
-    Index("ix_messages_channel", "channel", "seq"),
-    Index("ix_messages_created", "created_at"),
+    # Broadcasts only (0023): a direct message's send need not write to it.
+    Index("ix_messages_channel", "channel", "seq", sqlite_where=text("channel IS NOT NULL")),
     sqlite_autoincrement=True,
 )
 
@@ -204,7 +204,6 @@ audit = Table(
     Column("target", Text),
     Column("ip", String(64)),
     Column("detail", Text),  # JSON
-    Index("ix_audit_at", "at"),
     Index("ix_audit_actor", "actor", "seq"),
 )
 
@@ -238,7 +237,6 @@ events = Table(
     Column("at", Float, nullable=False),
     Column("data", Text),  # JSON
     Index("ix_events_agent", "agent", "seq"),
-    Index("ix_events_at", "at"),
     sqlite_autoincrement=True,
 )
 """Each agent's event log: what SSE streams (ids are `seq`) and what webhooks deliver."""

@@ -1,0 +1,26 @@
+"""Which rows of an append-only table the retention sweep may forget: those written before a
+moment, found by `seq` rather than by an index on their time.
+
+Rows are written in time order, so those written before `before` are the run of lowest `seq`
+up to the first one written since. An index on the time would tell the same, at the price of
+one more page written by every send (migration 0023); instead the sweep walks the table by its
+primary key, from the oldest row to the first one still kept, and no further: the rows it
+passes are the ones it is there to forget, or ones kept for another reason (unread mail), which
+an index on time would have walked too. A row written with an earlier time than one before it
+(another process's clock a moment behind) is kept until that one goes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, func, select
+
+_PAST_EVERY_SEQ = 2**62
+
+
+def written_before(seq: Any, written_at: Any, before: float) -> ColumnElement[bool]:
+    """Rows whose `written_at` is before `before`, and which come before the first row that is
+    not: a range of `seq` the database walks from its start."""
+    first_kept = select(seq).where(written_at >= before).order_by(seq).limit(1).scalar_subquery()
+    return and_(seq < func.coalesce(first_kept, _PAST_EVERY_SEQ), written_at < before)

@@ -1,0 +1,64 @@
+"""What retention may forget of an append-only table: the rows written before a moment, walked
+by `seq` from the oldest up to the first row still kept (the audit log stands for each)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentpost.store import audit
+from agentpost.store.database import Connection, Store
+
+pytestmark = pytest.mark.anyio
+
+
+async def written(store: Store, *times: float, action: str = "agent.created") -> None:
+    """One audit row per time, in the order given."""
+
+    def tx(conn: Connection) -> None:
+        for at in times:
+            audit.record(conn, at=at, actor="owner", action=action, target=f"at {at:g}")
+
+    await store.write(tx)
+
+
+async def left(store: Store) -> list[str | None]:
+    rows = await store.read(lambda conn: audit.entries(conn, limit=100))
+    return [row.target for row in reversed(rows)]
+
+
+async def test_the_rows_written_before_the_moment_go_and_the_rest_stay(store: Store) -> None:
+    await written(store, 1.0, 2.0, 3.0, 10.0, 11.0)
+    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 3
+    assert await left(store) == ["at 10", "at 11"]
+
+
+async def test_a_batch_forgets_the_oldest_rows_first(store: Store) -> None:
+    await written(store, 1.0, 2.0, 3.0, 10.0)
+    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 2)) == 2
+    assert await left(store) == ["at 3", "at 10"]
+    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 2)) == 1
+    assert await left(store) == ["at 10"]
+
+
+async def test_nothing_goes_when_every_row_is_newer_or_none_is_there(store: Store) -> None:
+    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 0
+    await written(store, 6.0, 7.0)
+    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 0
+    assert await left(store) == ["at 6", "at 7"]
+
+
+async def test_a_row_written_after_a_newer_one_waits_until_that_one_goes(store: Store) -> None:
+    """Another process's clock a moment behind: its row stays till the rows before it go."""
+    await written(store, 1.0, 10.0, 2.0)
+    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 1
+    assert await left(store) == ["at 10", "at 2"]
+    assert await store.write(lambda conn: audit.purge_before(conn, 11.0, 500)) == 2
+    assert await left(store) == []
+
+
+async def test_forgetting_one_action_leaves_the_others_and_the_newer_rows(store: Store) -> None:
+    await written(store, 1.0, action="message.sent")
+    await written(store, 2.0, action="agent.created")
+    await written(store, 3.0, 9.0, action="message.sent")
+    assert await store.write(lambda conn: audit.purge(conn, "message.sent", 5.0)) == 2
+    assert await left(store) == ["at 2", "at 9"]
