@@ -41,7 +41,7 @@ from agentpost.domain.models import (
     Receipt,
     Trust,
 )
-from agentpost.store import events, withheld
+from agentpost.store import events, inbox_bounds, withheld
 from agentpost.store.prepared import (
     NUMBERED_UP_TO,
     Prepared,
@@ -166,6 +166,7 @@ def insert_deliveries(
             for name in recipients
         ],
     )
+    inbox_bounds.delivered(conn, recipients)
     events.record_created(conn, seq)
 
 
@@ -205,9 +206,14 @@ def at_cap(conn: Connection, caps: Mapping[str, int], now: float) -> list[str]:
     it, the mail that still holds a place. The first is the whole answer for almost every
     inbox; for a single name, each step walks at most `cap` index entries however much mail
     waits."""
-    names = list(caps)
-    most = max(caps.values(), default=0)
+    names = [n for n in caps if (known := inbox_bounds.bound(conn, n)) is None or known >= caps[n]]
+    if not names:
+        return []
+    most = max(caps[n] for n in names)
     bounds = _open_counts(conn, _OPEN_ONE, _OPEN_COUNTS, names, most, now)
+    for name in names:
+        if (found := bounds.get(name, 0)) < most:  # `most` or more is not a count
+            inbox_bounds.counted(conn, name, found)
     near = [n for n in names if bounds.get(n, 0) >= caps[n]]
     if not near:
         return []

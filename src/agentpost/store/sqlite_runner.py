@@ -28,7 +28,7 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from agentpost.store import wakeups
+from agentpost.store import inbox_bounds, wakeups
 from agentpost.store.checkpoints import Checkpoints
 from agentpost.store.schema_watch import SchemaWatch
 from agentpost.store.sqlite import (
@@ -119,6 +119,7 @@ class SqliteRunner:
         """The writer's connection, for its thread and for the loop (`_write_here`), never for
         both at once: whoever uses it holds `_write_lock`. None once the writer has stopped."""
         self._write_conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
+        inbox_bounds.keep(self._write_conn)  # it sees every other commit (below) before reading
         self._write_conn.commit()
         self._write_conn_waits = True
         """Whether the writer's connection waits out the busy timeout (`_waiting`)."""
@@ -258,6 +259,7 @@ class SqliteRunner:
         current = int(driver.execute("PRAGMA data_version").fetchone()[0])
         foreign = self._data_version is not None and current != self._data_version
         if foreign:  # a newer agentpost's migration is another process's commit
+            inbox_bounds.forget(conn)
             self._schema.look(driver)  # if that fails, the next look sees this commit again
             self.accounts_version += 1
         self._data_version = current
