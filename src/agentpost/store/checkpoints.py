@@ -2,12 +2,25 @@
 
 SQLite's automatic checkpoint runs inside the commit that crosses 1,000 pages, so one unlucky
 send would wait for it (hundreds of ms with an fsync). The writer connection turns it off and
-`Checkpoints` does the same work on a thread of its own, beside the writer: PASSIVE, the bulk of
-it, then RESTART for the pages written meanwhile. A writer starts the WAL over only when it
-begins with every page copied back, which a steady stream of writes never lets a PASSIVE
-checkpoint reach: the file would grow for good (some 80 kB a send). RESTART holds writers off
-for those few pages, and for readers still in the WAL, at most `RESTART_WAIT_MS`; then the next
+`Checkpoints` does the same work on a thread of its own, beside the writer.
+
+A writer starts the WAL over only when it begins with every page copied back, which a steady
+stream of writes never lets a PASSIVE checkpoint reach: the file would grow for good (some
+80 kB a send). So each checkpoint ends with a RESTART, which holds writers off while it copies
+what is left and waits for readers still in the WAL (at most `RESTART_WAIT_MS`); then the next
 write starts the WAL over.
+
+What the RESTART copies, it copies with the writers held off, and with two fsyncs (the WAL's,
+the file's) that take as long as there is to write. One PASSIVE copied some 4,000 pages while
+sends went on, and the RESTART after it the 400 written meanwhile: 2 to 25 ms, and a send that
+wanted to begin meanwhile waited it out. So PASSIVE checkpoints come first, each copying what
+was written during the one before, until one finds nothing new or `ROUNDS` have run: each is
+shorter than the one before (4,000 pages, then 400, then about one send's 20), and the RESTART
+copies only what the last one let through. Whether anything was written since the last one
+began, `PRAGMA data_version` tells (it changes with each commit of another connection); what
+a PASSIVE answers cannot: the WAL's length when it began, and how much of it is copied, are the
+same after the writer started the WAL over (it does when it finds every page copied) and wrote
+as many pages again.
 
 A WAL started over is overwritten from its start, and keeps the older pages past what is
 written again: after words were wiped (`store.fulltext`), `truncate_soon` has the next
@@ -20,10 +33,13 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import OperationalError
 
 RESTART_WAIT_MS = 20
+ROUNDS = 4
+"""The most PASSIVE checkpoints before a RESTART: rounds shrink fast while writes go on (by
+the fourth, about one send's pages), and the RESTART must come, or the WAL never starts over."""
 
 
 class Checkpoints:
@@ -56,9 +72,23 @@ class Checkpoints:
                 if self._closing:
                     return
                 with contextlib.suppress(OperationalError):
-                    conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    self._catch_up(conn)
                     if not self._truncate:
                         conn.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)").fetchall()
                         continue
                     busy, _, _ = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
                     self._truncate = bool(busy)  # readers stayed in the WAL: the next one tries
+
+    @staticmethod
+    def _catch_up(conn: Connection) -> None:
+        """PASSIVE checkpoints until one has copied all it found with nothing committed since
+        it began (or `ROUNDS` of them, or another connection is checkpointing)."""
+        version, copied_all = None, False
+        for _ in range(ROUNDS):
+            before, version = version, conn.exec_driver_sql("PRAGMA data_version").scalar()
+            if copied_all and version == before:
+                return
+            busy, log, copied = conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one()
+            if busy:
+                return
+            copied_all = copied == log
