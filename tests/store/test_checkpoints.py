@@ -41,15 +41,17 @@ def one_checkpoint(
     path: Path, on_statement: Callable[[str], None], *, truncate: bool = False
 ) -> Iterator[list[str]]:
     """Run one checkpoint on `path`: the modes of the checkpoints it asks SQLite for, in
-    order, each seen (and `on_statement(mode)` called) as it begins, before SQLite runs it."""
+    order, each seen (and `on_statement(mode)` called) as it begins, before SQLite runs it,
+    and whether it holds the lock this process's writes take (as the runner's do) meanwhile."""
     engine = make_engine(path)
+    writes = threading.Lock()
     modes: list[str] = []
     done = threading.Event()
 
     def traced(sql: str) -> None:
         if "wal_checkpoint" in sql:
             mode = sql.split("(")[1].rstrip(")")
-            modes.append(mode)
+            modes.append(f"{mode} holding our writes off" if writes.locked() else mode)
             on_statement(mode)
             if mode != "PASSIVE":
                 done.set()
@@ -58,7 +60,7 @@ def one_checkpoint(
     def _trace(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.set_trace_callback(traced)
 
-    checkpoints = Checkpoints(engine)
+    checkpoints = Checkpoints(engine, writes)
     thread = threading.Thread(target=checkpoints.run)
     thread.start()
     try:
@@ -82,7 +84,9 @@ def test_passive_checkpoints_catch_up_before_a_restart_holds_the_writers_off(
     copies. So PASSIVE checkpoints run first, each copying what was written during the one
     before, until one finds nothing new: here a write lands just before each of the first
     `landing` ones, as sends land during them. Writes that never stop get `ROUNDS` of them,
-    then the RESTART all the same: without it the WAL would never start over."""
+    then the RESTART all the same: without it the WAL would never start over. Only the
+    RESTART holds our own writes off, by their own lock: SQLite's busy handler would have a
+    write that found it busy sleep 1 ms at least, however short the RESTART."""
     path = tmp_path / "file.db"
     writer = wal_file(path)
     landed = 0
@@ -94,7 +98,7 @@ def test_passive_checkpoints_catch_up_before_a_restart_holds_the_writers_off(
             landed += 1
 
     with one_checkpoint(path, land) as modes:
-        assert modes == ["PASSIVE"] * passives + ["RESTART"]
+        assert modes == ["PASSIVE"] * passives + ["RESTART holding our writes off"]
     writer.execute("INSERT INTO t (body) VALUES ('after')")
     assert frames_in_the_wal(path) < ROWS / 10  # started over: one write's frames
     writer.close()
@@ -106,6 +110,6 @@ def test_truncate_soon_cuts_the_wal_to_nothing_once_a_passive_checkpoint_caught_
     path = tmp_path / "file.db"
     writer = wal_file(path)
     with one_checkpoint(path, lambda mode: None, truncate=True) as modes:
-        assert modes == ["PASSIVE", "TRUNCATE"]
+        assert modes == ["PASSIVE", "TRUNCATE holding our writes off"]
     assert (tmp_path / "file.db-wal").stat().st_size == 0
     writer.close()

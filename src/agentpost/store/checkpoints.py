@@ -22,6 +22,14 @@ a PASSIVE answers cannot: the WAL's length when it began, and how much of it is 
 same after the writer started the WAL over (it does when it finds every page copied) and wrote
 as many pages again.
 
+Our own writes are held off by the runner's write lock, which the RESTART holds as they do,
+not by SQLite's: a connection that finds SQLite's lock taken sleeps 1 ms, then 2, 5, 10 (its
+busy handler), however soon the lock is free. A send that wanted to begin during a RESTART of
+0.5 ms waited 1.1 ms, or 3.2, 8.3, 18.5 ms; a RESTART that found our writer in a transaction
+slept as well, while sends went on landing for it to copy, and after 20 ms of it gave up (the
+WAL went on growing). Under the runner's lock the RESTART finds SQLite's free at once, and a
+write waiting for it goes on the moment it ends. Other processes' writes wait as before.
+
 A WAL started over is overwritten from its start, and keeps the older pages past what is
 written again: after words were wiped (`store.fulltext`), `truncate_soon` has the next
 checkpoint cut it to nothing (TRUNCATE, which also waits at most `RESTART_WAIT_MS` for readers;
@@ -45,8 +53,10 @@ the fourth, about one send's pages), and the RESTART must come, or the WAL never
 class Checkpoints:
     """The checkpointing thread's state: run `run` on a thread; `due` asks for a checkpoint."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, writes: threading.Lock) -> None:
+        """`writes`: the lock this process's writes hold (the runner's), held for a RESTART."""
         self._engine = engine
+        self._writes = writes
         self._due = threading.Event()
         self._truncate = False
         self._closing = False
@@ -73,10 +83,11 @@ class Checkpoints:
                     return
                 with contextlib.suppress(OperationalError):
                     self._catch_up(conn)
-                    if not self._truncate:
-                        conn.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)").fetchall()
-                        continue
-                    busy, _, _ = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
+                    with self._writes:
+                        if not self._truncate:
+                            conn.exec_driver_sql("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                            continue
+                        busy, _, _ = conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").one()
                     self._truncate = bool(busy)  # readers stayed in the WAL: the next one tries
 
     @staticmethod

@@ -117,7 +117,8 @@ class SqliteRunner:
         self._glance_conn: Connection | None = None
         self._write_conn: Connection | None = self._write_engine.connect()
         """The writer's connection, for its thread and for the loop (`_write_here`), never for
-        both at once: whoever uses it holds `_write_lock`. None once the writer has stopped."""
+        both at once: whoever uses it holds `_write_lock`, which the checkpointer holds too for a
+        RESTART (`store.checkpoints`). None once the writer has stopped."""
         self._write_conn.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
         inbox_bounds.keep(self._write_conn)  # it sees every other commit (below) before reading
         self._write_conn.commit()
@@ -134,7 +135,7 @@ class SqliteRunner:
         """A write already ran at once during this turn of the event loop (`_ask_here`)."""
         self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         self._reads: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
-        self.checkpoints = Checkpoints(self._read_engine)
+        self.checkpoints = Checkpoints(self._read_engine, self._write_lock)
         self._closing = False
         self._commits = 0
         self._threads = [
