@@ -24,11 +24,12 @@ as many pages again.
 
 Our own writes are held off by the runner's write lock, which the RESTART holds as they do,
 not by SQLite's: a connection that finds SQLite's lock taken sleeps 1 ms, then 2, 5, 10 (its
-busy handler), however soon the lock is free. A send that wanted to begin during a RESTART of
-0.5 ms waited 1.1 ms, or 3.2, 8.3, 18.5 ms; a RESTART that found our writer in a transaction
-slept as well, while sends went on landing for it to copy, and after 20 ms of it gave up (the
-WAL went on growing). Under the runner's lock the RESTART finds SQLite's free at once, and a
-write waiting for it goes on the moment it ends. Other processes' writes wait as before.
+busy handler), however soon the lock is free. A send that came to begin during a RESTART
+waited 1.1 ms however short the RESTART, or 3.2, 8.3, 18.5 ms; a RESTART that found our writer
+in a transaction slept as well, while sends went on landing for it to copy, and after 20 ms of
+it gave up (the WAL went on growing). Under the runner's lock the RESTART finds SQLite's free
+at once, and a write waiting for it goes on the moment it ends. Other processes' writes wait
+as before.
 
 A WAL started over is overwritten from its start, and keeps the older pages past what is
 written again: after words were wiped (`store.fulltext`), `truncate_soon` has the next
