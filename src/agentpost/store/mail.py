@@ -205,16 +205,16 @@ def at_cap(conn: Connection, caps: Mapping[str, int], now: float) -> list[str]:
     cap. Looked at in two steps: the open mail, up to the cap, and only where that reaches
     it, the mail that still holds a place. The first is the whole answer for almost every
     inbox; for a single name, each step walks at most `cap` index entries however much mail
-    waits."""
+    waits. An inbox whose bound (`store.inbox_bounds`) is under its cap is not looked at."""
     names = [n for n in caps if (known := inbox_bounds.bound(conn, n)) is None or known >= caps[n]]
     if not names:
         return []
     most = max(caps[n] for n in names)
-    bounds = _open_counts(conn, _OPEN_ONE, _OPEN_COUNTS, names, most, now)
+    open_mail = _open_counts(conn, _OPEN_ONE, _OPEN_COUNTS, names, most, now)
     for name in names:
-        if (found := bounds.get(name, 0)) < most:  # `most` or more is not a count
+        if (found := open_mail.get(name, 0)) < most:  # `most` or more is not a count
             inbox_bounds.counted(conn, name, found)
-    near = [n for n in names if bounds.get(n, 0) >= caps[n]]
+    near = [n for n in names if open_mail.get(n, 0) >= caps[n]]
     if not near:
         return []
     counts = _open_counts(conn, _UNACKED_ONE, _UNACKED_COUNTS, near, most, now)
