@@ -49,7 +49,7 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
-from agentpost.store.retained import written_before
+from agentpost.store.retained import asked_row_by_row, written_before
 from agentpost.store.schema import (
     ONE_ROW,
     by_code_point,
@@ -544,10 +544,8 @@ def _answers_a_kept_request() -> Any:
     request_open = exists().where(
         deliveries.c.message_seq == request.c.seq, deliveries.c.state.in_(OPEN_STATES)
     )
-    return and_(
-        messages.c.kind == Kind.RESPONSE.value,
-        exists().where(request.c.id == messages.c.reply_to, request_open),
-    )
+    answered = select(request.c.seq).where(request.c.id == messages.c.reply_to, request_open)
+    return and_(messages.c.kind == Kind.RESPONSE.value, asked_row_by_row(answered))
 
 
 def purge_handled(conn: Connection, before: float, limit: int, now: float) -> int:
@@ -559,8 +557,10 @@ def purge_handled(conn: Connection, before: float, limit: int, now: float) -> in
     unread till then, and it must stay for as long as unread mail would; and the answer to a
     request that stays. On SQLite the full-text index follows through its delete trigger.
     """
-    still_open = exists().where(
-        deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
+    still_open = asked_row_by_row(
+        select(deliveries.c.message_seq).where(
+            deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
+        )
     )
     seqs = list(
         conn.execute(

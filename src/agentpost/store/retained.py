@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, select
+from sqlalchemy import ColumnElement, Exists, Select, and_, func, select
 
 _PAST_EVERY_SEQ = 2**62
 
@@ -24,3 +24,18 @@ def written_before(seq: Any, written_at: Any, before: float) -> ColumnElement[bo
     not: a range of `seq` the database walks from its start."""
     first_kept = select(seq).where(written_at >= before).order_by(seq).limit(1).scalar_subquery()
     return and_(seq < func.coalesce(first_kept, _PAST_EVERY_SEQ), written_at < before)
+
+
+def asked_row_by_row(query: Select[Any]) -> Exists:
+    """EXISTS of `query`, a subquery correlated to the row the walk is at, asked afresh for
+    each row it passes, through an index: a batch then reads about as many rows of the other
+    table as it looks at rows of its own, as on SQLite.
+
+    Left to itself, PostgreSQL may flatten a NOT EXISTS into an anti join, or hash the
+    subquery, and for a sweep it picks plans that read a whole table in every batch: a merge
+    join that walks `ix_deliveries_message` from its start to the next open delivery (past
+    every acked delivery of the old mail, the state being in the table, not the index), or a
+    hashed subplan built from every open delivery to answer for a few responses. A subquery
+    with an OFFSET, even of nothing, is one it may neither flatten nor hash.
+    """
+    return query.offset(0).exists()

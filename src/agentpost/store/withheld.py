@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, exists, insert, or_, select
+from sqlalchemy import Connection, and_, delete, insert, or_, select
 
+from agentpost.store.retained import asked_row_by_row
 from agentpost.store.schema import by_code_point, messages, withheld
 
 
@@ -47,6 +48,8 @@ def still_withheld(now: float) -> Any:
     receipt still reads unread: no TTL, or one not yet passed (must_read mail has none). Such
     mail is kept and keeps its content as long as mail someone has not acked does."""
     return and_(
-        exists().where(withheld.c.message_seq == messages.c.seq),
+        asked_row_by_row(
+            select(withheld.c.message_seq).where(withheld.c.message_seq == messages.c.seq)
+        ),
         or_(messages.c.expires_at.is_(None), messages.c.expires_at > now),
     )
