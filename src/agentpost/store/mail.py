@@ -49,7 +49,7 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
-from agentpost.store.retained import asked_row_by_row, written_before
+from agentpost.store.retained import asked_row_by_row, walked_without_jit, written_before
 from agentpost.store.schema import (
     ONE_ROW,
     by_code_point,
@@ -557,6 +557,7 @@ def purge_handled(conn: Connection, before: float, limit: int, now: float) -> in
     unread till then, and it must stay for as long as unread mail would; and the answer to a
     request that stays. On SQLite the full-text index follows through its delete trigger.
     """
+    walked_without_jit(conn)
     still_open = asked_row_by_row(
         select(deliveries.c.message_seq).where(
             deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
