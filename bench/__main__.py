@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "hidden_reads": ("bench.hidden_reads", "reads past 5,000 expired or blocked messages each"),
     "purge": ("bench.purge", "wiped words purged from a 200,000-message index, sends beside"),
     "pg_search": ("bench.pg_search", "scale-out: a search among 50,000 messages on PostgreSQL"),
+    "pg_sweep": ("bench.pg_sweep", "scale-out: retention sweep of 100,000 messages on PostgreSQL"),
     "waiters": ("bench.waiters", "service: 1,000 waiting connections: memory, broadcast wake"),
     "channel": ("bench.channel", "issue 4: a Claude Code channel notification after a send"),
     "hook": ("bench.hook", "issue 4: `agentpost hook claude` wall time, quiet and with mail"),
