@@ -49,11 +49,16 @@ scans read (sequentially, or fetched through an index): this backend's own, not 
 worker's (the sweep's plans have none)."""
 
 
-def _mail() -> tuple[list[tuple[object, ...]], list[tuple[object, ...]], list[tuple[object, ...]]]:
+Rows = list[tuple[object, ...]]
+
+
+def _mail() -> tuple[Rows, Rows, Rows]:
     """Messages, deliveries and events, as rows for COPY."""
     rnd = random.Random(7)
     cutoff = NOW - KEEP_DAYS * 86_400
-    messages, deliveries, events = [], [], []
+    messages: Rows = []
+    deliveries: Rows = []
+    events: Rows = []
     for seq in range(1, MESSAGES + 1):
         at = NOW - SPAN_S + SPAN_S * seq / MESSAGES
         sender = rnd.choice(AGENTS)
