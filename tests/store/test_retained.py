@@ -1,12 +1,14 @@
 """What retention may forget of an append-only table: the rows written before a moment, walked
-by `seq` from the oldest up to the first row still kept (the audit log stands for each)."""
+by `seq` from the oldest up to the first row written since (the audit log stands for each)."""
 
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import func, select
 
-from agentpost.store import audit
+from agentpost.store import audit, schema
 from agentpost.store.database import Connection, Store
+from agentpost.store.retained import first_written_since
 
 pytestmark = pytest.mark.anyio
 
@@ -47,13 +49,32 @@ async def test_nothing_goes_when_every_row_is_newer_or_none_is_there(store: Stor
     assert await left(store) == ["at 6", "at 7"]
 
 
-async def test_a_row_written_after_a_newer_one_waits_until_that_one_goes(store: Store) -> None:
-    """Another process's clock a moment behind: its row stays till the rows before it go."""
-    await written(store, 1.0, 10.0, 2.0)
+async def test_a_row_written_after_a_newer_one_may_wait_for_a_later_sweep(store: Store) -> None:
+    """Another process's clock a moment behind: its row is not where its time would put it."""
+    await written(store, 1.0, 10.0, 2.0, 20.0)
     assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 1
-    assert await left(store) == ["at 10", "at 2"]
+    assert await left(store) == ["at 10", "at 2", "at 20"]
     assert await store.write(lambda conn: audit.purge_before(conn, 11.0, 500)) == 2
-    assert await left(store) == []
+    assert await left(store) == ["at 20"]
+
+
+async def test_the_end_of_the_rows_to_forget_is_found_without_walking_to_it(
+    store: Store,
+) -> None:
+    times = [float(n) for n in range(1, 1001)]
+    await written(store, *times)
+
+    def ends(conn: Connection) -> list[int | None]:
+        first = conn.execute(select(func.min(schema.audit.c.seq))).scalar_one()
+        return [
+            None if end is None else end - first
+            for end in (
+                first_written_since(conn, schema.audit.c.seq, schema.audit.c.at, before)
+                for before in (0.5, 1.0, 1.5, 500.0, 999.9, 1000.0, 1000.5)
+            )
+        ]
+
+    assert await store.read(ends) == [0, 0, 1, 499, 999, 999, None]
 
 
 async def test_forgetting_one_action_leaves_the_others_and_the_newer_rows(store: Store) -> None:

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Row, delete, insert, select
 
 from agentpost.domain.limits import never_stored
 from agentpost.store.prepared import Prepared
-from agentpost.store.retained import written_before
+from agentpost.store.retained import first_written_since, written_before
 from agentpost.store.schema import audit
 
 _INSERT = Prepared(insert(audit), keys=["at", "actor", "action", "target", "ip", "detail"])
@@ -70,7 +70,7 @@ def purge_before(conn: Connection, before: float, limit: int) -> int:
     seqs = list(
         conn.execute(
             select(audit.c.seq)
-            .where(written_before(audit.c.seq, audit.c.at, before))
+            .where(written_before(audit.c.seq, audit.c.at, before, _end(conn, before)))
             .order_by(audit.c.seq)
             .limit(limit)
         ).scalars()
@@ -84,7 +84,12 @@ def purge(conn: Connection, action: str, before: float) -> int:
     """Delete rows of one action older than `before` (the rows of sends follow retention)."""
     result = conn.execute(
         delete(audit).where(
-            written_before(audit.c.seq, audit.c.at, before), audit.c.action == action
+            written_before(audit.c.seq, audit.c.at, before, _end(conn, before)),
+            audit.c.action == action,
         )
     )
     return int(result.rowcount)
+
+
+def _end(conn: Connection, before: float) -> int | None:
+    return first_written_since(conn, audit.c.seq, audit.c.at, before)

@@ -44,7 +44,7 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
-from agentpost.store.retained import written_before
+from agentpost.store.retained import first_written_since, written_before
 from agentpost.store.schema import by_code_point, deliveries, events, messages, webhooks
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
@@ -230,10 +230,11 @@ def purge_before(conn: Connection, before: float, limit: int) -> int:
     Cursors never start over, even once every event went: a `seq` is never handed out twice
     (a sequence on PostgreSQL, AUTOINCREMENT on SQLite).
     """
+    end = first_written_since(conn, events.c.seq, events.c.at, before)
     seqs = list(
         conn.execute(
             select(events.c.seq)
-            .where(written_before(events.c.seq, events.c.at, before), ~_AWAITED_BY_A_WEBHOOK)
+            .where(written_before(events.c.seq, events.c.at, before, end), ~_AWAITED_BY_A_WEBHOOK)
             .order_by(events.c.seq)
             .limit(limit)
         ).scalars()

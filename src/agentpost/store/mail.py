@@ -49,7 +49,12 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
-from agentpost.store.retained import asked_row_by_row, walked_without_jit, written_before
+from agentpost.store.retained import (
+    asked_row_by_row,
+    first_written_since,
+    walked_without_jit,
+    written_before,
+)
 from agentpost.store.schema import (
     ONE_ROW,
     by_code_point,
@@ -558,6 +563,7 @@ def purge_handled(conn: Connection, before: float, limit: int, now: float) -> in
     request that stays. On SQLite the full-text index follows through its delete trigger.
     """
     walked_without_jit(conn)
+    end = first_written_since(conn, messages.c.seq, messages.c.created_at, before)
     still_open = asked_row_by_row(
         select(deliveries.c.message_seq).where(
             deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
@@ -567,7 +573,7 @@ def purge_handled(conn: Connection, before: float, limit: int, now: float) -> in
         conn.execute(
             select(messages.c.seq)
             .where(
-                written_before(messages.c.seq, messages.c.created_at, before),
+                written_before(messages.c.seq, messages.c.created_at, before, end),
                 ~still_open,
                 ~withheld.still_withheld(now),
                 ~_answers_a_kept_request(),

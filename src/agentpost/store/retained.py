@@ -3,11 +3,15 @@ moment, found by `seq` rather than by an index on their time.
 
 Rows are written in time order, so those written before `before` are the run of lowest `seq`
 up to the first one written since. An index on the time would tell the same, at the price of
-one more page written by every send (migration 0023); instead the sweep walks the table by its
-primary key, from the oldest row to the first one still kept, and no further: the rows it
-passes are the ones it is there to forget, or ones kept for another reason (unread mail), which
-an index on time would have walked too. A row written with an earlier time than one before it
-(another process's clock a moment behind) is kept until that one goes.
+one more page written by every send (migration 0023). Instead the sweep finds where the run
+ends by halving the table's range of `seq` (`first_written_since`: some 40 reads of one row by
+the primary key), and each batch walks the run from its start: the rows it passes are the ones
+it is there to forget, or ones kept for another reason (unread mail), which an index on time
+would have walked too. Walking to the end of the run instead, each batch would pass all that
+is left of the backlog: a sweep of 100,000 events walked some 10 million rows.
+
+A row written with an earlier time than one before it (another process's clock a moment
+behind) may stay past the end found for it, until a later sweep's end passes it.
 """
 
 from __future__ import annotations
@@ -16,14 +20,34 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Exists, Select, and_, func, select
 
-_PAST_EVERY_SEQ = 2**62
+
+def first_written_since(conn: Connection, seq: Any, written_at: Any, before: float) -> int | None:
+    """The `seq` of the first row written at or after `before` (None: every row is older),
+    the rows taken to be in time order."""
+    low, high = conn.execute(select(func.min(seq), func.max(seq))).one()
+    if high is None or conn.execute(select(written_at).where(seq == high)).scalar_one() < before:
+        return None
+    # The smallest x whose first row at or after it was written since: that row is the one.
+    first = high
+    while low < high:
+        middle = (low + high) // 2
+        found, at = conn.execute(
+            select(seq, written_at).where(seq >= middle).order_by(seq).limit(1)
+        ).one()
+        if at >= before:
+            first, high = found, middle
+        else:
+            low = found + 1  # every x up to `found` comes to this row
+    return int(first)
 
 
-def written_before(seq: Any, written_at: Any, before: float) -> ColumnElement[bool]:
-    """Rows whose `written_at` is before `before`, and which come before the first row that is
-    not: a range of `seq` the database walks from its start."""
-    first_kept = select(seq).where(written_at >= before).order_by(seq).limit(1).scalar_subquery()
-    return and_(seq < func.coalesce(first_kept, _PAST_EVERY_SEQ), written_at < before)
+def written_before(
+    seq: Any, written_at: Any, before: float, end: int | None
+) -> ColumnElement[bool]:
+    """Rows whose `written_at` is before `before`, up to `end` (`first_written_since`): a range
+    of `seq` the database walks from its start."""
+    older = written_at < before
+    return older if end is None else and_(seq < end, older)
 
 
 def asked_row_by_row(query: Select[Any]) -> Exists:
