@@ -16,6 +16,7 @@ logs), timed whole.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -26,6 +27,7 @@ from sqlalchemy import Connection, text
 
 from agentpost.services import PostOffice
 from agentpost.store import mail
+from agentpost.store.retained import Cutoff
 from bench.common import Report, log, median, scratch_home, settings_for
 from bench.replica_wake import scratch_database
 
@@ -112,10 +114,10 @@ def _counted(conn: Connection) -> dict[str, tuple[int, int]]:
     return {name: (int(blocks), int(rows)) for name, blocks, rows in conn.execute(_COUNTERS)}
 
 
-def _batch(conn: Connection) -> tuple[int, dict[str, tuple[int, int]]]:
+def _batch(conn: Connection, cutoff: Cutoff) -> tuple[int, dict[str, tuple[int, int]]]:
     """One batch of the sweep's mail, and what it read."""
     before = _counted(conn)
-    purged = mail.purge_handled(conn, NOW - KEEP_DAYS * 86_400, BATCH, NOW)
+    purged = mail.purge_handled(conn, cutoff, BATCH, NOW)
     after = _counted(conn)
     return purged, {k: (after[k][0] - before[k][0], after[k][1] - before[k][1]) for k in after}
 
@@ -134,9 +136,13 @@ async def run() -> Report:
                 log(NAME, "sweeping")
                 batches: list[tuple[float, int, dict[str, tuple[int, int]]]] = []
                 start = time.perf_counter()
+                before = NOW - KEEP_DAYS * 86_400  # as `Mailbox.sweep`: found once a sweep
+                cutoff = await office.store.read(lambda c: mail.written_before(c, before))
                 while not batches or batches[-1][1] == BATCH:
                     t0 = time.perf_counter()
-                    purged, read = await office.store.write(_batch, lengthy=True)
+                    purged, read = await office.store.write(
+                        functools.partial(_batch, cutoff=cutoff), lengthy=True
+                    )
                     batches.append((time.perf_counter() - t0, purged, read))
                 mail_s = time.perf_counter() - start
                 start = time.perf_counter()

@@ -160,14 +160,27 @@ async def test_purging_takes_old_events_and_new_ones_still_come_after_every_curs
     newest_old = (await log_of(store, "bob"))[-1].seq
     clock.advance(100)
     young, _ = await put(store, "alice", ["bob"], "young")
-    assert await store.write(lambda c: events.purge_before(c, clock() - 1, 500)) == 2
+    assert (
+        await store.write(
+            lambda c: events.purge_before(c, events.written_before(c, clock() - 1), 500)
+        )
+        == 2
+    )
     assert [e.message_id for e in await log_of(store, "bob")] == [young]
     clock.advance(100)
-    assert await store.write(lambda c: events.purge_before(c, clock(), 500)) == 1
+    assert (
+        await store.write(lambda c: events.purge_before(c, events.written_before(c, clock()), 500))
+        == 1
+    )
     assert await log_of(store, "bob") == []  # every event went
     await put(store, "alice", ["bob"], "new")
     assert [e.seq > newest_old for e in await log_of(store, "bob")] == [True]
-    assert await store.write(lambda c: events.purge_before(c, clock() - 1, 500)) == 0
+    assert (
+        await store.write(
+            lambda c: events.purge_before(c, events.written_before(c, clock() - 1), 500)
+        )
+        == 0
+    )
 
 
 async def test_purging_keeps_old_events_a_live_webhook_has_not_taken_in(
@@ -193,12 +206,17 @@ async def test_purging_keeps_old_events_a_live_webhook_has_not_taken_in(
     await store.write(lambda c: webhooks.delete_webhook(c, "w_gone", clock()))
     await put(store, "alice", ["bob", "carol"], "while serve was down")
     clock.advance(100)
-    purged = await store.write(lambda c: events.purge_before(c, clock(), 500))
+    purged = await store.write(
+        lambda c: events.purge_before(c, events.written_before(c, clock()), 500)
+    )
     assert purged == 1  # carol's: her webhook was deleted, so nothing awaits it
     assert len(await log_of(store, "bob")) == 1
 
     assert await store.write(lambda c: webhooks.enqueue(c, clock(), 100)) == 1  # taken in
-    assert await store.write(lambda c: events.purge_before(c, clock(), 500)) == 1
+    assert (
+        await store.write(lambda c: events.purge_before(c, events.written_before(c, clock()), 500))
+        == 1
+    )
 
 
 async def test_more_mail_expiring_at_once_than_a_statement_takes_values_tells_its_sender(

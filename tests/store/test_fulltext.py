@@ -84,7 +84,14 @@ async def test_mail_stored_after_every_message_was_purged_is_indexed(
     mid, seq = await put(lite, "alice", ["bob"], "purged words")
     await lite.index_for_search()
     await lite.write(lambda c: mail.ack(c, "bob", [mid], time.time()))
-    assert await lite.write(lambda c: mail.purge_handled(c, time.time() + 1, 100, time.time())) == 1
+    assert (
+        await lite.write(
+            lambda c: mail.purge_handled(
+                c, mail.written_before(c, time.time() + 1), 100, time.time()
+            )
+        )
+        == 1
+    )
     _, again = await put(lite, "alice", ["bob"], "words after the purge")
     assert again > seq  # never handed out again
     assert [r.body for r in await search(lite, "bob", ["words"])] == ["words after the purge"]
@@ -202,7 +209,12 @@ async def test_words_of_wiped_and_purged_mail_leave_the_database_file(tmp_path: 
         await store.index_for_search()
         now = time.time()
         await store.write(lambda c: mail.ack(c, "bob", [purged], now))
-        assert await store.write(lambda c: mail.purge_handled(c, now + 1, 10, now)) == 1
+        assert (
+            await store.write(
+                lambda c: mail.purge_handled(c, mail.written_before(c, now + 1), 10, now)
+            )
+            == 1
+        )
         await store.write(lambda c: mail.ack(c, "bob", [wiped], now))
         assert await store.write(lambda c: clearing.clear_handled(c, [wiped], now)) == 1
         assert await search(store, "bob", ["zanzibarwiped"]) == []

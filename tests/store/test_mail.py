@@ -430,7 +430,12 @@ async def test_purging_takes_only_old_fully_handled_messages(
     await put(store, "alice", ["bob"], "too young")
     young, _ = await put(store, "alice", ["bob"], "young and acked")
     await store.write(lambda c: mail.ack(c, "bob", [young], clock()))
-    assert await store.write(lambda c: mail.purge_handled(c, clock.now, 100, clock.now)) == 2
+    assert (
+        await store.write(
+            lambda c: mail.purge_handled(c, mail.written_before(c, clock.now), 100, clock.now)
+        )
+        == 2
+    )
     remaining = await store.read(lambda c: [r.body for r in mail.messages_after(c, 0, 100)])
     assert remaining == ["queued", "too young", "young and acked"]
     assert await states(store, "bob") == {
@@ -449,7 +454,12 @@ async def test_the_full_text_index_stays_consistent_after_a_purge(
     await store.index_for_search()
     await store.write(lambda c: mail.ack(c, "bob", ids, clock()))
     clock.advance(1)
-    assert await store.write(lambda c: mail.purge_handled(c, clock.now, 100, clock.now)) == 3
+    assert (
+        await store.write(
+            lambda c: mail.purge_handled(c, mail.written_before(c, clock.now), 100, clock.now)
+        )
+        == 3
+    )
     await store.index_for_search()
 
     def check(conn: Connection) -> list[int]:

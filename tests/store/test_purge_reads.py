@@ -86,7 +86,7 @@ def _batch_reads(plan_cache_mode: str, now: float) -> Callable[[Connection], tup
         conn.exec_driver_sql(f"SET LOCAL plan_cache_mode = {plan_cache_mode}")
         conn.exec_driver_sql("SET LOCAL max_parallel_workers_per_gather = 0")
         before = conn.execute(_READ).scalar_one()
-        purged = mail.purge_handled(conn, now - RETAINED_S, BATCH, now)
+        purged = mail.purge_handled(conn, mail.written_before(conn, now - RETAINED_S), BATCH, now)
         return purged, conn.execute(_READ).scalar_one() - before
 
     return tx

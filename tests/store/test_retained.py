@@ -23,6 +23,13 @@ async def written(store: Store, *times: float, action: str = "agent.created") ->
     await store.write(tx)
 
 
+async def forget(store: Store, before: float, limit: int = 500) -> int:
+    """One batch of a sweep at `before`, as the first of a sweep: how many rows went."""
+    return await store.write(
+        lambda conn: audit.purge_before(conn, audit.written_before(conn, before), limit)
+    )
+
+
 async def left(store: Store) -> list[str | None]:
     rows = await store.read(lambda conn: audit.entries(conn, limit=100))
     return [row.target for row in reversed(rows)]
@@ -30,31 +37,31 @@ async def left(store: Store) -> list[str | None]:
 
 async def test_the_rows_written_before_the_moment_go_and_the_rest_stay(store: Store) -> None:
     await written(store, 1.0, 2.0, 3.0, 10.0, 11.0)
-    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 3
+    assert await forget(store, 5.0) == 3
     assert await left(store) == ["at 10", "at 11"]
 
 
 async def test_a_batch_forgets_the_oldest_rows_first(store: Store) -> None:
     await written(store, 1.0, 2.0, 3.0, 10.0)
-    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 2)) == 2
+    assert await forget(store, 5.0, 2) == 2
     assert await left(store) == ["at 3", "at 10"]
-    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 2)) == 1
+    assert await forget(store, 5.0, 2) == 1
     assert await left(store) == ["at 10"]
 
 
 async def test_nothing_goes_when_every_row_is_newer_or_none_is_there(store: Store) -> None:
-    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 0
+    assert await forget(store, 5.0) == 0
     await written(store, 6.0, 7.0)
-    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 0
+    assert await forget(store, 5.0) == 0
     assert await left(store) == ["at 6", "at 7"]
 
 
 async def test_a_row_written_after_a_newer_one_may_wait_for_a_later_sweep(store: Store) -> None:
     """Another process's clock a moment behind: its row is not where its time would put it."""
     await written(store, 1.0, 10.0, 2.0, 20.0)
-    assert await store.write(lambda conn: audit.purge_before(conn, 5.0, 500)) == 1
+    assert await forget(store, 5.0) == 1
     assert await left(store) == ["at 10", "at 2", "at 20"]
-    assert await store.write(lambda conn: audit.purge_before(conn, 11.0, 500)) == 2
+    assert await forget(store, 11.0) == 2
     assert await left(store) == ["at 20"]
 
 
@@ -75,6 +82,14 @@ async def test_the_end_of_the_rows_to_forget_is_found_without_walking_to_it(
         ]
 
     assert await store.read(ends) == [0, 0, 1, 499, 999, 999, None]
+
+
+async def test_a_sweep_keeps_to_the_rows_written_before_it_began(store: Store) -> None:
+    await written(store, 1.0, 2.0, 10.0)
+    cutoff = await store.read(lambda conn: audit.written_before(conn, 5.0))
+    await written(store, 3.0)  # meanwhile, by a clock behind: the next sweep's
+    assert await store.write(lambda conn: audit.purge_before(conn, cutoff, 500)) == 2
+    assert await left(store) == ["at 10", "at 3"]
 
 
 async def test_forgetting_one_action_leaves_the_others_and_the_newer_rows(store: Store) -> None:

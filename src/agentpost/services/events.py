@@ -195,13 +195,14 @@ class Events:
 async def purge_old_events(store: Store, keep_s: float, batch: int) -> int:
     """Retention: delete events, and finished webhook deliveries, older than `keep_s`; each
     batch its own short transaction. Returns how many events went."""
+    before = store.clock() - keep_s
+    cutoff = await store.read(lambda conn: event_rows.written_before(conn, before))
     total = 0
     while True:
 
         def tx(conn: Connection) -> tuple[int, int]:
-            before = store.clock() - keep_s
             return (
-                event_rows.purge_before(conn, before, batch),
+                event_rows.purge_before(conn, cutoff, batch),
                 webhook_rows.purge_before(conn, before, batch),
             )
 

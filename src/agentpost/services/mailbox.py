@@ -428,14 +428,15 @@ class Mailbox:
         Returns how many messages were purged.
         """
         rules.check_limit(batch, name="batch")
-        keep_s = self.settings.retention_days * 86_400
+        before = self.store.clock() - self.settings.retention_days * 86_400
+        cutoff = await self.store.read(lambda conn: mail.written_before(conn, before))
         total = 0
         while True:
 
             def tx(conn: Connection) -> int:
                 now = self.store.clock()
                 self.expire_due_in(conn, now)
-                return mail.purge_handled(conn, now - keep_s, batch, now)
+                return mail.purge_handled(conn, cutoff, batch, now)
 
             purged = await self.store.write(tx, lengthy=True)
             total += purged

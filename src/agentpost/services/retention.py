@@ -52,12 +52,11 @@ async def forget_all_but_mail(store: Store, settings: Settings, batch: int) -> N
     await store.write(
         lambda c: short_lived.forget_old_records(c, settings, store.clock()), lengthy=True
     )
-    await _in_batches(
-        store,
-        lambda before: partial(audit.purge_before, before=before, limit=batch),
-        settings.audit_retention_days * DAY_S,
-        batch,
-    )
+    before = store.clock() - settings.audit_retention_days * DAY_S
+    cutoff = await store.read(lambda conn: audit.written_before(conn, before))
+    purge = partial(audit.purge_before, cutoff=cutoff, limit=batch)
+    while await store.write(purge, lengthy=True) == batch:
+        pass
 
 
 async def _in_batches(

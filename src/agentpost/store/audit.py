@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Row, delete, insert, select
 
 from agentpost.domain.limits import never_stored
 from agentpost.store.prepared import Prepared
-from agentpost.store.retained import first_written_since, written_before
+from agentpost.store.retained import Cutoff
 from agentpost.store.schema import audit
 
 _INSERT = Prepared(insert(audit), keys=["at", "actor", "action", "target", "ip", "detail"])
@@ -65,12 +65,17 @@ def entries(
     return list(conn.execute(query))
 
 
-def purge_before(conn: Connection, before: float, limit: int) -> int:
-    """Delete up to `limit` of the oldest rows older than `before`; returns how many went."""
+def written_before(conn: Connection, before: float) -> Cutoff:
+    """The rows written before `before`, for `purge_before` (`store.retained`)."""
+    return Cutoff.find(conn, audit.c.seq, audit.c.at, before)
+
+
+def purge_before(conn: Connection, cutoff: Cutoff, limit: int) -> int:
+    """Delete up to `limit` of the oldest rows of `cutoff`; returns how many went."""
     seqs = list(
         conn.execute(
             select(audit.c.seq)
-            .where(written_before(audit.c.seq, audit.c.at, before, _end(conn, before)))
+            .where(cutoff.rows(audit.c.seq, audit.c.at))
             .order_by(audit.c.seq)
             .limit(limit)
         ).scalars()
@@ -84,12 +89,8 @@ def purge(conn: Connection, action: str, before: float) -> int:
     """Delete rows of one action older than `before` (the rows of sends follow retention)."""
     result = conn.execute(
         delete(audit).where(
-            written_before(audit.c.seq, audit.c.at, before, _end(conn, before)),
+            written_before(conn, before).rows(audit.c.seq, audit.c.at),
             audit.c.action == action,
         )
     )
     return int(result.rowcount)
-
-
-def _end(conn: Connection, before: float) -> int | None:
-    return first_written_since(conn, audit.c.seq, audit.c.at, before)

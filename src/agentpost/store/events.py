@@ -44,7 +44,7 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
-from agentpost.store.retained import first_written_since, written_before
+from agentpost.store.retained import Cutoff
 from agentpost.store.schema import by_code_point, deliveries, events, messages, webhooks
 
 _COLUMNS = ["agent", "type", "message_id", "at", "data"]
@@ -223,18 +223,22 @@ _AWAITED_BY_A_WEBHOOK = exists().where(
 not have run for longer than the retention)."""
 
 
-def purge_before(conn: Connection, before: float, limit: int) -> int:
-    """Delete up to `limit` events older than `before` that no live webhook still awaits;
-    returns how many went.
+def written_before(conn: Connection, before: float) -> Cutoff:
+    """The events written before `before`, for `purge_before` (`store.retained`)."""
+    return Cutoff.find(conn, events.c.seq, events.c.at, before)
+
+
+def purge_before(conn: Connection, cutoff: Cutoff, limit: int) -> int:
+    """Delete up to `limit` events of `cutoff` that no live webhook still awaits; returns how
+    many went.
 
     Cursors never start over, even once every event went: a `seq` is never handed out twice
     (a sequence on PostgreSQL, AUTOINCREMENT on SQLite).
     """
-    end = first_written_since(conn, events.c.seq, events.c.at, before)
     seqs = list(
         conn.execute(
             select(events.c.seq)
-            .where(written_before(events.c.seq, events.c.at, before, end), ~_AWAITED_BY_A_WEBHOOK)
+            .where(cutoff.rows(events.c.seq, events.c.at), ~_AWAITED_BY_A_WEBHOOK)
             .order_by(events.c.seq)
             .limit(limit)
         ).scalars()

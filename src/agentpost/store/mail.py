@@ -49,12 +49,7 @@ from agentpost.store.prepared import (
     numbered,
     numbered_values,
 )
-from agentpost.store.retained import (
-    asked_row_by_row,
-    first_written_since,
-    walked_without_jit,
-    written_before,
-)
+from agentpost.store.retained import Cutoff, asked_row_by_row, walked_without_jit
 from agentpost.store.schema import (
     ONE_ROW,
     by_code_point,
@@ -553,8 +548,13 @@ def _answers_a_kept_request() -> Any:
     return and_(messages.c.kind == Kind.RESPONSE.value, asked_row_by_row(answered))
 
 
-def purge_handled(conn: Connection, before: float, limit: int, now: float) -> int:
-    """Retention: delete up to `limit` messages created before `before` that nobody still has
+def written_before(conn: Connection, before: float) -> Cutoff:
+    """The messages created before `before`, for `purge_handled` (`store.retained`)."""
+    return Cutoff.find(conn, messages.c.seq, messages.c.created_at, before)
+
+
+def purge_handled(conn: Connection, cutoff: Cutoff, limit: int, now: float) -> int:
+    """Retention: delete up to `limit` messages of `cutoff` that nobody still has
     to handle (every delivery acked or expired, or none at all); returns how many went.
 
     Unread and read-but-unacked mail stays, so must_read mail stays until it is acked. So does
@@ -563,7 +563,6 @@ def purge_handled(conn: Connection, before: float, limit: int, now: float) -> in
     request that stays. On SQLite the full-text index follows through its delete trigger.
     """
     walked_without_jit(conn)
-    end = first_written_since(conn, messages.c.seq, messages.c.created_at, before)
     still_open = asked_row_by_row(
         select(deliveries.c.message_seq).where(
             deliveries.c.message_seq == messages.c.seq, deliveries.c.state.in_(OPEN_STATES)
@@ -573,7 +572,7 @@ def purge_handled(conn: Connection, before: float, limit: int, now: float) -> in
         conn.execute(
             select(messages.c.seq)
             .where(
-                written_before(messages.c.seq, messages.c.created_at, before, end),
+                cutoff.rows(messages.c.seq, messages.c.created_at),
                 ~still_open,
                 ~withheld.still_withheld(now),
                 ~_answers_a_kept_request(),

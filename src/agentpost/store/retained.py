@@ -16,6 +16,7 @@ behind) may stay past the end found for it, until a later sweep's end passes it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Exists, Select, and_, func, select
@@ -41,13 +42,26 @@ def first_written_since(conn: Connection, seq: Any, written_at: Any, before: flo
     return int(first)
 
 
-def written_before(
-    seq: Any, written_at: Any, before: float, end: int | None
-) -> ColumnElement[bool]:
-    """Rows whose `written_at` is before `before`, up to `end` (`first_written_since`): a range
-    of `seq` the database walks from its start."""
-    older = written_at < before
-    return older if end is None else and_(seq < end, older)
+@dataclass(frozen=True, slots=True)
+class Cutoff:
+    """The rows of one table written before `before`: those before `end`, the first row
+    written since (None: every row is older), whose time is before `before`.
+
+    Found once for a whole sweep: the end for a later moment is never earlier, so the batches
+    of a sweep keep to the first one found, and what was written in the seconds the sweep
+    takes waits for the next."""
+
+    before: float
+    end: int | None
+
+    @classmethod
+    def find(cls, conn: Connection, seq: Any, written_at: Any, before: float) -> Cutoff:
+        return cls(before, first_written_since(conn, seq, written_at, before))
+
+    def rows(self, seq: Any, written_at: Any) -> ColumnElement[bool]:
+        """Those rows: a range of `seq` the database walks from its start."""
+        older = written_at < self.before
+        return older if self.end is None else and_(seq < self.end, older)
 
 
 def asked_row_by_row(query: Select[Any]) -> Exists:
