@@ -15,7 +15,7 @@ the file's) that take as long as there is to write. One PASSIVE copied some 4,00
 sends went on, and the RESTART after it the 400 written meanwhile: 2 to 25 ms, and a send that
 wanted to begin meanwhile waited it out. So PASSIVE checkpoints come first, each copying what
 was written during the one before, until one finds nothing new or `ROUNDS` have run: each is
-shorter than the one before (4,000 pages, then 400, then about one send's 20), and the RESTART
+shorter than the one before (4,000 pages, then 400, then about one send's 15), and the RESTART
 copies only what the last one let through. Whether anything was written since the last one
 began, `PRAGMA data_version` tells (it changes with each commit of another connection); what
 a PASSIVE answers cannot: the WAL's length when it began, and how much of it is copied, are the
