@@ -30,6 +30,8 @@ def insert(
     thread: str | None = None,
     urgent: bool = False,
     ttl: float | None = None,
+    kind: str = "message",
+    reply_to: str | None = None,
 ) -> tuple[str, int]:
     """Store one message and its deliveries in `conn`, as `send` does; returns (id, seq)."""
     mid = message_id(now)
@@ -40,12 +42,12 @@ def insert(
         sender=sender,
         recipients=json.dumps(to if channel is None else [f"#{channel}"]),
         channel=channel,
-        kind="message",
+        kind=kind,
         subject=subject,
         body=body,
         data=None,
         thread_id=thread or mid,
-        reply_to=None,
+        reply_to=reply_to,
         priority="urgent" if urgent else "normal",
         must_read=False,
         created_at=now,

@@ -16,17 +16,16 @@ by a merge join, walking `ix_deliveries_message` past every acked delivery of th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 import pytest
 from sqlalchemy import Connection, text
 
-from agentpost.domain.ids import message_id
 from agentpost.domain.models import Kind
 from agentpost.store import mail
 from agentpost.store.database import Store
 from backends import FakeClock
+from store.test_mail import insert
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres]
 
@@ -45,22 +44,8 @@ _READ = text(
 
 
 def _write(conn: Connection, at: float, kind: Kind, reply_to: str | None = None) -> str:
-    mid = message_id(at)
-    seq = mail.insert_message(
-        conn,
-        id=mid,
-        sender="alice",
-        recipients=json.dumps(RECIPIENTS),
-        kind=kind.value,
-        body=f"{kind.value} at {at:g}",
-        thread_id=mid,
-        reply_to=reply_to,
-        priority="normal",
-        must_read=False,
-        created_at=at,
-        trust="verified",
-    )
-    mail.insert_deliveries(conn, seq, RECIPIENTS, urgent=False, expires_at=None)
+    body = f"{kind.value} at {at:g}"
+    mid, _ = insert(conn, at, "alice", list(RECIPIENTS), body, kind=kind.value, reply_to=reply_to)
     return mid
 
 
